@@ -1,0 +1,171 @@
+"""One RocksDB instance per task, through rocksdict: the only module that imports it.
+
+A task's store has one column family per concern:
+
+* ``window_meta``: the Window Meta Store (frames, window bookkeeping);
+* ``messages``: the Message Store (full-state aggregations and joins);
+* ``checkpoint``: the task checkpoint (offsets, watermark), written in the same
+  WriteBatch as the state it describes, so state and offsets never disagree.
+
+Writes of one step are collected in a :class:`StoreBatch` and applied atomically by
+:meth:`TaskStore.commit`. The batch also keeps the ordered list of mutations so that a
+changelog writer can log exactly what was applied.
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocksdict import Options, ReadOptions, Rdict, WriteBatch
+
+__all__ = [
+    "ColumnFamily",
+    "Mutation",
+    "MutationKind",
+    "StoreBatch",
+    "StoreClosedError",
+    "TaskStore",
+]
+
+
+class ColumnFamily(enum.StrEnum):
+    """The column families of a task store."""
+
+    WINDOW_META = "window_meta"
+    MESSAGES = "messages"
+    CHECKPOINT = "checkpoint"
+
+
+class MutationKind(enum.IntEnum):
+    """What a mutation does; values are stable (they appear in changelog headers)."""
+
+    PUT = 1
+    DELETE = 2
+    DELETE_RANGE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """One applied change. For ``DELETE_RANGE`` ``key`` is the start and ``value`` the end."""
+
+    kind: MutationKind
+    cf: ColumnFamily
+    key: bytes
+    value: bytes | None
+
+
+class StoreClosedError(RuntimeError):
+    """The store was used after :meth:`TaskStore.close`."""
+
+
+@dataclass
+class StoreBatch:
+    """The writes of one step, applied atomically by :meth:`TaskStore.commit`."""
+
+    mutations: list[Mutation] = field(default_factory=list)
+
+    def put(self, cf: ColumnFamily, key: bytes, value: bytes) -> None:
+        """Set ``key`` to ``value``."""
+        self.mutations.append(Mutation(MutationKind.PUT, cf, key, value))
+
+    def delete(self, cf: ColumnFamily, key: bytes) -> None:
+        """Delete ``key``."""
+        self.mutations.append(Mutation(MutationKind.DELETE, cf, key, None))
+
+    def delete_range(self, cf: ColumnFamily, start: bytes, end: bytes) -> None:
+        """Delete every key in ``[start, end)``."""
+        if start < end:
+            self.mutations.append(Mutation(MutationKind.DELETE_RANGE, cf, start, end))
+
+    def __len__(self) -> int:
+        return len(self.mutations)
+
+
+def _options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    return opts
+
+
+class TaskStore:
+    """A task's RocksDB database with the window operator's column families."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        cfs = {cf.value: Options(raw_mode=True) for cf in ColumnFamily}
+        self._db: Rdict | None = Rdict(str(self.path), options=_options(), column_families=cfs)
+        self._cfs = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
+        self._handles = {cf: self._db.get_column_family_handle(cf.value) for cf in ColumnFamily}
+
+    def _require_open(self) -> Rdict:
+        if self._db is None:
+            raise StoreClosedError(f"task store {self.path} is closed")
+        return self._db
+
+    def get(self, cf: ColumnFamily, key: bytes) -> bytes | None:
+        """The value of ``key``, or ``None`` when absent."""
+        self._require_open()
+        value: bytes | None = self._cfs[cf].get(key)
+        return value
+
+    def multi_get(self, cf: ColumnFamily, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values of many keys in one call (``None`` for absent keys)."""
+        self._require_open()
+        if not keys:
+            return []
+        values: list[bytes | None] = self._cfs[cf].get(list(keys))
+        return values
+
+    def scan(
+        self, cf: ColumnFamily, start: bytes, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Iterate ``(key, value)`` in key order over ``[start, end)`` (``end=None``: to the end)."""
+        self._require_open()
+        read_opts = ReadOptions()
+        if end is not None:
+            read_opts.set_iterate_upper_bound(end)
+        it: Iterator[tuple[bytes, bytes]] = self._cfs[cf].items(from_key=start, read_opt=read_opts)
+        return it
+
+    def commit(self, batch: StoreBatch) -> None:
+        """Apply every mutation of ``batch`` atomically (one RocksDB WriteBatch)."""
+        db = self._require_open()
+        if not batch.mutations:
+            return
+        wb = WriteBatch(raw_mode=True)
+        handles = self._handles
+        for m in batch.mutations:
+            handle = handles[m.cf]
+            if m.kind is MutationKind.PUT:
+                wb.put(m.key, m.value, handle)
+            elif m.kind is MutationKind.DELETE:
+                wb.delete(m.key, handle)
+            else:
+                wb.delete_range(m.key, m.value, handle)
+        db.write(wb)
+
+    def close(self) -> None:
+        """Flush and close the database; further use raises :class:`StoreClosedError`."""
+        if self._db is None:
+            return
+        db = self._db
+        self._db = None
+        self._cfs.clear()
+        self._handles.clear()
+        db.flush()
+        db.close()
+        del db
+        # rocksdict releases the file lock only when every handle object is gone.
+        gc.collect()
+
+    def __enter__(self) -> TaskStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

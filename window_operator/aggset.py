@@ -1,0 +1,143 @@
+"""The aggregations of one job, bound to their input fields and laid out side by side.
+
+All vector operations share one float64 matrix (each owns a column slice), so a frame
+is one row and a batch of frames one 2-D array; object operations keep one Python
+accumulator each per frame. :class:`AggregationSet` combines, deducts and finishes
+whole rows at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from window_operator.aggregations.base import (
+    AggregateOp,
+    ColumnInputs,
+    ObjectOp,
+    VectorOp,
+)
+
+__all__ = ["AggregationSet", "BoundAggregation"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundAggregation:
+    """One configured aggregation: output name, operation and the fields it reads.
+
+    ``x_field`` is the second input of two-input operations (linear regression); when
+    it is ``None`` such operations use the event time.
+    """
+
+    name: str
+    op: AggregateOp
+    field: str | None = None
+    x_field: str | None = None
+
+
+class AggregationSet:
+    """The aggregations of a job with their column layout."""
+
+    def __init__(self, aggregations: Sequence[BoundAggregation]) -> None:
+        if not aggregations:
+            raise ValueError("at least one aggregation is required")
+        self.aggregations = tuple(aggregations)
+        self.vector: list[tuple[BoundAggregation, VectorOp, slice]] = []
+        self.objects: list[tuple[BoundAggregation, ObjectOp]] = []
+        col = 0
+        for agg in self.aggregations:
+            if isinstance(agg.op, VectorOp):
+                sl = slice(col, col + agg.op.width)
+                self.vector.append((agg, agg.op, sl))
+                col += agg.op.width
+            elif isinstance(agg.op, ObjectOp):
+                self.objects.append((agg, agg.op))
+            else:
+                raise TypeError(f"{agg.name}: {type(agg.op).__name__} is neither vector nor object")
+        self.width = col
+        self.identity = np.zeros(col, dtype=np.float64)
+        for _, op, sl in self.vector:
+            self.identity[sl] = op.identity()
+        self.full_state = [i for i, (_, op) in enumerate(self.objects) if op.full_state]
+        self.deductible = all(a.op.deductible for a in self.aggregations)
+
+    @property
+    def names(self) -> list[str]:
+        """Output names in declaration order."""
+        return [a.name for a in self.aggregations]
+
+    # -- vector part --------------------------------------------------------------------
+
+    def identity_rows(self, n: int) -> FloatArray:
+        """``n`` empty accumulator rows."""
+        return np.tile(self.identity, (n, 1))
+
+    def accumulate(
+        self,
+        numeric: Mapping[str, FloatArray],
+        ts: IntArray,
+        groups: IntArray,
+        n_groups: int,
+    ) -> FloatArray:
+        """Pre-aggregate a batch into ``(n_groups, width)`` partial accumulators."""
+        out = np.empty((n_groups, self.width), dtype=np.float64)
+        for agg, op, sl in self.vector:
+            value = numeric[agg.field] if agg.field is not None else None
+            x = numeric[agg.x_field] if agg.x_field is not None else ts.astype(np.float64)
+            out[:, sl] = op.accumulate(ColumnInputs(value=value, x=x, ts=ts), groups, n_groups)
+        return out
+
+    def accumulate_one(
+        self, row: FloatArray, numeric: Mapping[str, float], ts: int
+    ) -> None:
+        """Fold one event into one accumulator row in place."""
+        for agg, op, sl in self.vector:
+            value = numeric[agg.field] if agg.field is not None else 1.0
+            x = numeric[agg.x_field] if agg.x_field is not None else float(ts)
+            op.accumulate_one(row[sl], value, x, ts)
+
+    def combine(self, a: FloatArray, b: FloatArray) -> FloatArray:
+        """Row-wise combine of two ``(n, width)`` arrays."""
+        out = np.empty_like(a)
+        for _, op, sl in self.vector:
+            out[:, sl] = op.combine(a[:, sl], b[:, sl])
+        return out
+
+    def deduct(self, a: FloatArray, b: FloatArray) -> FloatArray:
+        """Row-wise inverse of :meth:`combine`."""
+        out = np.empty_like(a)
+        for _, op, sl in self.vector:
+            out[:, sl] = op.deduct(a[:, sl], b[:, sl])
+        return out
+
+    # -- object part --------------------------------------------------------------------
+
+    def create_objects(self) -> list[Any]:
+        """Fresh object accumulators, one per object operation."""
+        return [op.create() for _, op in self.objects]
+
+    def combine_objects(self, a: list[Any], b: list[Any]) -> list[Any]:
+        """Combine two lists of object accumulators."""
+        return [op.combine(x, y) for (_, op), x, y in zip(self.objects, a, b, strict=True)]
+
+    # -- results ------------------------------------------------------------------------
+
+    def finish(self, acc: FloatArray, objs: Sequence[list[Any]] | None) -> dict[str, list[Any]]:
+        """Finished values per aggregation name for ``n`` windows (declaration order)."""
+        out: dict[str, list[Any]] = {}
+        vec = {agg.name: op.finish(acc[:, sl]) for agg, op, sl in self.vector}
+        obj: dict[str, list[Any]] = {}
+        if self.objects:
+            assert objs is not None
+            for j, (agg, op) in enumerate(self.objects):
+                obj[agg.name] = [op.finish(o[j]) for o in objs]
+        for agg in self.aggregations:
+            out[agg.name] = vec[agg.name] if agg.name in vec else obj[agg.name]
+        return out

@@ -1,0 +1,428 @@
+"""Decoded input: columnar event batches, and the decoder that builds them from records.
+
+The decoder is the boundary where bad input becomes an :class:`ErrorRecord` with a
+reason instead of an exception: broken JSON, a record that is not an object, a missing
+or non-numeric timestamp, a missing key, a value of the wrong type. Everything past it
+works on clean columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from window_operator.results import ErrorCode, ErrorRecord
+
+__all__ = [
+    "DecodeResult",
+    "DecodedEvent",
+    "EventBatch",
+    "RecordDecoder",
+    "RecordRejected",
+    "TimestampUnit",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+TimestampUnit = Literal["ms", "s", "us", "ns", "iso8601"]
+
+#: Keys longer than this (UTF-8 bytes) are rejected: they would bloat every store key.
+MAX_KEY_BYTES = 4096
+#: Event times must fit comfortably in a signed 64-bit millisecond count.
+_MAX_ABS_TS = 2**61
+
+
+@dataclass(slots=True)
+class EventBatch:
+    """Decoded events in arrival order, one column per attribute.
+
+    ``offset`` may hold ``-1`` for "assign the next offset of the partition" (library
+    use without a log). ``numeric`` holds float64 columns for the fields read by numeric
+    operations (``NaN`` = null); ``objects`` the raw JSON values for the other fields.
+    """
+
+    keys: list[str]
+    ts: IntArray
+    partition: IntArray
+    offset: IntArray
+    numeric: dict[str, FloatArray] = field(default_factory=dict)
+    objects: dict[str, list[Any]] = field(default_factory=dict)
+    wall_ms: IntArray | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def from_columns(
+        cls,
+        keys: Sequence[str] | Any,
+        ts: Sequence[int] | IntArray,
+        *,
+        numeric: Mapping[str, Sequence[float] | FloatArray] | None = None,
+        objects: Mapping[str, Sequence[Any]] | None = None,
+        partition: int | Sequence[int] | IntArray = 0,
+        offset: Sequence[int] | IntArray | None = None,
+        wall_ms: Sequence[int] | IntArray | None = None,
+    ) -> EventBatch:
+        """Build a batch from already-decoded columns (lists, NumPy or Arrow arrays)."""
+        if hasattr(keys, "to_pylist"):
+            keys = keys.to_pylist()
+        key_list = list(keys) if not isinstance(keys, list) else keys
+        n = len(key_list)
+        ts_arr = np.asarray(ts, dtype=np.int64)
+        part = (
+            np.full(n, partition, dtype=np.int64)
+            if isinstance(partition, int)
+            else np.asarray(partition, dtype=np.int64)
+        )
+        off = np.full(n, -1, dtype=np.int64) if offset is None else np.asarray(offset, np.int64)
+        num = {k: np.asarray(v, dtype=np.float64) for k, v in (numeric or {}).items()}
+        obj = {k: list(v) for k, v in (objects or {}).items()}
+        wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)
+        batch = cls(key_list, ts_arr, part, off, num, obj, wall)
+        batch.check()
+        return batch
+
+    def check(self) -> None:
+        """Raise ``ValueError`` if the columns do not all have the batch's length."""
+        n = len(self.keys)
+        cols: list[tuple[str, int]] = [
+            ("ts", len(self.ts)),
+            ("partition", len(self.partition)),
+            ("offset", len(self.offset)),
+        ]
+        cols += [(f"numeric[{k}]", len(v)) for k, v in self.numeric.items()]
+        cols += [(f"objects[{k}]", len(v)) for k, v in self.objects.items()]
+        if self.wall_ms is not None:
+            cols.append(("wall_ms", len(self.wall_ms)))
+        for name, length in cols:
+            if length != n:
+                raise ValueError(f"column {name} has {length} rows, keys have {n}")
+
+    def take(self, idx: IntArray) -> EventBatch:
+        """The rows at ``idx`` (in that order)."""
+        il = idx.tolist()
+        return EventBatch(
+            keys=[self.keys[i] for i in il],
+            ts=self.ts[idx],
+            partition=self.partition[idx],
+            offset=self.offset[idx],
+            numeric={k: v[idx] for k, v in self.numeric.items()},
+            objects={k: [v[i] for i in il] for k, v in self.objects.items()},
+            wall_ms=None if self.wall_ms is None else self.wall_ms[idx],
+        )
+
+
+@dataclass(slots=True)
+class DecodeResult:
+    """A decoded batch, the rejected records, and for each kept row its input index."""
+
+    batch: EventBatch
+    errors: list[ErrorRecord]
+    kept: list[int]
+
+
+class RecordRejected(Exception):
+    """An input record that cannot be processed, with the error code and a reason."""
+
+    def __init__(self, code: ErrorCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedEvent:
+    """One decoded record (the one-by-one path)."""
+
+    key: str
+    ts: int
+    numeric: dict[str, float]
+    objects: dict[str, Any]
+
+
+_UNIT_DIVISOR = {"ms": 1, "s": 0.001, "us": 1000, "ns": 1_000_000}
+
+
+class RecordDecoder:
+    """Turns input records (dicts or JSON bytes) into an :class:`EventBatch`."""
+
+    def __init__(
+        self,
+        *,
+        key_field: str | None,
+        timestamp_field: str,
+        timestamp_unit: TimestampUnit = "ms",
+        numeric_fields: Sequence[str] = (),
+        object_fields: Sequence[str] = (),
+        max_key_bytes: int = MAX_KEY_BYTES,
+    ) -> None:
+        self.key_field = key_field
+        self.timestamp_field = timestamp_field
+        self.timestamp_unit = timestamp_unit
+        self.numeric_fields = tuple(dict.fromkeys(numeric_fields))
+        self.object_fields = tuple(dict.fromkeys(object_fields))
+        self.max_key_bytes = max_key_bytes
+
+    # -- single fields ------------------------------------------------------------------
+
+    def timestamp_ms(self, raw: Any) -> int:
+        """Event time in ms from the raw timestamp value, or raise a rejection."""
+        name = self.timestamp_field
+        unit = self.timestamp_unit
+        if unit == "iso8601":
+            if not isinstance(raw, str):
+                raise RecordRejected(
+                    ErrorCode.BAD_TIMESTAMP,
+                    f"timestamp field {name!r} must be an ISO-8601 string, got {_show(raw)}",
+                )
+            try:
+                dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            except ValueError:
+                raise RecordRejected(
+                    ErrorCode.BAD_TIMESTAMP,
+                    f"timestamp field {name!r} is not an ISO-8601 time: {_show(raw)}",
+                ) from None
+            if dt.tzinfo is None:
+                raise RecordRejected(
+                    ErrorCode.BAD_TIMESTAMP,
+                    f"timestamp {raw!r} has no time zone (add Z or an offset like +00:00)",
+                )
+            return math.floor(dt.timestamp() * 1000)
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise RecordRejected(
+                ErrorCode.BAD_TIMESTAMP,
+                f"timestamp field {name!r} must be a number ({unit}), got {_show(raw)}",
+            )
+        if isinstance(raw, float) and not math.isfinite(raw):
+            raise RecordRejected(ErrorCode.BAD_TIMESTAMP, f"timestamp field {name!r} is {raw}")
+        if unit == "ms":
+            ts = raw if isinstance(raw, int) else math.floor(raw)
+        elif unit == "s":
+            ts = raw * 1000 if isinstance(raw, int) else math.floor(raw * 1000)
+        else:
+            div = 1000 if unit == "us" else 1_000_000
+            ts = raw // div if isinstance(raw, int) else math.floor(raw / div)
+        if not -_MAX_ABS_TS < ts < _MAX_ABS_TS:
+            raise RecordRejected(
+                ErrorCode.BAD_TIMESTAMP, f"timestamp {raw!r} ({unit}) is out of range"
+            )
+        return int(ts)
+
+    def key_of(self, record: Mapping[str, Any]) -> str:
+        """The grouping key as a string, or raise a rejection."""
+        kf = self.key_field
+        if kf is None:
+            return ""
+        if kf not in record:
+            raise RecordRejected(ErrorCode.MISSING_KEY, f"missing key field {kf!r}")
+        raw = record[kf]
+        if isinstance(raw, str):
+            key = raw
+        elif raw is None:
+            raise RecordRejected(ErrorCode.MISSING_KEY, f"key field {kf!r} is null")
+        elif isinstance(raw, bool | int | float):
+            key = orjson.dumps(raw).decode()
+        else:
+            raise RecordRejected(
+                ErrorCode.BAD_KEY, f"key field {kf!r} must be a string or number, got {_show(raw)}"
+            )
+        if len(key) * 4 > self.max_key_bytes and len(key.encode()) > self.max_key_bytes:
+            raise RecordRejected(
+                ErrorCode.BAD_KEY,
+                f"key field {kf!r} is {len(key.encode())} bytes; the limit is {self.max_key_bytes}",
+            )
+        return key
+
+    def _decode(self, rec: Any) -> tuple[str, int, list[float], list[Any]]:
+        if not isinstance(rec, dict):
+            raise RecordRejected(
+                ErrorCode.NOT_AN_OBJECT, f"record must be a JSON object, got {_show(rec)}"
+            )
+        key = self.key_of(rec)
+        ts_field = self.timestamp_field
+        if ts_field not in rec:
+            raise RecordRejected(ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}")
+        ts = self.timestamp_ms(rec[ts_field])
+        nums: list[float] = []
+        for f in self.numeric_fields:
+            v = rec.get(f, _MISSING)
+            if v.__class__ is float or v.__class__ is int:
+                nums.append(float(v))
+            elif v is None:
+                nums.append(math.nan)
+            elif v is _MISSING:
+                raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
+            else:
+                raise RecordRejected(
+                    ErrorCode.WRONG_TYPE, f"field {f!r} must be a number, got {_show(v)}"
+                )
+        objs: list[Any] = []
+        for f in self.object_fields:
+            if f not in rec:
+                raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
+            objs.append(rec[f])
+        return key, ts, nums, objs
+
+    def decode_one(self, record: Any) -> DecodedEvent:
+        """Decode one record or raise :class:`RecordRejected` with the reason."""
+        key, ts, nums, objs = self._decode(record)
+        return DecodedEvent(
+            key=key,
+            ts=ts,
+            numeric=dict(zip(self.numeric_fields, nums, strict=True)),
+            objects=dict(zip(self.object_fields, objs, strict=True)),
+        )
+
+    # -- batches ------------------------------------------------------------------------
+
+    def decode_records(
+        self,
+        records: Sequence[Any],
+        *,
+        partitions: Sequence[int] | None = None,
+        offsets: Sequence[int] | None = None,
+        raws: Sequence[bytes | None] | None = None,
+        wall_ms: Sequence[int] | None = None,
+        default_partition: int = 0,
+    ) -> DecodeResult:
+        """Decode already-parsed records; bad ones become error records."""
+        keys: list[str] = []
+        tss: list[int] = []
+        kept: list[int] = []
+        errors: list[ErrorRecord] = []
+        num_cols: dict[str, list[float]] = {f: [] for f in self.numeric_fields}
+        obj_cols: dict[str, list[Any]] = {f: [] for f in self.object_fields}
+        num_items = [(f, num_cols[f]) for f in self.numeric_fields]
+        obj_items = [(f, obj_cols[f]) for f in self.object_fields]
+        decode = self._decode
+        for i, rec in enumerate(records):
+            try:
+                key, ts, nums, objs = decode(rec)
+            except RecordRejected as rej:
+                errors.append(
+                    ErrorRecord(
+                        code=rej.code,
+                        reason=rej.reason,
+                        partition=partitions[i] if partitions is not None else default_partition,
+                        offset=offsets[i] if offsets is not None else None,
+                        raw=(raws[i] if raws is not None else _raw_of(rec)),
+                    )
+                )
+                continue
+            keys.append(key)
+            tss.append(ts)
+            kept.append(i)
+            for (_, col), v in zip(num_items, nums, strict=True):
+                col.append(v)
+            for (_, ocol), o in zip(obj_items, objs, strict=True):
+                ocol.append(o)
+        idx = kept
+        part = (
+            np.full(len(idx), default_partition, dtype=np.int64)
+            if partitions is None
+            else np.asarray([partitions[i] for i in idx], dtype=np.int64)
+        )
+        off = (
+            np.full(len(idx), -1, dtype=np.int64)
+            if offsets is None
+            else np.asarray([offsets[i] for i in idx], dtype=np.int64)
+        )
+        wall = None if wall_ms is None else np.asarray([wall_ms[i] for i in idx], dtype=np.int64)
+        batch = EventBatch(
+            keys=keys,
+            ts=np.asarray(tss, dtype=np.int64),
+            partition=part,
+            offset=off,
+            numeric={f: np.asarray(c, dtype=np.float64) for f, c in num_cols.items()},
+            objects=obj_cols,
+            wall_ms=wall,
+        )
+        return DecodeResult(batch, errors, kept)
+
+    def decode_json(
+        self,
+        payloads: Sequence[bytes],
+        *,
+        partitions: Sequence[int] | None = None,
+        offsets: Sequence[int] | None = None,
+        wall_ms: Sequence[int] | None = None,
+        default_partition: int = 0,
+    ) -> DecodeResult:
+        """Parse JSON payloads and decode them; unparseable ones become BAD_JSON errors."""
+        records: list[Any] = []
+        bad: list[tuple[int, str]] = []
+        loads = orjson.loads
+        for i, p in enumerate(payloads):
+            try:
+                records.append(loads(p))
+            except orjson.JSONDecodeError as exc:
+                records.append(_BadJson)
+                bad.append((i, str(exc)))
+        result = self.decode_records(
+            records,
+            partitions=partitions,
+            offsets=offsets,
+            raws=list(payloads),
+            wall_ms=wall_ms,
+            default_partition=default_partition,
+        )
+        if bad:
+            # decode_records rejected the placeholders as NOT_AN_OBJECT; say what was wrong.
+            reasons = dict(bad)
+            fixed = []
+            for err, i in zip(result.errors, _error_indices(len(records), result.kept), strict=True):
+                if i in reasons:
+                    err = ErrorRecord(
+                        code=ErrorCode.BAD_JSON,
+                        reason=f"invalid JSON: {reasons[i]}",
+                        partition=err.partition,
+                        offset=err.offset,
+                        raw=err.raw,
+                    )
+                fixed.append(err)
+            result.errors = fixed
+        return result
+
+
+class _Missing:
+    __slots__ = ()
+
+
+_MISSING: Any = _Missing()
+_BadJson: Any = _Missing()
+
+
+def _error_indices(n: int, kept: list[int]) -> list[int]:
+    keep = set(kept)
+    return [i for i in range(n) if i not in keep]
+
+
+def _show(value: Any) -> str:
+    if value is _BadJson:
+        return "invalid JSON"
+    kind = {str: "string", bool: "boolean", list: "array", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
+    if value is None:
+        return "null"
+    text = orjson.dumps(value).decode() if not isinstance(value, _Missing) else "?"
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{kind} {text}"
+
+
+def _raw_of(record: Any) -> bytes | None:
+    if record is _BadJson:
+        return None
+    try:
+        return orjson.dumps(record)
+    except TypeError:
+        return repr(record).encode()

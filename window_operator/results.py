@@ -1,0 +1,130 @@
+"""What the operators emit: window results and error records."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ErrorCode", "ErrorRecord", "Kind", "ResultBatch", "WindowResult"]
+
+
+class Kind(enum.StrEnum):
+    """Why a window result was emitted (the seed's three emission policies, plus retraction)."""
+
+    EARLY = "EARLY"
+    ON_TIME = "ON_TIME"
+    LATE = "LATE"
+    #: The window no longer exists (a session merged or moved): drop what was emitted for it.
+    RETRACT = "RETRACT"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """One window result: the latest record per ``(key, window_start, window_end)`` is the answer."""
+
+    key: str
+    window_start: int
+    window_end: int
+    kind: Kind
+    update_seq: int
+    values: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form used by ``simulate`` and the output topic."""
+        return {
+            "key": self.key,
+            "window_start": self.window_start,
+            "window_end": self.window_end,
+            "kind": self.kind.value,
+            "update_seq": self.update_seq,
+            "values": self.values,
+        }
+
+
+@dataclass(slots=True)
+class ResultBatch:
+    """Columnar window results of one kind, as produced on the hot path.
+
+    ``values`` maps each aggregation name to a list aligned with ``keys``.
+    """
+
+    kind: Kind
+    keys: list[str]
+    window_start: npt.NDArray[np.int64]
+    window_end: npt.NDArray[np.int64]
+    update_seq: npt.NDArray[np.int64]
+    values: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def to_results(self) -> list[WindowResult]:
+        """Materialize one :class:`WindowResult` per row."""
+        names = list(self.values)
+        cols = [self.values[n] for n in names]
+        starts = self.window_start.tolist()
+        ends = self.window_end.tolist()
+        seqs = self.update_seq.tolist()
+        return [
+            WindowResult(
+                key=k,
+                window_start=starts[i],
+                window_end=ends[i],
+                kind=self.kind,
+                update_seq=seqs[i],
+                values={n: c[i] for n, c in zip(names, cols, strict=True)},
+            )
+            for i, k in enumerate(self.keys)
+        ]
+
+
+class ErrorCode(enum.StrEnum):
+    """Why an input record was rejected."""
+
+    BAD_JSON = "BAD_JSON"
+    BAD_AVRO = "BAD_AVRO"
+    NOT_AN_OBJECT = "NOT_AN_OBJECT"
+    MISSING_TIMESTAMP = "MISSING_TIMESTAMP"
+    BAD_TIMESTAMP = "BAD_TIMESTAMP"
+    MISSING_KEY = "MISSING_KEY"
+    BAD_KEY = "BAD_KEY"
+    MISSING_FIELD = "MISSING_FIELD"
+    WRONG_TYPE = "WRONG_TYPE"
+    OUT_OF_RETENTION = "OUT_OF_RETENTION"
+    UNKNOWN_SOURCE = "UNKNOWN_SOURCE"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRecord:
+    """A rejected input record, with the reason and where it came from."""
+
+    code: ErrorCode
+    reason: str
+    partition: int | None = None
+    offset: int | None = None
+    raw: bytes | None = None
+    topic: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (raw bytes decoded as UTF-8 with replacement)."""
+        return {
+            "code": self.code.value,
+            "reason": self.reason,
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "raw": None if self.raw is None else self.raw.decode("utf-8", "replace"),
+        }
+
+
+def concat_results(batches: Sequence[ResultBatch]) -> list[WindowResult]:
+    """Materialize several result batches in order."""
+    out: list[WindowResult] = []
+    for b in batches:
+        out.extend(b.to_results())
+    return out
