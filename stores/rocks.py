@@ -103,6 +103,11 @@ class TaskStore:
         self._cfs = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
         self._handles = {cf: self._db.get_column_family_handle(cf.value) for cf in ColumnFamily}
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._db is None
+
     def _require_open(self) -> Rdict:
         if self._db is None:
             raise StoreClosedError(f"task store {self.path} is closed")

@@ -264,7 +264,9 @@ class WindowedAggregator:
         return batch
 
     def close(self) -> None:
-        """Flush and close the store."""
+        """Flush and close the store (a second call does nothing)."""
+        if self.store.closed:
+            return
         self.flush()
         self.store.close()
 
@@ -479,9 +481,7 @@ class WindowedAggregator:
             if frame + self._size <= wm_before:
                 slot = fc.load([(kid, frame)])[0]
             if slot is None or slot < 0:
-                if not fc.free:
-                    fc._grow(1)
-                slot = fc._allocate(kid, frame)
+                slot = fc.allocate(kid, frame)
                 created = True
         if self.aggs.width:
             self.aggs.accumulate_one(fc.acc[slot], numeric, ts)

@@ -122,7 +122,8 @@ class FrameCache:
         self.objs.extend([None] * extra)
         self.free.extend(range(new_cap - 1, cap - 1, -1))
 
-    def _allocate(self, kid: int, frame: int) -> int:
+    def allocate(self, kid: int, frame: int) -> int:
+        """A fresh slot holding the empty accumulator for ``(kid, frame)``."""
         if not self.free:
             self._grow(1)
         slot = self.free.pop()
@@ -168,13 +169,13 @@ class FrameCache:
             elif disk[i]:
                 to_load.append(i)
             else:
-                slots[i] = self._allocate(kl[i], fl[i])
+                slots[i] = self.allocate(kl[i], fl[i])
                 created[i] = True
         if to_load:
             loaded = self.load([(kl[i], fl[i]) for i in to_load])
             for i, s in zip(to_load, loaded, strict=True):
                 if s < 0:
-                    slots[i] = self._allocate(kl[i], fl[i])
+                    slots[i] = self.allocate(kl[i], fl[i])
                     created[i] = True
                 else:
                     slots[i] = s
@@ -231,20 +232,18 @@ class FrameCache:
 
     def load(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
         """Read frames from the store into clean slots (``-1`` for absent frames)."""
+        unique = list(dict.fromkeys(p for p in pairs if p not in self.slot_of))
         values = self.store.multi_get(
-            ColumnFamily.WINDOW_META, [self.frame_key(k, f) for k, f in pairs]
+            ColumnFamily.WINDOW_META, [self.frame_key(k, f) for k, f in unique]
         )
-        out: list[int] = []
-        for (kid, frame), data in zip(pairs, values, strict=True):
+        for (kid, frame), data in zip(unique, values, strict=True):
             if data is None:
-                out.append(-1)
                 continue
-            slot = self._allocate(kid, frame)
+            slot = self.allocate(kid, frame)
             self._decode_into(slot, data)
             if self.aggs.full_state:
                 self._load_messages(slot, kid, frame)
-            out.append(slot)
-        return out
+        return [self.slot_of.get(p, -1) for p in pairs]
 
     def message_key(self, kid: int, ts: int, partition: int, offset: int) -> bytes:
         """Message Store key of a full-state message."""
@@ -282,7 +281,7 @@ class FrameCache:
             kid = self.keys.id_of(key)
             if (kid, frame) in self.slot_of:
                 continue
-            slot = self._allocate(kid, frame)
+            slot = self.allocate(kid, frame)
             self._decode_into(slot, v)
             if self.aggs.full_state:
                 self._load_messages(slot, kid, frame)
