@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocksdict import Options, ReadOptions, Rdict, WriteBatch
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
 __all__ = [
     "ColumnFamily",
@@ -124,19 +124,22 @@ class TaskStore:
         self._require_open()
         if not keys:
             return []
-        values: list[bytes | None] = self._cfs[cf].get(list(keys))
+        values = self._cfs[cf].get(list(keys))
+        assert isinstance(values, list)
         return values
 
     def scan(
         self, cf: ColumnFamily, start: bytes, end: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Iterate ``(key, value)`` in key order over ``[start, end)`` (``end=None``: to the end)."""
+        """Iterate ``(key, value)`` in key order over ``[start, end)`` (``None``: to the end)."""
         self._require_open()
         read_opts = ReadOptions()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
-        it: Iterator[tuple[bytes, bytes]] = self._cfs[cf].items(from_key=start, read_opt=read_opts)
-        return it
+        items: Iterator[tuple[bytes, bytes]] = iter(
+            self._cfs[cf].items(from_key=start, read_opt=read_opts)  # type: ignore[arg-type]
+        )
+        return items
 
     def commit(self, batch: StoreBatch) -> None:
         """Apply every mutation of ``batch`` atomically (one RocksDB WriteBatch)."""
@@ -152,6 +155,7 @@ class TaskStore:
             elif m.kind is MutationKind.DELETE:
                 wb.delete(m.key, handle)
             else:
+                assert m.value is not None
                 wb.delete_range(m.key, m.value, handle)
         db.write(wb)
 

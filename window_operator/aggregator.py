@@ -383,7 +383,11 @@ class WindowedAggregator:
             g_kid, g_frame = sk[starts], sf[starts]
         groups = groups.astype(np.int64, copy=False)
         n_groups = len(g_kid)
-        numeric = {f: v[idx] for f, v in batch.numeric.items()} if len(idx) != len(keys) else batch.numeric
+        numeric = (
+            {f: v[idx] for f, v in batch.numeric.items()}
+            if len(idx) != len(keys)
+            else batch.numeric
+        )
         on_disk = g_frame + self._size <= wm_before
         slots, created = self.frames.resolve(g_kid, g_frame, on_disk)
         fc = self.frames
@@ -496,7 +500,9 @@ class WindowedAggregator:
                 o_acc[o] = op.accumulate(o_acc[o], v, order)
             if self.aggs.full_state:
                 fc.pending_messages.append(
-                    PendingMessage(kid, ts, partition, offset, tuple(vals[o] for o in self.aggs.full_state))
+                    PendingMessage(
+                        kid, ts, partition, offset, tuple(vals[o] for o in self.aggs.full_state)
+                    )
                 )
         fc.dirty[slot] = True
         fc.early_dirty[slot] = True
@@ -530,7 +536,9 @@ class WindowedAggregator:
     def _note_wall(self, part: IntArray, wall: IntArray) -> None:
         self._now = max(self._now, int(wall.max()))
         for p in np.unique(part).tolist():
-            self._last_active[p] = max(self._last_active.get(p, NO_WATERMARK), int(wall[part == p].max()))
+            self._last_active[p] = max(
+                self._last_active.get(p, NO_WATERMARK), int(wall[part == p].max())
+            )
 
     def _coalesced_watermark(self) -> int:
         """Min over partitions of (max event time - allowed lateness), idle ones excluded."""
@@ -559,8 +567,10 @@ class WindowedAggregator:
     def _fire(self, wm_before: int, wm_after: int) -> None:
         """Emit ON_TIME results for windows whose end is in ``(wm_before, wm_after]``."""
         w_hi = self.windowing.floor(wm_after - self._size)
-        w_lo = NO_WATERMARK if wm_before <= NO_WATERMARK else self.windowing.ceil(
-            wm_before - self._size + 1
+        w_lo = (
+            NO_WATERMARK
+            if wm_before <= NO_WATERMARK
+            else self.windowing.ceil(wm_before - self._size + 1)
         )
         if w_lo > w_hi:
             return
@@ -570,8 +580,10 @@ class WindowedAggregator:
         fc = self.frames
         if not fc.early_dirty.any():
             return
-        w_lo = NO_WATERMARK if self._wm <= NO_WATERMARK else self.windowing.ceil(
-            self._wm - self._size + 1
+        w_lo = (
+            NO_WATERMARK
+            if self._wm <= NO_WATERMARK
+            else self.windowing.ceil(self._wm - self._size + 1)
         )
         self._emit_range(w_lo, END_OF_TIME, Kind.EARLY, fc.early_dirty)
         fc.early_dirty[:] = False
@@ -579,7 +591,7 @@ class WindowedAggregator:
     def _emit_range(self, w_lo: int, w_hi: int, kind: Kind, mark: BoolArray | None) -> None:
         """Evaluate every existing window with start in ``[w_lo, w_hi]`` (dense, chunked)."""
         fc = self.frames
-        size, step, k = self._size, self._step, self._k
+        size, step = self._size, self._step
         live = fc.kid >= 0
         f_lo = max(w_lo, NO_WATERMARK)
         f_hi = w_hi + size - step if w_hi < END_OF_TIME else END_OF_TIME
@@ -670,10 +682,11 @@ class WindowedAggregator:
                 run = aggs.combine(aggs.deduct(run, grid[:, i - 1]), grid[:, i + k - 1])
                 out[:, i] = run
             return out
-        out = grid[:, 0:n_w].reshape(-1, width)
+        flat = grid[:, 0:n_w].reshape(-1, width)
         for j in range(1, k):
-            out = aggs.combine(out, np.ascontiguousarray(grid[:, j : j + n_w]).reshape(-1, width))
-        return out.reshape(nk, n_w, width)
+            flat = aggs.combine(flat, np.ascontiguousarray(grid[:, j : j + n_w]).reshape(-1, width))
+        result: FloatArray = flat.reshape(nk, n_w, width)
+        return result
 
     def _combine_objs(self, slots: list[int]) -> list[Any]:
         objs = self.frames.objs
@@ -760,9 +773,7 @@ class WindowedAggregator:
     def _emit_late(self, only_upto: int | None = None) -> None:
         if not self._late_pending:
             return
-        pairs = [
-            kw for kw in self._late_pending if only_upto is None or kw[1] <= only_upto
-        ]
+        pairs = [kw for kw in self._late_pending if only_upto is None or kw[1] <= only_upto]
         if not pairs:
             return
         pairs.sort(key=lambda kw: (kw[1], kw[0]))
@@ -783,7 +794,8 @@ class WindowedAggregator:
         step, k = self._step, self._k
         pairs = [(kid, w + j * step) for kid, w in windows for j in range(k)]
         slots = np.asarray(self.frames.get_or_load(pairs), dtype=np.int64).reshape(-1, k)
-        exists = (slots >= 0).any(axis=1).tolist()
+        has_frame: BoolArray = np.any(slots >= 0, axis=1)
+        exists = [bool(x) for x in has_frame]
         n = len(windows)
         acc = self.aggs.identity_rows(n)
         fc = self.frames

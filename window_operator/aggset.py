@@ -94,9 +94,7 @@ class AggregationSet:
             out[:, sl] = op.accumulate(ColumnInputs(value=value, x=x, ts=ts), groups, n_groups)
         return out
 
-    def accumulate_one(
-        self, row: FloatArray, numeric: Mapping[str, float], ts: int
-    ) -> None:
+    def accumulate_one(self, row: FloatArray, numeric: Mapping[str, float], ts: int) -> None:
         """Fold one event into one accumulator row in place."""
         for agg, op, sl in self.vector:
             value = numeric[agg.field] if agg.field is not None else 1.0

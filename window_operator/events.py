@@ -249,7 +249,9 @@ class RecordDecoder:
         key = self.key_of(rec)
         ts_field = self.timestamp_field
         if ts_field not in rec:
-            raise RecordRejected(ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}")
+            raise RecordRejected(
+                ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}"
+            )
         ts = self.timestamp_ms(rec[ts_field])
         nums: list[float] = []
         for f in self.numeric_fields:
@@ -378,7 +380,9 @@ class RecordDecoder:
             # decode_records rejected the placeholders as NOT_AN_OBJECT; say what was wrong.
             reasons = dict(bad)
             fixed = []
-            for err, i in zip(result.errors, _error_indices(len(records), result.kept), strict=True):
+            for err, i in zip(
+                result.errors, _error_indices(len(records), result.kept), strict=True
+            ):
                 if i in reasons:
                     err = ErrorRecord(
                         code=ErrorCode.BAD_JSON,

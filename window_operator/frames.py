@@ -247,9 +247,7 @@ class FrameCache:
 
     def message_key(self, kid: int, ts: int, partition: int, offset: int) -> bytes:
         """Message Store key of a full-state message."""
-        return (
-            self.keys.encoded[kid] + encode_i64(ts) + encode_i64(partition) + encode_i64(offset)
-        )
+        return self.keys.encoded[kid] + encode_i64(ts) + encode_i64(partition) + encode_i64(offset)
 
     def _load_messages(self, slot: int, kid: int, frame: int) -> None:
         from window_operator.aggregations.base import Ordering
@@ -305,7 +303,11 @@ class FrameCache:
                 prefix = prefixes.get(f)
                 if prefix is None:
                     prefix = prefixes[f] = FRAME_TAG + encode_i64(f)
-                put(wm_cf, prefix + enc[kids[i]], self._encode(slot, rows[i * width : (i + 1) * width]))
+                put(
+                    wm_cf,
+                    prefix + enc[kids[i]],
+                    self._encode(slot, rows[i * width : (i + 1) * width]),
+                )
             self.dirty[slots] = False
         for m in self.pending_messages:
             batch.put(
@@ -324,7 +326,7 @@ class FrameCache:
         return len(cand)
 
     def expire(self, batch: StoreBatch, cutoff_frame: int, previous_cutoff: int | None) -> None:
-        """Delete frames with ``frame <= cutoff_frame`` (and their messages) from store and memory."""
+        """Delete frames with ``frame <= cutoff_frame`` and their messages (disk and memory)."""
         end = FRAME_TAG + encode_i64(cutoff_frame + 1)
         if self.aggs.full_state:
             # Messages are key-first: find the keys of the expiring frames (dead records

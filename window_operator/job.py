@@ -67,9 +67,7 @@ def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime
         if agg.op == "linreg":
             x = params.pop("x", None)
             if x is not None and not isinstance(x, str):
-                problems.append(
-                    ConfigProblem(f"aggregations.{i}.params.x", "must be a field name")
-                )
+                problems.append(ConfigProblem(f"aggregations.{i}.params.x", "must be a field name"))
                 continue
             x_field = x
         try:

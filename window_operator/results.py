@@ -25,7 +25,7 @@ class Kind(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class WindowResult:
-    """One window result: the latest record per ``(key, window_start, window_end)`` is the answer."""
+    """One window result; the latest record per ``(key, window_start)`` is the answer."""
 
     key: str
     window_start: int

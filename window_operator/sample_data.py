@@ -25,9 +25,7 @@ class ClickStream:
         """The events as JSON-ready dicts ``{"page", "ts", "latency_ms"}``."""
         ts = self.ts.tolist()
         lat = self.latency_ms.tolist()
-        return [
-            {"page": k, "ts": ts[i], "latency_ms": lat[i]} for i, k in enumerate(self.keys)
-        ]
+        return [{"page": k, "ts": ts[i], "latency_ms": lat[i]} for i, k in enumerate(self.keys)]
 
 
 def click_stream(
@@ -47,9 +45,7 @@ def click_stream(
     Keys are ``/page/<i>`` with a skewed (Zipf-like) popularity.
     """
     rng = np.random.default_rng(seed)
-    ts = start_ms + (np.arange(n, dtype=np.float64) * (1000.0 / events_per_second)).astype(
-        np.int64
-    )
+    ts = start_ms + (np.arange(n, dtype=np.float64) * (1000.0 / events_per_second)).astype(np.int64)
     delayed = rng.random(n) < out_of_order
     ts[delayed] -= rng.integers(1, max_delay_ms + 1, size=int(delayed.sum()))
     weights = 1.0 / np.arange(1, n_keys + 1) ** 0.8

@@ -114,13 +114,17 @@ def _run_chunk(
                     meta[f] = rec.pop(f)
         part = meta.get("partition", 0)
         if not isinstance(part, int) or isinstance(part, bool) or part < 0:
-            bad.append(ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad partition {part!r}", None, None, line))
+            bad.append(
+                ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad partition {part!r}", None, None, line)
+            )
             continue
         off = meta.get("offset")
         if off is None:
             off = next_offset.get(part, -1) + 1
         elif not isinstance(off, int) or isinstance(off, bool):
-            bad.append(ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad offset {off!r}", part, None, line))
+            bad.append(
+                ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad offset {off!r}", part, None, line)
+            )
             continue
         if off <= next_offset.get(part, -1):
             summary.replayed += 1

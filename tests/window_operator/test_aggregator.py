@@ -348,10 +348,7 @@ def test_one_by_one_and_batch_store_identical_frames(tmp_path: Path) -> None:
     batch.flush()
 
     def frames(agg: WindowedAggregator) -> list[tuple[bytes, bytes]]:
-        return [
-            (k, v)
-            for k, v in agg.store.scan(ColumnFamily.WINDOW_META, b"F", b"G")
-        ]
+        return [(k, v) for k, v in agg.store.scan(ColumnFamily.WINDOW_META, b"F", b"G")]
 
     assert frames(one) == frames(batch)
     assert len(frames(one)) > 0
