@@ -1,0 +1,1 @@
+"""RocksDB-backed state stores of the window operator (key schema, window meta, messages)."""
