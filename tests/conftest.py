@@ -1,9 +1,11 @@
-"""Shared fixtures."""
+"""Shared fixtures: aggregators on temp dirs, one Kafka broker and one Spark session."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,3 +28,51 @@ def open_agg(tmp_path: Path) -> Iterator[Callable[..., WindowedAggregator]]:
     yield _open
     for agg in opened:
         agg.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """One broker for the whole session: KAFKA_BOOTSTRAP_SERVERS if set, else noida-db.
+
+    Tests must use unique topic and group names (see ``unique_name``).
+    """
+    existing = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if existing:
+        from window_operator.broker import wait_for_broker
+
+        wait_for_broker(existing)
+        yield existing
+        return
+    from window_operator.broker import LocalBroker
+
+    with LocalBroker() as broker:
+        os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
+        try:
+            yield broker.bootstrap_servers
+        finally:
+            os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Topic/group names unique to this test."""
+    import uuid
+
+    base = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")[:60]
+
+    def make(suffix: str) -> str:
+        return f"{base}-{suffix}-{uuid.uuid4().hex[:8]}"
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session shared by every test that needs Spark."""
+    from window_operator.spark.session import build_session
+
+    session = build_session(app_name="window-operator-tests", master="local[2]")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,155 @@
+"""A Kafka-protocol broker for tests and the local demo, without Docker.
+
+Runs the broker binary shipped in the ``noida-db==0.2.2`` wheel (the ``local`` extra)
+directly, on a free loopback port with a fresh data directory, and stops it by PID.
+Everything else in the project talks to whatever ``KAFKA_BOOTSTRAP_SERVERS`` names;
+this module only exists so that a laptop or CI machine without Kafka can run the
+demo and the integration tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["BrokerError", "LocalBroker", "free_port", "wait_for_broker"]
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be started or did not answer."""
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _binary() -> Path:
+    try:
+        path = Path(str(importlib.resources.files("noida_db") / "noida-db"))
+    except ModuleNotFoundError:
+        raise BrokerError(
+            "the local broker needs the noida-db package: pip install 'window-operator[local]' "
+            "(or point KAFKA_BOOTSTRAP_SERVERS at a Kafka cluster)"
+        ) from None
+    if not path.exists():
+        raise BrokerError(f"noida-db binary not found at {path}")
+    mode = path.stat().st_mode
+    if not mode & stat.S_IXUSR:
+        path.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def wait_for_broker(bootstrap: str, timeout_s: float = 20.0) -> None:
+    """Block until the broker answers a metadata request (or raise :class:`BrokerError`)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000})
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=2)
+            return
+        except Exception as exc:  # noqa: BLE001 - librdkafka raises KafkaException variants
+            last = exc
+            time.sleep(0.05)
+    raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s: {last}")
+
+
+@dataclass
+class LocalBroker:
+    """A noida-db Kafka broker process on loopback.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. ``data_dir``
+    defaults to a fresh temporary directory, removed on stop.
+    """
+
+    port: int = 0
+    data_dir: Path | None = None
+    log_path: Path | None = None
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _own_dir: bool = field(default=False, init=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` to give Kafka clients."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> LocalBroker:
+        """Start the broker and wait until it answers."""
+        if self.process is not None:
+            return self
+        binary = _binary()
+        if not self.port:
+            self.port = free_port()
+        if self.data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="window-operator-broker-"))
+            self._own_dir = True
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path or self.data_dir / "broker.log", "ab")  # noqa: SIM115
+        cmd = [
+            str(binary),
+            "start",
+            "--only",
+            "kafka",
+            "--kafka-port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        self.process = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        log.close()
+        try:
+            wait_for_broker(self.bootstrap_servers, timeout_s)
+        except BrokerError:
+            self.stop()
+            raise
+        if self.process.poll() is not None:
+            raise BrokerError(f"broker exited with status {self.process.returncode}")
+        return self
+
+    def stop(self) -> None:
+        """Stop the broker process (by PID) and remove a temporary data directory."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if self._own_dir and self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.process is not None and self.process.poll() is None:
+                os.kill(self.process.pid, signal.SIGTERM)

@@ -1,0 +1,49 @@
+"""Build a SparkSession configured for the window operator."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["build_session", "prepare_environment"]
+
+
+def prepare_environment() -> None:
+    """Environment PySpark needs on these machines (set only where the user has not)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def build_session(
+    *,
+    app_name: str = "window-operator",
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """A SparkSession (``local[*]`` unless ``master`` or spark-submit says otherwise)."""
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif "spark.master" not in os.environ.get("SPARK_CONF", "") and not os.environ.get(
+        "SPARK_SUBMIT_OPTS"
+    ):
+        builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.speculation": "false",
+        "spark.driver.host": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+    }
+    for k, v in {**defaults, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
