@@ -146,8 +146,8 @@ class ObjectOp(AggregateOp):
 
     @property
     def deductible(self) -> bool:
-        """Object operations are not deductible unless they override :meth:`deduct`."""
-        return False
+        """Object operations are deductible exactly when they override :meth:`deduct`."""
+        return type(self).deduct is not ObjectOp.deduct
 
     @abstractmethod
     def create(self) -> Any:
@@ -159,7 +159,11 @@ class ObjectOp(AggregateOp):
 
     @abstractmethod
     def combine(self, a: Any, b: Any) -> Any:
-        """Combine two accumulators into a new one without mutating either argument."""
+        """Combine two accumulators into a *new* one, never mutating or returning an argument.
+
+        ``accumulate`` may mutate its accumulator in place, so a combine that returned
+        one of its inputs would let a later accumulate change a frame it came from.
+        """
 
     def deduct(self, a: Any, b: Any) -> Any:
         """Inverse of combine, when the operation has one."""

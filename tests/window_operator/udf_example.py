@@ -1,0 +1,101 @@
+"""User-defined aggregate ops used by the registry tests (resolved by dotted path)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, ClassVar
+
+import numpy as np
+
+from window_operator.aggregations import ColumnInputs, VectorOp
+
+
+class ProductOp:
+    """Duck-typed op: product of the values (no deduct, JSON codec)."""
+
+    numeric = True
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = float(scale)
+
+    def create(self) -> float:
+        return 1.0
+
+    def accumulate(self, acc: float, value: float) -> float:
+        return acc * value
+
+    def combine(self, a: float, b: float) -> float:
+        return a * b
+
+    def finish(self, acc: float) -> float:
+        return acc * self.scale
+
+
+class DeductibleSumOp:
+    """Duck-typed op with deduct and its own binary codec."""
+
+    def create(self) -> list[float]:
+        return [0.0, 0.0]
+
+    def accumulate(self, acc: list[float], value: float) -> list[float]:
+        return [acc[0] + 1.0, acc[1] + value]
+
+    def combine(self, a: list[float], b: list[float]) -> list[float]:
+        return [a[0] + b[0], a[1] + b[1]]
+
+    def deduct(self, a: list[float], b: list[float]) -> list[float]:
+        return [a[0] - b[0], a[1] - b[1]]
+
+    def finish(self, acc: list[float]) -> float | None:
+        return acc[1] if acc[0] else None
+
+    def dumps(self, acc: list[float]) -> bytes:
+        return struct.pack("<2d", *acc)
+
+    def loads(self, data: bytes) -> list[float]:
+        return list(struct.unpack("<2d", data))
+
+
+class NotAnOp:
+    """Has none of the required methods."""
+
+    def run(self) -> None:
+        return None
+
+
+class PowerSumOp(VectorOp):
+    """VectorOp subclass: ``(n, sum(v ** power))`` over non-null values."""
+
+    op_name: ClassVar[str] = "power_sum"
+    width: ClassVar[int] = 2
+
+    def __init__(self, *, power: int = 2) -> None:
+        if power < 1:
+            raise ValueError(f"param 'power' must be >= 1, got {power}")
+        self.power = power
+
+    @property
+    def deductible(self) -> bool:
+        return True
+
+    def identity(self) -> Any:
+        return np.zeros(2)
+
+    def accumulate(self, inputs: ColumnInputs, groups: Any, n_groups: int) -> Any:
+        assert inputs.value is not None
+        valid = ~np.isnan(inputs.value)
+        out = np.zeros((n_groups, 2))
+        out[:, 0] = np.bincount(groups[valid], minlength=n_groups)
+        out[:, 1] = np.bincount(
+            groups[valid], weights=inputs.value[valid] ** self.power, minlength=n_groups
+        )
+        return out
+
+    def combine(self, a: Any, b: Any) -> Any:
+        return a + b
+
+    def deduct(self, a: Any, b: Any) -> Any:
+        return a - b
+
+    def finish(self, acc: Any) -> list[Any]:
+        return [float(s) if n else None for n, s in np.atleast_2d(acc).tolist()]

@@ -1,0 +1,31 @@
+"""Aggregate operations for window frames: the contract, the built-ins and the registry."""
+
+from window_operator.aggregations.base import (
+    AggregateOp,
+    ColumnInputs,
+    NotDeductibleError,
+    ObjectOp,
+    Ordering,
+    VectorOp,
+)
+from window_operator.aggregations.registry import (
+    BUILTIN_OPS,
+    OpParamError,
+    UnknownOpError,
+    UserObjectOp,
+    resolve_op,
+)
+
+__all__ = [
+    "BUILTIN_OPS",
+    "AggregateOp",
+    "ColumnInputs",
+    "NotDeductibleError",
+    "ObjectOp",
+    "OpParamError",
+    "Ordering",
+    "UnknownOpError",
+    "UserObjectOp",
+    "VectorOp",
+    "resolve_op",
+]
