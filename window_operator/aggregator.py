@@ -226,8 +226,13 @@ class WindowedAggregator:
         out, self._errors = self._errors, []
         return out
 
-    def flush(self) -> StoreBatch:
-        """Persist state and checkpoint atomically; expire and evict; return what was written."""
+    def flush(self, *, commit: bool = True) -> StoreBatch:
+        """Persist state and checkpoint atomically; expire and evict; return the writes.
+
+        With ``commit=False`` the writes are returned but not applied: the caller logs
+        them (changelog) and commits them itself. Memory then already reflects them,
+        so if the caller cannot commit it must discard this aggregator and reopen.
+        """
         batch = StoreBatch()
         cutoff = self._expiry_cutoff()
         if cutoff is not None:
@@ -254,7 +259,8 @@ class WindowedAggregator:
             self._expired_upto = cutoff
         self.batches += 1
         batch.put(ColumnFamily.CHECKPOINT, _CHECKPOINT_KEY, self._checkpoint_bytes())
-        self.store.commit(batch)
+        if commit:
+            self.store.commit(batch)
         # Frames whose every window has fired are in the store now; keep memory small.
         if self._wm > NO_WATERMARK:
             self.frames.evict_closed(self._wm - self._size + 1)

@@ -109,6 +109,8 @@ class ErrorRecord:
     offset: int | None = None
     raw: bytes | None = None
     topic: str | None = None
+    #: The original Kafka record key, when the record came from Kafka.
+    key: bytes | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (raw bytes decoded as UTF-8 with replacement)."""
