@@ -146,7 +146,7 @@ class ChangelogWriter:
             send(cf, key, value)
         marker: Mutation | None = None
         put_keys: dict[ColumnFamily, set[bytes]] = {}
-        for m in batch.mutations:
+        for m in batch:
             if m.cf is ColumnFamily.CHECKPOINT and m.kind is MutationKind.PUT and (
                 m.key != LOCAL_POSITION_KEY
             ):

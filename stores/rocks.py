@@ -23,6 +23,7 @@ from pathlib import Path
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
 __all__ = [
+    "BulkPut",
     "ColumnFamily",
     "Mutation",
     "MutationKind",
@@ -62,27 +63,57 @@ class StoreClosedError(RuntimeError):
     """The store was used after :meth:`TaskStore.close`."""
 
 
+@dataclass(frozen=True, slots=True)
+class BulkPut:
+    """Many puts into one column family, kept as two parallel lists (the hot path)."""
+
+    cf: ColumnFamily
+    keys: list[bytes]
+    values: list[bytes]
+
+
 @dataclass
 class StoreBatch:
-    """The writes of one step, applied atomically by :meth:`TaskStore.commit`."""
+    """The writes of one step, in order, applied atomically by :meth:`TaskStore.commit`."""
 
-    mutations: list[Mutation] = field(default_factory=list)
+    entries: list[Mutation | BulkPut] = field(default_factory=list)
 
     def put(self, cf: ColumnFamily, key: bytes, value: bytes) -> None:
         """Set ``key`` to ``value``."""
-        self.mutations.append(Mutation(MutationKind.PUT, cf, key, value))
+        self.entries.append(Mutation(MutationKind.PUT, cf, key, value))
+
+    def put_many(self, cf: ColumnFamily, keys: list[bytes], values: list[bytes]) -> None:
+        """Set many keys at once (``keys[i]`` to ``values[i]``)."""
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        if keys:
+            self.entries.append(BulkPut(cf, keys, values))
 
     def delete(self, cf: ColumnFamily, key: bytes) -> None:
         """Delete ``key``."""
-        self.mutations.append(Mutation(MutationKind.DELETE, cf, key, None))
+        self.entries.append(Mutation(MutationKind.DELETE, cf, key, None))
 
     def delete_range(self, cf: ColumnFamily, start: bytes, end: bytes) -> None:
         """Delete every key in ``[start, end)``."""
         if start < end:
-            self.mutations.append(Mutation(MutationKind.DELETE_RANGE, cf, start, end))
+            self.entries.append(Mutation(MutationKind.DELETE_RANGE, cf, start, end))
+
+    def __iter__(self) -> Iterator[Mutation]:
+        """Every mutation in order, bulk puts expanded."""
+        for e in self.entries:
+            if isinstance(e, BulkPut):
+                for k, v in zip(e.keys, e.values, strict=True):
+                    yield Mutation(MutationKind.PUT, e.cf, k, v)
+            else:
+                yield e
+
+    @property
+    def mutations(self) -> list[Mutation]:
+        """Every mutation in order, as a list."""
+        return list(self)
 
     def __len__(self) -> int:
-        return len(self.mutations)
+        return sum(len(e.keys) if isinstance(e, BulkPut) else 1 for e in self.entries)
 
 
 def _options() -> Options:
@@ -144,11 +175,17 @@ class TaskStore:
     def commit(self, batch: StoreBatch) -> None:
         """Apply every mutation of ``batch`` atomically (one RocksDB WriteBatch)."""
         db = self._require_open()
-        if not batch.mutations:
+        if not batch.entries:
             return
         wb = WriteBatch(raw_mode=True)
         handles = self._handles
-        for m in batch.mutations:
+        for m in batch.entries:
+            if isinstance(m, BulkPut):
+                handle = handles[m.cf]
+                put = wb.put
+                for k, v in zip(m.keys, m.values, strict=True):
+                    put(k, v, handle)
+                continue
             handle = handles[m.cf]
             if m.kind is MutationKind.PUT:
                 wb.put(m.key, m.value, handle)

@@ -341,17 +341,22 @@ class WindowedAggregator:
         return StepStats(applied=len(idx), replayed=replayed, rejected=rejected, late=late)
 
     def _assign_offsets(self, part: IntArray, off: IntArray) -> IntArray:
-        if not (off < 0).any():
+        auto = off < 0
+        if not auto.any():
             return off
         off = off.copy()
-        nxt: dict[int, int] = {}
-        for i in np.flatnonzero(off < 0).tolist():
-            p = int(part[i])
-            o = nxt.get(p)
-            if o is None:
-                o = self._offsets.get(p, -1) + 1
-            off[i] = o
-            nxt[p] = o + 1
+        for p in np.unique(part[auto]).tolist():
+            in_p = part == p
+            if (auto | ~in_p).all():
+                # the usual case: no explicit offsets in this partition
+                idx = np.flatnonzero(in_p)
+                off[idx] = self._offsets.get(p, -1) + 1 + np.arange(len(idx))
+                continue
+            nxt = self._offsets.get(p, -1) + 1
+            for i in np.flatnonzero(in_p).tolist():
+                if off[i] < 0:
+                    off[i] = nxt
+                nxt = max(nxt, int(off[i]) + 1)
         return off
 
     def _fresh_mask(self, part: IntArray, off: IntArray) -> BoolArray:
@@ -374,7 +379,17 @@ class WindowedAggregator:
         fmin = int(frames.min())
         span = (int(frames.max()) - fmin) // self._step + 1
         nk = int(kids.max()) + 1
-        if nk * span < 2**62:
+        if nk * span <= 8 * len(kids) + 4096:
+            # dense: a presence table over (key, frame) beats sorting the batch
+            code = kids * span + (frames - fmin) // self._step
+            present = np.zeros(nk * span, dtype=np.bool_)
+            present[code] = True
+            ucode = np.flatnonzero(present)
+            rank = np.cumsum(present, dtype=np.int64) - 1
+            groups = rank[code]
+            g_kid = ucode // span
+            g_frame = (ucode % span) * self._step + fmin
+        elif nk * span < 2**62:
             code = kids * span + (frames - fmin) // self._step
             ucode, groups = np.unique(code, return_inverse=True)
             g_kid = ucode // span

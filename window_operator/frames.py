@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import orjson
-import pyarrow as pa
 
 from stores.keys import decode_i64, encode_i64, encode_str, prefix_upper_bound
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
@@ -64,15 +63,13 @@ class KeyTable:
         return kid
 
     def ids_of(self, keys: Sequence[str]) -> IntArray:
-        """Vectorized :meth:`id_of` (hashing in Arrow, one dict lookup per distinct key)."""
-        if not keys:
-            return np.zeros(0, dtype=np.int64)
-        enc = pa.array(keys, type=pa.string()).dictionary_encode()
-        uniq = enc.dictionary.to_pylist()
-        gids = np.fromiter((self.id_of(u) for u in uniq), dtype=np.int64, count=len(uniq))
-        idx = enc.indices.to_numpy(zero_copy_only=False)
-        result: IntArray = gids[idx]
-        return result
+        """Vectorized :meth:`id_of`: new keys get ids in first-seen order."""
+        ids = self.ids
+        if len(ids) < len(keys) or any(k not in ids for k in dict.fromkeys(keys)):
+            for k in dict.fromkeys(keys):
+                if k not in ids:
+                    self.id_of(k)
+        return np.fromiter(map(ids.__getitem__, keys), dtype=np.int64, count=len(keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +132,39 @@ class FrameCache:
             self.objs[slot] = self.aggs.create_objects()
         return slot
 
-    def _release(self, slot: int) -> None:
-        del self.slot_of[(int(self.kid[slot]), int(self.frame[slot]))]
-        self.kid[slot] = -1
-        self.dirty[slot] = False
-        self.early_dirty[slot] = False
-        self.objs[slot] = None
-        self.free.append(slot)
+    def allocate_many(
+        self, kids: IntArray, frames: IntArray, pairs: list[tuple[int, int]]
+    ) -> IntArray:
+        """Fresh slots for many new ``(kid, frame)`` pairs at once."""
+        n = len(pairs)
+        if len(self.free) < n:
+            self._grow(n - len(self.free))
+        taken = self.free[-n:]
+        del self.free[-n:]
+        slots = np.asarray(taken, dtype=np.int64)
+        self.slot_of.update(zip(pairs, taken, strict=True))
+        self.kid[slots] = kids
+        self.frame[slots] = frames
+        self.acc[slots] = self.aggs.identity
+        if self.aggs.objects:
+            for s in taken:
+                self.objs[s] = self.aggs.create_objects()
+        return slots
+
+    def release_many(self, slots: IntArray) -> None:
+        """Free many slots at once."""
+        if not len(slots):
+            return
+        slot_of = self.slot_of
+        for pair in zip(self.kid[slots].tolist(), self.frame[slots].tolist(), strict=True):
+            del slot_of[pair]
+        self.kid[slots] = -1
+        self.dirty[slots] = False
+        self.early_dirty[slots] = False
+        if self.aggs.objects:
+            for s in slots.tolist():
+                self.objs[s] = None
+        self.free.extend(slots.tolist())
 
     def resolve(
         self, kids: IntArray, frames: IntArray, on_disk_possible: BoolArray
@@ -155,27 +178,27 @@ class FrameCache:
         n = len(kids)
         slots = np.empty(n, dtype=np.int64)
         created = np.zeros(n, dtype=np.bool_)
-        if len(self.free) < n:
-            self._grow(n - len(self.free))
-        slot_of = self.slot_of
-        to_load: list[int] = []
-        kl = kids.tolist()
-        fl = frames.tolist()
+        pairs = list(zip(kids.tolist(), frames.tolist(), strict=True))
+        found = list(map(self.slot_of.get, pairs))
         disk = on_disk_possible.tolist()
-        for i in range(n):
-            s = slot_of.get((kl[i], fl[i]))
+        to_load: list[int] = []
+        fresh: list[int] = []
+        for i, s in enumerate(found):
             if s is not None:
                 slots[i] = s
             elif disk[i]:
                 to_load.append(i)
             else:
-                slots[i] = self.allocate(kl[i], fl[i])
-                created[i] = True
+                fresh.append(i)
+        if fresh:
+            idx = np.asarray(fresh, dtype=np.int64)
+            slots[idx] = self.allocate_many(kids[idx], frames[idx], [pairs[i] for i in fresh])
+            created[idx] = True
         if to_load:
-            loaded = self.load([(kl[i], fl[i]) for i in to_load])
+            loaded = self.load([pairs[i] for i in to_load])
             for i, s in zip(to_load, loaded, strict=True):
                 if s < 0:
-                    slots[i] = self.allocate(kl[i], fl[i])
+                    slots[i] = self.allocate(*pairs[i])
                     created[i] = True
                 else:
                     slots[i] = s
@@ -203,8 +226,8 @@ class FrameCache:
         """Store key of a frame record."""
         return FRAME_TAG + encode_i64(frame) + self.keys.encoded[kid]
 
-    def _encode(self, slot: int, row: bytes) -> bytes:
-        parts = [bytes((_RECORD_VERSION,)), row]
+    def _encode_objects(self, slot: int, head: bytes) -> bytes:
+        parts = [head]
         objs = self.objs[slot]
         if objs is not None:
             for j, (_, op) in enumerate(self.aggs.objects):
@@ -290,24 +313,26 @@ class FrameCache:
         """Write every dirty frame (and pending messages) into ``batch``; return the count."""
         slots = np.flatnonzero(self.dirty)
         if len(slots):
-            rows = np.ascontiguousarray(self.acc[slots]).tobytes()
-            width = self.aggs.width * 8
-            frames = self.frame[slots].tolist()
+            n = len(slots)
+            frames = self.frame[slots]
             kids = self.kid[slots].tolist()
             enc = self.keys.encoded
-            prefixes: dict[int, bytes] = {}
-            wm_cf = ColumnFamily.WINDOW_META
-            put = batch.put
-            for i, slot in enumerate(slots.tolist()):
-                f = frames[i]
-                prefix = prefixes.get(f)
-                if prefix is None:
-                    prefix = prefixes[f] = FRAME_TAG + encode_i64(f)
-                put(
-                    wm_cf,
-                    prefix + enc[kids[i]],
-                    self._encode(slot, rows[i * width : (i + 1) * width]),
-                )
+            prefixes = {f: FRAME_TAG + encode_i64(f) for f in np.unique(frames).tolist()}
+            keys = [prefixes[f] + enc[k] for f, k in zip(frames.tolist(), kids, strict=True)]
+            # version byte + float64 row, built for all records at once
+            width = 1 + self.aggs.width * 8
+            buf = np.empty((n, width), dtype=np.uint8)
+            buf[:, 0] = _RECORD_VERSION
+            buf[:, 1:] = np.ascontiguousarray(self.acc[slots]).view(np.uint8).reshape(n, -1)
+            data = buf.tobytes()
+            if self.aggs.objects:
+                values = [
+                    self._encode_objects(s, data[i * width : (i + 1) * width])
+                    for i, s in enumerate(slots.tolist())
+                ]
+            else:
+                values = [data[i : i + width] for i in range(0, n * width, width)]
+            batch.put_many(ColumnFamily.WINDOW_META, keys, values)
             self.dirty[slots] = False
         for m in self.pending_messages:
             batch.put(
@@ -321,8 +346,7 @@ class FrameCache:
     def evict_closed(self, frame_limit: int) -> int:
         """Drop clean frames with ``frame < frame_limit`` from memory (they are in the store)."""
         cand = np.flatnonzero((self.kid >= 0) & (self.frame < frame_limit) & ~self.dirty)
-        for s in cand.tolist():
-            self._release(s)
+        self.release_many(cand)
         return len(cand)
 
     def expire(self, batch: StoreBatch, cutoff_frame: int, previous_cutoff: int | None) -> None:
@@ -347,8 +371,7 @@ class FrameCache:
                 m for m in self.pending_messages if m.ts >= cutoff_frame + self.step
             ]
         batch.delete_range(ColumnFamily.WINDOW_META, FRAME_TAG + _MIN_I64_BYTES, end)
-        for s in np.flatnonzero((self.kid >= 0) & (self.frame <= cutoff_frame)).tolist():
-            self._release(s)
+        self.release_many(np.flatnonzero((self.kid >= 0) & (self.frame <= cutoff_frame)))
 
     def live_slots(self) -> IntArray:
         """Slots currently holding a frame."""
