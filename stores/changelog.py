@@ -222,7 +222,8 @@ def restore_from_changelog(
         if high <= start:
             return result
         begin = max(start, low)
-        consumer.assign([TopicPartition(topic, partition, begin if begin > 0 else OFFSET_BEGINNING)])
+        first = begin if begin > 0 else OFFSET_BEGINNING
+        consumer.assign([TopicPartition(topic, partition, first)])
         pending: list[tuple[ColumnFamily, bytes, bytes | None]] = []
         chunk = StoreBatch()
         chunk_size = 0
@@ -246,8 +247,11 @@ def restore_from_changelog(
                         done = True
                         continue
                     raise ChangelogError(f"restore of {topic}[{partition}]: {err}")
-                position = msg.offset() + 1
-                cf, key = split_changelog_key(msg.key())
+                offset, raw_key = msg.offset(), msg.key()
+                if offset is None or raw_key is None:
+                    raise ChangelogError(f"{topic}[{partition}]: a record without offset or key")
+                position = offset + 1
+                cf, key = split_changelog_key(raw_key)
                 pending.append((cf, key, msg.value()))
                 if cf is ColumnFamily.CHECKPOINT and key != LOCAL_POSITION_KEY:
                     for pcf, pkey, pval in pending:

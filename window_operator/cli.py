@@ -1,19 +1,23 @@
 """The ``window-operator`` command line.
 
-Sub-commands: ``simulate`` (run a job config over a JSONL file). Configuration
-mistakes are reported as a list of field problems on stderr with exit status 2, never
-as a traceback.
+Sub-commands: ``simulate`` (a job config over a JSONL file), ``run`` (the Spark
+streaming job), ``broker`` (a local Kafka-protocol broker), ``restore`` (rebuild local
+stores from the changelog), ``inspect`` (print the stored windows of a key) and
+``demo``. Configuration mistakes are reported as a list of field problems on stderr
+with exit status 2, never as a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from window_operator.config import ConfigError, load_config
+from window_operator.config import ConfigError, JobConfig, load_config
 from window_operator.job import JobRuntime, build_runtime
 
 __all__ = ["main"]
@@ -78,6 +82,188 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bootstrap(args: argparse.Namespace, config: JobConfig | None) -> str:
+    servers = (
+        getattr(args, "bootstrap_servers", None)
+        or (config.kafka.bootstrap_servers if config is not None else None)
+        or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    )
+    if not servers:
+        raise CliError(
+            "no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, pass --bootstrap-servers, "
+            "or start a local one with `window-operator broker`"
+        )
+    return servers
+
+
+def _parse_time(text: str | None, default: int) -> int:
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    from datetime import datetime
+
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
+    return int(dt.timestamp() * 1000)
+
+
+def _spark_conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise CliError(f"--conf expects key=value, got {pair!r}")
+        conf[key] = value
+    return conf
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from window_operator.spark.driver import StreamingJob
+    from window_operator.spark.session import build_session
+
+    runtime = _load_runtime(args.config)
+    config = runtime.config
+    bootstrap = _bootstrap(args, config)
+    conf = {**config.spark.conf, **_spark_conf(args.conf)}
+    spark = build_session(
+        app_name=f"window-operator-{config.job}",
+        master=args.master or config.spark.master,
+        conf=conf,
+    )
+
+    def report(batch_id: int, rows: list[dict[str, object]]) -> None:
+        total = {k: sum(int(r[k]) for r in rows) for k in ("records", "applied", "results")}  # type: ignore[call-overload]
+        label = "tick" if batch_id < 0 else f"batch {batch_id}"
+        print(
+            f"{label}: {total['records']} records, {total['applied']} applied, "
+            f"{total['results']} results from {len(rows)} tasks",
+            file=sys.stderr,
+        )
+
+    job = StreamingJob(
+        config,
+        bootstrap_servers=bootstrap,
+        spark=spark,
+        state_dir=args.state_dir,
+        available_now=True if args.available_now else None,
+        starting_offsets=args.starting_offsets,
+        on_report=report,
+    )
+    job.start()
+    try:
+        job.await_termination()
+    except KeyboardInterrupt:
+        job.stop()
+    finally:
+        spark.stop()
+    return 0
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from window_operator.broker import LocalBroker
+
+    broker = LocalBroker(
+        port=args.port or 0, data_dir=Path(args.data_dir) if args.data_dir else None
+    )
+    broker.start()
+    print(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}", flush=True)
+    print("broker running; Ctrl-C to stop", file=sys.stderr, flush=True)
+    try:
+        while broker.process is not None and broker.process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
+    return 0
+
+
+def _task_settings(args: argparse.Namespace, with_kafka: bool = True) -> object:
+    from window_operator.task import TaskSettings
+
+    runtime = _load_runtime(args.config)
+    config = runtime.config
+    return TaskSettings(
+        config=config,
+        bootstrap_servers=_bootstrap(args, config) if with_kafka else "",
+        state_dir=str(args.state_dir or config.state.dir),
+    )
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    from window_operator.task import TaskRunner, TaskSettings
+
+    settings = _task_settings(args)
+    assert isinstance(settings, TaskSettings)
+    if args.task is not None:
+        tasks = [args.task]
+    else:
+        meta = AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(
+            settings.changelog_topic, timeout=10
+        )
+        topic = meta.topics.get(settings.changelog_topic)
+        if topic is None or topic.error is not None:
+            raise CliError(f"changelog topic {settings.changelog_topic!r} does not exist")
+        tasks = sorted(topic.partitions)
+    for task in tasks:
+        result = TaskRunner(settings, task).restore()
+        print(
+            f"task {task}: applied {result.applied} records in {result.batches} batches, "
+            f"now at changelog offset {result.position}"
+            + (f", {len(result.uncommitted)} uncommitted" if result.uncommitted else "")
+        )
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    import orjson
+
+    from window_operator.job import task_state_dir
+    from window_operator.task import TaskSettings, read_stored_windows
+
+    settings = _task_settings(args, with_kafka=False)
+    assert isinstance(settings, TaskSettings)
+    start = _parse_time(args.start, -(2**62))
+    end = _parse_time(args.end, 2**62)
+    root = task_state_dir(settings.state_dir_path, settings.config.job, 0).parent
+    tasks = (
+        sorted(int(p.name.removeprefix("task-")) for p in root.glob("task-*") if p.is_dir())
+        if root.exists()
+        else []
+    )
+    if not tasks:
+        raise CliError(f"no local state under {root}: run the job or `window-operator restore`")
+    found = 0
+    for task in tasks:
+        for w in read_stored_windows(settings, task, args.key, start, end):
+            found += 1
+            sys.stdout.buffer.write(
+                orjson.dumps(
+                    {
+                        "task": task,
+                        "key": w.key,
+                        "window_start": w.window_start,
+                        "window_end": w.window_end,
+                        "fired": w.fired,
+                        "values": w.values,
+                    }
+                )
+                + b"\n"
+            )
+    if not found:
+        print(f"no stored windows for key {args.key!r} in that range", file=sys.stderr)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="window-operator",
@@ -100,6 +286,42 @@ def _parser() -> argparse.ArgumentParser:
         help="events per micro-batch, as the streaming job would see them (1 = per event)",
     )
     sim.set_defaults(func=_cmd_simulate)
+
+    run = sub.add_parser("run", help="run the Spark Structured Streaming job of a config")
+    run.add_argument("--config", required=True, help="job YAML file")
+    run.add_argument(
+        "--master", help="Spark master (default: spark.master of the config, local[*])"
+    )
+    run.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    run.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
+    run.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    run.add_argument(
+        "--available-now", action="store_true", help="process what is in the topic, then stop"
+    )
+    run.add_argument(
+        "--starting-offsets", default="earliest", help="earliest | latest | Spark-style JSON"
+    )
+    run.set_defaults(func=_cmd_run)
+
+    brk = sub.add_parser("broker", help="run a local Kafka-protocol broker (noida-db)")
+    brk.add_argument("--port", type=int, help="port (default: a free one)")
+    brk.add_argument("--data-dir", help="data directory (default: a temporary one)")
+    brk.set_defaults(func=_cmd_broker)
+
+    rst = sub.add_parser("restore", help="rebuild local task stores from the changelog")
+    rst.add_argument("--config", required=True, help="job YAML file")
+    rst.add_argument("--task", type=int, help="only this task (input partition)")
+    rst.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
+    rst.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    rst.set_defaults(func=_cmd_restore)
+
+    ins = sub.add_parser("inspect", help="print the stored windows of a key")
+    ins.add_argument("--config", required=True, help="job YAML file")
+    ins.add_argument("--key", required=True, help="the key to look up")
+    ins.add_argument("--from", dest="start", help="window range start (ms or ISO-8601)")
+    ins.add_argument("--to", dest="end", help="window range end (ms or ISO-8601)")
+    ins.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    ins.set_defaults(func=_cmd_inspect)
     return parser
 
 

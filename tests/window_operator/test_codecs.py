@@ -1,0 +1,810 @@
+"""Payload codecs: input events (JSON, Avro schemaless/Confluent), results and errors."""
+
+from __future__ import annotations
+
+import base64
+import io
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import numpy as np
+import orjson
+import pytest
+
+from window_operator.aggregator import WindowedAggregator
+from window_operator.codecs import (
+    DECODE_FAILED,
+    AvroPayloadDecoder,
+    AvroResultDecoder,
+    AvroResultEncoder,
+    AvroSchemaError,
+    JsonPayloadDecoder,
+    JsonResultEncoder,
+    decode_payloads,
+    decode_result_key,
+    decode_result_value,
+    derive_result_schema,
+    encode_error,
+    error_json,
+    payload_decoder_for,
+    result_decoder_for,
+    result_encoder_for,
+    result_key,
+)
+from window_operator.config import JobConfig, parse_config
+from window_operator.events import RecordDecoder
+from window_operator.job import build_runtime
+from window_operator.policies import END_OF_TIME
+from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch
+
+# The user-defined op of the all-ops job is imported by dotted path ("udf_example:...");
+# pytest's importlib mode does not put this directory on sys.path.
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+OpenAgg = Callable[..., WindowedAggregator]
+REPO = Path(__file__).resolve().parents[2]
+
+CLICK_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "Click",
+    "fields": [
+        {"name": "page", "type": "string"},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "latency_ms", "type": ["null", "double"]},
+    ],
+}
+T0 = 1_700_000_000_123  # epoch ms
+T0_DT = datetime.fromtimestamp(T0 / 1000, tz=UTC)
+
+
+def write_schema(tmp_path: Path, schema: Any, name: str = "click.avsc") -> Path:
+    path = tmp_path / name
+    path.write_bytes(orjson.dumps(schema))
+    return path
+
+
+def avro_body(schema: Any, record: Any) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def confluent(schema_id: int, body: bytes) -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big") + body
+
+
+def click_decoder() -> RecordDecoder:
+    return RecordDecoder(key_field="page", timestamp_field="ts", numeric_fields=["latency_ms"])
+
+
+# ---------------------------------------------------------------------------------------
+# JSON input
+# ---------------------------------------------------------------------------------------
+
+
+def test_json_payloads_parse_one_by_one_with_failures_as_data() -> None:
+    payloads: list[bytes | None] = [
+        b'{"page": "/a", "ts": 1}',
+        b"[1, 2]",
+        b'{"page": ',
+        None,
+        b"",
+        b'{"page": "/b", "ts": 2, "latency_ms": null}',
+    ]
+    records, failures = JsonPayloadDecoder().decode(payloads)
+    assert records[0] == {"page": "/a", "ts": 1}
+    assert records[1] == [1, 2]  # passed through: the record decoder rejects it
+    assert records[2] is DECODE_FAILED and records[3] is DECODE_FAILED
+    assert records[4] is DECODE_FAILED
+    assert records[5] == {"page": "/b", "ts": 2, "latency_ms": None}
+    assert [i for i, _ in failures] == [2, 3, 4]
+    assert failures[0][1].startswith("invalid JSON: ")
+    assert "null payload" in failures[1][1] and "tombstone" in failures[1][1]
+    assert failures[2][1].startswith("invalid JSON: ")
+
+
+def test_decode_payloads_json_keeps_good_rows_and_orders_errors() -> None:
+    payloads: list[bytes | None] = [
+        b'{"page": "/a", "ts": 1000, "latency_ms": 1.5}',
+        b"[1, 2]",
+        b"{oops",
+        None,
+        b'{"page": "/b", "latency_ms": 2}',
+        b'{"page": "/c", "ts": 3000, "latency_ms": null}',
+    ]
+    result = decode_payloads(
+        payloads,
+        JsonPayloadDecoder(),
+        click_decoder(),
+        partitions=[3] * 6,
+        offsets=[10, 11, 12, 13, 14, 15],
+        topic="clicks",
+    )
+    assert result.kept == [0, 5]
+    assert result.batch.keys == ["/a", "/c"]
+    assert result.batch.ts.tolist() == [1000, 3000]
+    assert result.batch.offset.tolist() == [10, 15]
+    lat = result.batch.numeric["latency_ms"]
+    assert lat[0] == 1.5 and np.isnan(lat[1])
+    errors = result.errors
+    assert [e.code for e in errors] == [
+        ErrorCode.NOT_AN_OBJECT,
+        ErrorCode.BAD_JSON,
+        ErrorCode.BAD_JSON,
+        ErrorCode.MISSING_TIMESTAMP,
+    ]
+    assert [e.offset for e in errors] == [11, 12, 13, 14]
+    assert [e.raw for e in errors] == [payloads[1], payloads[2], None, payloads[4]]
+    assert all(e.partition == 3 and e.topic == "clicks" for e in errors)
+    assert errors[1].reason.startswith("invalid JSON: ")
+    assert "tombstone" in errors[2].reason
+
+
+def test_decode_payloads_without_failures_matches_decode_records() -> None:
+    payloads: list[bytes | None] = [b'{"page": "/a", "ts": 1, "latency_ms": 1}', b"{}"]
+    result = decode_payloads(payloads, JsonPayloadDecoder(), click_decoder())
+    direct = click_decoder().decode_json([b'{"page": "/a", "ts": 1, "latency_ms": 1}', b"{}"])
+    assert result.kept == direct.kept == [0]
+    assert [e.code for e in result.errors] == [ErrorCode.MISSING_KEY]
+    assert result.errors == direct.errors
+
+
+# ---------------------------------------------------------------------------------------
+# Avro input
+# ---------------------------------------------------------------------------------------
+
+
+def test_avro_schemaless_round_trip_with_timestamp_millis(tmp_path: Path) -> None:
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA))
+    events = [
+        {"page": "/home", "ts": T0_DT, "latency_ms": 12.5},  # written from a datetime
+        {"page": "/cart", "ts": T0 + 1, "latency_ms": None},  # written from epoch ms
+        {"page": "/ü", "ts": datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC), "latency_ms": -0.0},
+    ]
+    records, failures = decoder.decode([avro_body(CLICK_SCHEMA, e) for e in events])
+    assert failures == []
+    assert records == [
+        {"page": "/home", "ts": T0, "latency_ms": 12.5},
+        {"page": "/cart", "ts": T0 + 1, "latency_ms": None},
+        {"page": "/ü", "ts": -1000, "latency_ms": -0.0},
+    ]
+    assert all(type(r["ts"]) is int for r in records)
+    assert decoder.schema_id is None
+
+
+def test_avro_confluent_wire_round_trip_records_first_schema_id(tmp_path: Path) -> None:
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA), wire="confluent")
+    first = {"page": "/a", "ts": T0_DT, "latency_ms": 1.0}
+    second = {"page": "/b", "ts": T0 + 5, "latency_ms": 2.0}
+    records, failures = decoder.decode(
+        [
+            confluent(42, avro_body(CLICK_SCHEMA, first)),
+            confluent(70000, avro_body(CLICK_SCHEMA, second)),  # another id: still accepted
+        ]
+    )
+    assert failures == []
+    assert records == [
+        {"page": "/a", "ts": T0, "latency_ms": 1.0},
+        {"page": "/b", "ts": T0 + 5, "latency_ms": 2.0},
+    ]
+    assert decoder.schema_id == 42
+
+
+def test_avro_confluent_framing_failures_keep_good_messages(tmp_path: Path) -> None:
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA), wire="confluent")
+    good = avro_body(CLICK_SCHEMA, {"page": "/a", "ts": T0, "latency_ms": 3.0})
+    payloads: list[bytes | None] = [
+        b"\x01" + (7).to_bytes(4, "big") + good,  # wrong magic byte
+        confluent(7, good),
+        b"\x00\x00\x01",  # shorter than the header
+        None,
+        confluent(7, good[:-4]),  # truncated body
+        good,  # schemaless on a confluent topic: first byte is the string length
+        confluent(9, good),
+    ]
+    records, failures = decoder.decode(payloads)
+    reasons = dict(failures)
+    assert sorted(reasons) == [0, 2, 3, 4, 5]
+    assert "magic byte is 0x01, expected 0x00" in reasons[0]
+    assert "3 byte(s), shorter than the 5-byte header" in reasons[2]
+    assert "tombstone" in reasons[3]
+    assert reasons[4].startswith("invalid Avro: ") and "truncated" in reasons[4]
+    assert "magic byte" in reasons[5]
+    expected = {"page": "/a", "ts": T0, "latency_ms": 3.0}
+    assert records[1] == expected and records[6] == expected
+    assert all(records[i] is DECODE_FAILED for i in reasons)
+    assert decoder.schema_id == 7
+
+
+def test_avro_corrupt_and_truncated_bodies_are_failures(tmp_path: Path) -> None:
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA))
+    good = avro_body(CLICK_SCHEMA, {"page": "/home", "ts": T0, "latency_ms": 1.5})
+    bad_utf8 = avro_body(CLICK_SCHEMA, {"page": "/abc", "ts": T0, "latency_ms": None})
+    bad_utf8 = bad_utf8[:2] + b"\xc3\x28" + bad_utf8[4:]  # same length, invalid UTF-8
+    payloads: list[bytes | None] = [
+        good[:3],
+        good,
+        good[:-3],
+        b"",
+        bad_utf8,
+        good + b"\x00\x00",  # left-over bytes: written with another schema
+        b"\x80" * 12,  # a varint that never ends
+        b"\x7f" + good[1:],  # negative string length
+        good,
+    ]
+    records, failures = decoder.decode(payloads)
+    reasons = dict(failures)
+    assert sorted(reasons) == [0, 2, 3, 4, 5, 6, 7]
+    assert all(reason.startswith("invalid Avro: ") for reason in reasons.values())
+    assert "truncated" in reasons[0] and "truncated" in reasons[2] and "truncated" in reasons[3]
+    assert "UTF-8" in reasons[4]
+    assert "2 byte(s) left over" in reasons[5]
+    expected = {"page": "/home", "ts": T0, "latency_ms": 1.5}
+    assert records[1] == expected and records[8] == expected
+
+
+def test_decode_payloads_avro_builds_bad_avro_errors_with_raw_bytes(tmp_path: Path) -> None:
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA), wire="confluent")
+    ok = confluent(1, avro_body(CLICK_SCHEMA, {"page": "/a", "ts": T0, "latency_ms": 2.0}))
+    far = confluent(1, avro_body(CLICK_SCHEMA, {"page": "/b", "ts": 2**62, "latency_ms": 1.0}))
+    payloads: list[bytes | None] = [b"\x05junk", ok, far, None, ok[:-1]]
+    result = decode_payloads(
+        payloads,
+        decoder,
+        click_decoder(),
+        partitions=[0, 1, 2, 3, 4],
+        offsets=[100, 101, 102, 103, 104],
+        topic="clicks",
+    )
+    assert result.kept == [1]
+    assert result.batch.keys == ["/a"]
+    assert result.batch.ts.tolist() == [T0]
+    assert result.batch.partition.tolist() == [1]
+    codes = [(e.offset, e.code) for e in result.errors]
+    assert codes == [
+        (100, ErrorCode.BAD_AVRO),
+        (102, ErrorCode.BAD_TIMESTAMP),
+        (103, ErrorCode.BAD_AVRO),
+        (104, ErrorCode.BAD_AVRO),
+    ]
+    assert [e.raw for e in result.errors] == [payloads[0], payloads[2], None, payloads[4]]
+    assert [e.partition for e in result.errors] == [0, 2, 3, 4]
+    assert all(e.topic == "clicks" for e in result.errors)
+
+
+def test_avro_logical_types_become_json_native_values(tmp_path: Path) -> None:
+    schema = {
+        "type": "record",
+        "name": "Everything",
+        "fields": [
+            {"name": "k", "type": "string"},
+            {"name": "micros", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+            {
+                "name": "price",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+            },
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "blob", "type": "bytes"},
+            {
+                "name": "nested",
+                "type": {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "Inner",
+                        "fields": [
+                            {
+                                "name": "at",
+                                "type": [
+                                    "null",
+                                    {"type": "long", "logicalType": "timestamp-millis"},
+                                ],
+                            }
+                        ],
+                    },
+                },
+            },
+        ],
+    }
+    ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    record = {
+        "k": "x",
+        "micros": datetime(2023, 11, 14, 22, 13, 20, 123999, tzinfo=UTC),
+        "local": datetime(2023, 11, 14, 22, 13, 20, 123000),
+        "price": Decimal("12.34"),
+        "day": date(2024, 2, 29),
+        "id": ident,
+        "blob": b"\x00\xffA",
+        "nested": [{"at": T0}, {"at": None}],
+    }
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, schema, "everything.avsc"))
+    records, failures = decoder.decode([avro_body(schema, record)])
+    assert failures == []
+    assert records[0] == {
+        "k": "x",
+        "micros": T0,  # floored to milliseconds
+        "local": T0,
+        "price": 12.34,
+        "day": "2024-02-29",
+        "id": str(ident),
+        "blob": "\x00\xffA",
+        "nested": [{"at": T0}, {"at": None}],
+    }
+    orjson.dumps(records[0])  # JSON-native throughout
+
+
+def test_payload_decoder_for_the_job_config(tmp_path: Path) -> None:
+    write_schema(tmp_path, CLICK_SCHEMA)
+    base = {
+        "job": "clicks",
+        "window": {"type": "tumbling", "size": "10s"},
+        "aggregations": [{"name": "n", "op": "count"}],
+    }
+    json_cfg = parse_config(
+        {**base, "input": {"key": "page", "timestamp": "ts"}}, base_dir=tmp_path
+    )
+    assert isinstance(payload_decoder_for(json_cfg), JsonPayloadDecoder)
+    avro_cfg = parse_config(
+        {
+            **base,
+            "input": {
+                "format": "avro",
+                "avro_schema": "click.avsc",
+                "avro_wire": "confluent",
+                "key": "page",
+                "timestamp": "ts",
+            },
+        },
+        base_dir=tmp_path,
+    )
+    decoder = payload_decoder_for(avro_cfg)
+    assert isinstance(decoder, AvroPayloadDecoder)
+    assert decoder.wire == "confluent" and decoder.schema_path == tmp_path / "click.avsc"
+    assert decoder.error_code is ErrorCode.BAD_AVRO
+    body = avro_body(CLICK_SCHEMA, {"page": "/a", "ts": T0, "latency_ms": None})
+    assert decoder.decode([confluent(3, body)]) == (
+        [{"page": "/a", "ts": T0, "latency_ms": None}],
+        [],
+    )
+
+
+def test_example_click_schema_decodes_clicks() -> None:
+    path = REPO / "config" / "schemas" / "click.avsc"
+    decoder = AvroPayloadDecoder(path)
+    assert decoder.schema["name"] == "Click"
+    body = avro_body(decoder.schema, {"page": "/home", "ts": T0_DT, "latency_ms": 42.0})
+    assert decoder.decode([body]) == ([{"page": "/home", "ts": T0, "latency_ms": 42.0}], [])
+
+
+def test_unusable_schema_files_raise_at_construction(tmp_path: Path) -> None:
+    (tmp_path / "broken.avsc").write_text("{not json")
+    with pytest.raises(AvroSchemaError, match="not JSON"):
+        AvroPayloadDecoder(tmp_path / "broken.avsc")
+    write_schema(tmp_path, {"type": "record", "name": "R", "fields": [{"name": "x"}]}, "bad.avsc")
+    with pytest.raises(AvroSchemaError, match="invalid Avro schema"):
+        AvroPayloadDecoder(tmp_path / "bad.avsc")
+    with pytest.raises(AvroSchemaError, match="cannot read"):
+        AvroPayloadDecoder(tmp_path / "missing.avsc")
+
+
+# ---------------------------------------------------------------------------------------
+# Output: window results
+# ---------------------------------------------------------------------------------------
+
+ALL_OPS: list[dict[str, Any]] = [
+    {"name": "n", "op": "count"},
+    {"name": "n_v", "op": "count", "field": "v"},
+    {"name": "total", "op": "sum", "field": "v"},
+    {"name": "avg", "op": "mean", "field": "v"},
+    {"name": "lo", "op": "min", "field": "v"},
+    {"name": "hi", "op": "max", "field": "v"},
+    {"name": "var", "op": "variance", "field": "v"},
+    {"name": "sd", "op": "stddev", "field": "v"},
+    {"name": "med", "op": "median", "field": "v"},
+    {"name": "p90", "op": "percentile", "field": "v", "params": {"q": 0.9}},
+    {"name": "pcts", "op": "percentile", "field": "v", "params": {"q": [0.5, 0.99]}},
+    {"name": "trend", "op": "linreg", "field": "v"},
+    {"name": "trend_x", "op": "linreg", "field": "v", "params": {"x": "x"}},
+    {"name": "pages", "op": "count_distinct", "field": "page"},
+    {"name": "first_tag", "op": "first", "field": "tag"},
+    {"name": "last_tag", "op": "last", "field": "tag"},
+    {"name": "tags", "op": "collect", "field": "tag"},
+    {"name": "product", "op": "udf_example:ProductOp", "field": "w"},
+]
+
+
+def all_ops_config(tmp_path: Path, **output: Any) -> JobConfig:
+    return parse_config(
+        {
+            "job": "all-ops",
+            "input": {"key": "k", "timestamp": "ts"},
+            "window": {"type": "tumbling", "size": "10s"},
+            "aggregations": ALL_OPS,
+            "output": output or None,
+        },
+        base_dir=tmp_path,
+    )
+
+
+def all_ops_results(open_agg: OpenAgg, config: JobConfig) -> list[ResultBatch]:
+    """Real result batches of the all-ops job (values from the operations' finish)."""
+    agg = open_agg(build_runtime(config))
+    events = [
+        {"k": "a", "ts": 1_000, "v": 2.0, "x": 1.0, "page": "/p", "tag": {"t": 1}, "w": 2},
+        {"k": "a", "ts": 2_000, "v": 4.5, "x": 2.0, "page": "/q", "tag": "two", "w": 3},
+        {"k": "a", "ts": 3_000, "v": None, "x": 3.0, "page": "/p", "tag": None, "w": 0.5},
+        {"k": "a", "ts": 4_000, "v": 7.25, "x": 4.5, "page": 3, "tag": [1, "x"], "w": 1},
+        {"k": "b", "ts": 5_000, "v": None, "x": None, "page": None, "tag": None, "w": 1},
+        {"k": "a", "ts": 12_000, "v": 1.0, "x": 0.0, "page": "/p", "tag": True, "w": 4},
+    ]
+    agg.add_batch(events)
+    agg.timeout(END_OF_TIME)
+    batches = agg.take_result_batches()
+    assert sum(len(b) for b in batches) == 3
+    return batches
+
+
+def test_derived_schema_types_every_op() -> None:
+    config = parse_config(
+        {
+            "job": "all-ops",
+            "input": {"key": "k", "timestamp": "ts"},
+            "window": {"type": "tumbling", "size": "10s"},
+            "aggregations": ALL_OPS,
+        },
+        base_dir=Path("."),
+    )
+    schema = derive_result_schema(config.aggregations, job=config.job)
+    top = {f["name"]: f["type"] for f in schema["fields"]}
+    assert schema["name"] == "WindowResult"
+    assert list(top) == ["key", "window_start", "window_end", "kind", "update_seq", "values"]
+    assert top["window_start"] == {"type": "long", "logicalType": "timestamp-millis"}
+    assert top["kind"]["symbols"] == ["EARLY", "ON_TIME", "LATE", "RETRACT"]
+    values = {f["name"]: f["type"] for f in top["values"]["fields"]}
+    assert list(values) == [a["name"] for a in ALL_OPS]
+    nullable_double = ["null", "double"]
+    json_text = ["null", "string"]
+    assert values["n"] == values["n_v"] == values["pages"] == "long"
+    for name in ("total", "avg", "lo", "hi", "var", "sd", "med", "p90"):
+        assert values[name] == nullable_double, name
+    assert values["pcts"] == ["null", {"type": "map", "values": "double"}]
+    assert values["trend"][1]["name"] == "LinearFit"
+    assert [f["name"] for f in values["trend"][1]["fields"]] == ["slope", "intercept"]
+    assert values["trend_x"] == ["null", "LinearFit"]  # the named type is defined once
+    for name in ("first_tag", "last_tag", "tags", "product"):
+        assert values[name] == json_text, name
+    fastavro.parse_schema(schema)
+
+
+def test_result_round_trip_every_op_json_and_avro(open_agg: OpenAgg, tmp_path: Path) -> None:
+    json_cfg = all_ops_config(tmp_path)
+    avro_cfg = all_ops_config(tmp_path, format="avro")
+    batches = all_ops_results(open_agg, json_cfg)
+    expected = [r.to_dict() for b in batches for r in b.to_results()]
+    by_window = {(d["key"], d["window_start"]): d["values"] for d in expected}
+    # The events exercise real values of every type, including nulls.
+    a0 = by_window[("a", 0)]
+    assert a0["n"] == 4 and a0["n_v"] == 3 and a0["pages"] == 3
+    assert a0["pcts"] is not None and set(a0["pcts"]) == {"p50", "p99"}
+    assert set(a0["trend"]) == {"slope", "intercept"}
+    assert a0["first_tag"] == {"t": 1} and a0["last_tag"] == [1, "x"]
+    assert a0["tags"] == [{"t": 1}, "two", None, [1, "x"]]
+    b0 = by_window[("b", 0)]
+    assert b0["total"] is None and b0["trend"] is None and b0["pcts"] is None
+
+    for config in (json_cfg, avro_cfg):
+        encoder = result_encoder_for(config)
+        decoder = result_decoder_for(config)
+        assert encoder.format == config.output.format
+        records = [rec for b in batches for rec in encoder.encode_batch(b)]
+        assert len(records) == len(expected)
+        for (key, value), want in zip(records, expected, strict=True):
+            assert decode_result_key(key) == (want["key"], want["window_start"], want["window_end"])
+            assert value is not None
+            assert decoder.decode(value) == want, config.output.format
+            if config.output.format == "json":
+                assert value == orjson.dumps(want)
+    avro = AvroResultEncoder(avro_cfg)
+    value = avro.encode_batch(batches[0])[0][1]
+    assert value is not None and not value.startswith(b"{")  # binary Avro, not JSON
+    assert avro.json_text_fields == {"first_tag", "last_tag", "tags", "product"}
+
+
+def test_columnar_avro_values_equal_fastavro_bytes(tmp_path: Path) -> None:
+    """The derived-schema writer is byte-identical to fastavro, on both of its paths."""
+    rng = np.random.default_rng(7)
+    n = 200
+    i64 = np.iinfo(np.int64)
+    extremes = [0, -1, 1, 63, 64, -65, 2**31, i64.max, i64.min]
+    longs = extremes + rng.integers(i64.min, i64.max, n - len(extremes), dtype=np.int64).tolist()
+    doubles: list[Any] = [None, float("nan"), float("inf"), -float("inf"), -0.0, 1e-300]
+    doubles += rng.normal(0, 1e6, n - len(doubles)).tolist()
+    texts: list[Any] = [None, "ü€😀", [1, {"a": None}], {"z": 1, "a": [True]}, "x" * 3000, 1.5]
+    texts += [None if i % 3 else f"t{i}" for i in range(n - len(texts))]
+    maps: list[Any] = [None, {}, {"p50": 1.0, "p99": float("inf")}]
+    maps += [{"p50": float(i), "p99": i * 2.5} for i in range(n - len(maps))]
+    fits: list[Any] = [None] + [{"slope": i / 7, "intercept": -i * 1e9} for i in range(n - 1)]
+    values: dict[str, list[Any]] = {}
+    for agg in ALL_OPS:
+        op = agg["op"]
+        if op in ("count", "count_distinct"):
+            values[agg["name"]] = [v & i64.max for v in longs] if agg["name"] == "n" else longs
+        elif op == "linreg":
+            values[agg["name"]] = fits
+        elif op == "percentile" and isinstance(agg.get("params", {}).get("q"), list):
+            values[agg["name"]] = maps
+        elif op in ("first", "last", "collect") or ":" in op:
+            values[agg["name"]] = texts
+        else:
+            values[agg["name"]] = doubles
+    keys = ["", "a", "ü" * 700, *(f"key-{i}" for i in range(n - 3))]
+    starts = np.asarray(longs, dtype=np.int64)
+    batch = ResultBatch(
+        kind=Kind.LATE,
+        keys=keys,
+        window_start=starts,
+        window_end=starts[::-1].copy(),
+        update_seq=np.asarray([v & i64.max for v in longs[::-1]], dtype=np.int64),
+        values=values,
+    )
+    encoder = AvroResultEncoder(all_ops_config(tmp_path, format="avro"), confluent_schema_id=9)
+    parsed = fastavro.parse_schema(encoder.schema)
+    header = b"\x00\x00\x00\x00\x09"
+
+    def fastavro_bytes(row: dict[str, Any]) -> bytes:
+        row["values"] = {
+            name: orjson.dumps(v).decode()
+            if name in encoder.json_text_fields and v is not None
+            else v
+            for name, v in row["values"].items()
+        }
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, row)
+        return header + out.getvalue()
+
+    small = ResultBatch(
+        batch.kind,
+        keys[2:12],
+        batch.window_start[2:12],
+        batch.window_end[2:12],
+        batch.update_seq[2:12],
+        {k: v[2:12] for k, v in values.items()},
+    )
+    for part in (batch, small):  # the vectorized and the per-row integer paths
+        got = [value for _, value in encoder.encode_batch(part)]
+        want = [fastavro_bytes(r.to_dict()) for r in part.to_results()]
+        assert got == want
+
+
+def result_batch(
+    kind: Kind, keys: list[str], starts: list[int], **values: list[Any]
+) -> ResultBatch:
+    return ResultBatch(
+        kind=kind,
+        keys=keys,
+        window_start=np.asarray(starts, dtype=np.int64),
+        window_end=np.asarray(starts, dtype=np.int64) + 10_000,
+        update_seq=np.arange(len(keys), dtype=np.int64),
+        values=dict(values),
+    )
+
+
+SMALL_JOB: dict[str, Any] = {
+    "job": "small",
+    "input": {"key": "k", "timestamp": "ts"},
+    "window": {"type": "tumbling", "size": "10s"},
+    "aggregations": [
+        {"name": "n", "op": "count"},
+        {"name": "avg", "op": "mean", "field": "v"},
+        {"name": "tags", "op": "collect", "field": "tag"},
+    ],
+}
+
+
+def small_config(tmp_path: Path, **output: Any) -> JobConfig:
+    return parse_config({**SMALL_JOB, "output": output or None}, base_dir=tmp_path)
+
+
+def test_retract_is_a_tombstone_under_the_window_key(tmp_path: Path) -> None:
+    batch = result_batch(Kind.RETRACT, ["a", "b"], [0, 10_000], n=[0, 0], avg=[None, None])
+    for encoder in (JsonResultEncoder(), AvroResultEncoder(small_config(tmp_path, format="avro"))):
+        records = encoder.encode_batch(batch)
+        assert records == [
+            (result_key("a", 0, 10_000), None),
+            (result_key("b", 10_000, 20_000), None),
+        ]
+        assert decode_result_value(records[0][1], encoder.decoder()) is None
+
+
+def test_kafka_key_is_stable_per_window_and_format(tmp_path: Path) -> None:
+    early = result_batch(
+        Kind.EARLY, ["a", 'q"ü'], [0, 0], n=[1, 1], avg=[1.0, None], tags=[[1], []]
+    )
+    on_time = result_batch(Kind.ON_TIME, ["a"], [0], n=[5], avg=[2.5], tags=[[1, 2]])
+    late = result_batch(Kind.LATE, ["a"], [0], n=[6], avg=[3.0], tags=[[1, 2, 3]])
+    avro = AvroResultEncoder(small_config(tmp_path, format="avro"))
+    keys = set()
+    for encoder in (JsonResultEncoder(), avro):
+        keys.add(encoder.encode_batch(early)[0][0])
+        keys.add(encoder.encode_batch(on_time)[0][0])
+        keys.add(encoder.encode_batch(late)[0][0])
+    assert keys == {b'{"key":"a","window_start":0,"window_end":10000}'}
+    odd_key = JsonResultEncoder().encode_batch(early)[1][0]
+    assert odd_key == '{"key":"q\\"ü","window_start":0,"window_end":10000}'.encode()
+    assert decode_result_key(odd_key) == ('q"ü', 0, 10_000)
+    # The values differ by kind and update; the key does not.
+    decoded = [avro.decoder().decode(avro.encode_batch(b)[0][1]) for b in (early, on_time, late)]
+    assert [d["kind"] for d in decoded if d] == ["EARLY", "ON_TIME", "LATE"]
+    assert [d["values"]["n"] for d in decoded if d] == [1, 5, 6]
+
+
+def test_json_result_value_document(tmp_path: Path) -> None:
+    batch = result_batch(
+        Kind.LATE, ["a"], [20_000], n=[2], avg=[float("nan")], tags=[[{"z": 1}, None]]
+    )
+    ((key, value),) = JsonResultEncoder().encode_batch(batch)
+    assert value == (
+        b'{"key":"a","window_start":20000,"window_end":30000,"kind":"LATE","update_seq":0,'
+        b'"values":{"n":2,"avg":null,"tags":[{"z":1},null]}}'
+    )
+    assert decode_result_value(value) == orjson.loads(value)
+
+
+def test_avro_confluent_result_values(tmp_path: Path) -> None:
+    config = small_config(tmp_path, format="avro")
+    encoder = AvroResultEncoder(config, confluent_schema_id=513)
+    batch = result_batch(
+        Kind.ON_TIME, ["a", "b"], [0, 0], n=[1, 2], avg=[0.5, None], tags=[[], ["x"]]
+    )
+    records = encoder.encode_batch(batch)
+    for _, value in records:
+        assert value is not None and value[:5] == b"\x00\x00\x00\x02\x01"
+    decoder = encoder.decoder()
+    assert [decoder.decode(v) for _, v in records] == [r.to_dict() for r in batch.to_results()]
+    first = records[1][1]
+    assert first is not None
+    # result_encoder_for writes schemaless values: its decoder reads the body alone.
+    assert AvroResultDecoder.for_config(config).decode(first[5:]) == (
+        batch.to_results()[1].to_dict()
+    )
+    # Without json_text_fields the open-typed values stay JSON text.
+    raw = AvroResultDecoder(encoder.schema_json).decode(first[5:])
+    assert raw is not None and raw["values"]["tags"] == '["x"]'
+    with pytest.raises(ValueError, match="magic byte"):
+        AvroResultDecoder(encoder.schema_json, confluent=True).decode(b"\x01" + first[1:])
+
+
+def test_user_output_schema_is_used_as_is(tmp_path: Path) -> None:
+    schema = {
+        "type": "record",
+        "name": "MyResult",
+        "namespace": "com.example",
+        "fields": [
+            {"name": "key", "type": "string"},
+            {"name": "window_start", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "window_end", "type": "long"},
+            {"name": "kind", "type": "string"},
+            {"name": "source", "type": "string", "default": "window-operator"},
+            {
+                "name": "values",
+                "type": {
+                    "type": "record",
+                    "name": "MyValues",
+                    "fields": [
+                        {"name": "n", "type": "long"},
+                        {"name": "avg", "type": ["null", "double"]},
+                        {"name": "tags", "type": {"type": "array", "items": "string"}},
+                    ],
+                },
+            },
+        ],
+    }
+    write_schema(tmp_path, schema, "result.avsc")
+    config = small_config(tmp_path, format="avro", avro_schema="result.avsc")
+    encoder = result_encoder_for(config)
+    assert isinstance(encoder, AvroResultEncoder)
+    assert orjson.loads(encoder.schema_json) == schema
+    assert encoder.json_text_fields == frozenset()  # tags is an array here, not JSON text
+    batch = result_batch(Kind.ON_TIME, ["a"], [0], n=[3], avg=[1.5], tags=[["x", "y"]])
+    ((key, value),) = encoder.encode_batch(batch)
+    assert key == result_key("a", 0, 10_000)
+    assert result_decoder_for(config).decode(value) == {
+        "key": "a",
+        "window_start": 0,
+        "window_end": 10_000,
+        "kind": "ON_TIME",
+        "source": "window-operator",
+        "values": {"n": 3, "avg": 1.5, "tags": ["x", "y"]},
+    }
+
+
+def test_user_output_schema_that_does_not_fit_the_job(tmp_path: Path) -> None:
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "key", "type": "string"},
+            {"name": "region", "type": "string"},
+            {
+                "name": "values",
+                "type": {
+                    "type": "record",
+                    "name": "V",
+                    "fields": [{"name": "p99", "type": "double"}],
+                },
+            },
+        ],
+    }
+    write_schema(tmp_path, schema, "result.avsc")
+    config = small_config(tmp_path, format="avro", avro_schema="result.avsc")
+    with pytest.raises(AvroSchemaError, match="region") as info:
+        AvroResultEncoder(config)
+    assert "p99" in str(info.value)
+
+
+def test_aggregation_names_must_be_avro_names_for_avro_output(tmp_path: Path) -> None:
+    config = parse_config(
+        {
+            **SMALL_JOB,
+            "aggregations": [{"name": "p95-latency", "op": "count"}],
+            "output": {"format": "avro"},
+        },
+        base_dir=tmp_path,
+    )
+    with pytest.raises(AvroSchemaError, match="'p95-latency'"):
+        result_encoder_for(config)
+    json_config = parse_config(
+        {**SMALL_JOB, "aggregations": [{"name": "p95-latency", "op": "count"}]}, base_dir=tmp_path
+    )
+    assert isinstance(result_encoder_for(json_config), JsonResultEncoder)
+
+
+# ---------------------------------------------------------------------------------------
+# Error records
+# ---------------------------------------------------------------------------------------
+
+
+def test_error_record_follows_the_dead_letter_queue_convention() -> None:
+    err = ErrorRecord(
+        code=ErrorCode.BAD_AVRO,
+        reason="invalid Avro: unexpected end of data (3-byte body)",
+        partition=4,
+        offset=1234,
+        raw=b"\x00\x00\x00\x00\x07\xff",
+        topic="clicks",
+    )
+    key, value, headers = encode_error(err, key=b"page-key")
+    assert key == b"page-key"
+    assert value == err.raw
+    assert headers == [
+        ("error.code", b"BAD_AVRO"),
+        ("error.reason", b"invalid Avro: unexpected end of data (3-byte body)"),
+        ("source.topic", b"clicks"),
+        ("source.partition", b"4"),
+        ("source.offset", b"1234"),
+    ]
+    doc = orjson.loads(error_json(err))
+    assert doc["code"] == "BAD_AVRO" and doc["offset"] == 1234 and doc["topic"] == "clicks"
+    assert base64.b64decode(doc["raw_base64"]) == err.raw
+
+
+def test_error_record_with_unknown_source_and_no_payload() -> None:
+    err = ErrorRecord(code=ErrorCode.BAD_JSON, reason="null payload (a tombstone) ü")
+    key, value, headers = encode_error(err)
+    assert key is None and value is None
+    assert headers == [
+        ("error.code", b"BAD_JSON"),
+        ("error.reason", "null payload (a tombstone) ü".encode()),
+    ]
+    doc = orjson.loads(error_json(err))
+    assert doc["raw"] is None and doc["raw_base64"] is None and doc["partition"] is None

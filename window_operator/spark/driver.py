@@ -1,0 +1,266 @@
+"""The streaming job: Kafka -> Spark micro-batches -> window tasks on executors -> Kafka.
+
+Each micro-batch is handed to ``foreachBatch``; ``mapInArrow`` runs one operator task
+per Kafka partition on the executors (the source makes one Spark partition per Kafka
+partition, so no shuffle is needed), and only a small report per task comes back to
+the driver. Wall-clock timers must fire even when no data arrives, but Spark runs no
+micro-batch without new offsets, so a driver thread runs a timer-only "tick" job over
+every task when no batch has run for a trigger interval. Batches and ticks are
+serialised by a lock: a task's RocksDB is opened by one process at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from window_operator.config import JobConfig
+from window_operator.task import InputRecords, TaskReport, TaskRunner, TaskSettings
+
+__all__ = ["JobRun", "StreamingJob", "ensure_topics"]
+
+REPORT_FIELDS = (
+    ("task", "int"),
+    ("records", "long"),
+    ("applied", "long"),
+    ("replayed", "long"),
+    ("rejected", "long"),
+    ("results", "long"),
+    ("restored_records", "long"),
+    ("compensated", "long"),
+    ("changelog_records", "long"),
+    ("watermark", "long"),
+    ("seconds", "double"),
+)
+REPORT_SCHEMA = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
+
+
+def ensure_topics(config: JobConfig, bootstrap: str, *, timeout_s: float = 30.0) -> int:
+    """Create the job's changelog, output and error topics if needed.
+
+    Returns the input topic's partition count (the number of tasks); the changelog
+    gets the same count (partition = task).
+    """
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    from window_operator.task import changelog_topic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(timeout=10)
+        topic = meta.topics.get(config.input.topic)
+        if topic is not None and topic.error is None and topic.partitions:
+            partitions = len(topic.partitions)
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"input topic {config.input.topic!r} does not exist on {bootstrap}; "
+                "create it (partitioned by the key field) or produce to it first"
+            )
+        time.sleep(0.5)
+    wanted = {
+        changelog_topic(config.job): {"cleanup.policy": "compact", "retention.ms": "-1"},
+        config.output.topic: {"cleanup.policy": "compact", "retention.ms": "-1"},
+        config.output.errors_topic: {"retention.ms": "-1"},
+    }
+    missing = [
+        NewTopic(name, partitions, 1, config=cfg)
+        for name, cfg in wanted.items()
+        if name not in meta.topics
+    ]
+    if missing:
+        for name, fut in admin.create_topics(missing).items():
+            try:
+                fut.result(timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a concurrent creator is fine
+                if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(
+                    exc
+                ):
+                    raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
+    return partitions
+
+
+def _report_batch(reports: list[TaskReport]) -> Any:
+    import pyarrow as pa
+
+    cols = {name: [getattr(r, name) for r in reports] for name, _ in REPORT_FIELDS}
+    types = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64()}
+    return pa.RecordBatch.from_arrays(
+        [pa.array(cols[n], type=types[t]) for n, t in REPORT_FIELDS],
+        names=[n for n, _ in REPORT_FIELDS],
+    )
+
+
+def run_tasks(settings: TaskSettings, batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` body: run the task of every Kafka partition in this Spark partition."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    tables = list(batches)
+    if not tables:
+        return
+    table = pa.Table.from_batches(tables)
+    if table.num_rows == 0:
+        return
+    reports = []
+    parts = pc.unique(table.column("partition")).to_pylist()
+    for part in sorted(parts):
+        sub = table.filter(pc.equal(table.column("partition"), part))
+        sub = sub.sort_by([("offset", "ascending")])
+        records = InputRecords(
+            topic=str(sub.column("topic")[0].as_py()),
+            partition=int(part),
+            offsets=sub.column("offset").to_pylist(),
+            keys=sub.column("key").to_pylist(),
+            values=sub.column("value").to_pylist(),
+        )
+        reports.append(TaskRunner(settings, int(part)).run(records))
+    yield _report_batch(reports)
+
+
+def tick_tasks(settings: TaskSettings, index: int, _rows: Iterator[Any]) -> Iterator[Any]:
+    """Timer-only run of one task (``mapPartitionsWithIndex`` body)."""
+    report = TaskRunner(settings, index).run(None)
+    yield tuple(getattr(report, n) for n, _ in REPORT_FIELDS)
+
+
+@dataclass
+class JobRun:
+    """Totals of a job run, accumulated from task reports."""
+
+    batches: int = 0
+    ticks: int = 0
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def add(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Accumulate task report rows."""
+        for row in rows:
+            for name, kind in REPORT_FIELDS:
+                if kind == "long" and name != "watermark":
+                    self.totals[name] = self.totals.get(name, 0) + int(row[name])
+
+
+class StreamingJob:
+    """The Spark Structured Streaming query of one job config."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        *,
+        bootstrap_servers: str,
+        spark: Any,
+        state_dir: str | None = None,
+        available_now: bool | None = None,
+        starting_offsets: str = "earliest",
+        on_report: Any = None,
+    ) -> None:
+        self.config = config
+        self.bootstrap = bootstrap_servers
+        self.spark = spark
+        self.settings = TaskSettings(
+            config=config,
+            bootstrap_servers=bootstrap_servers,
+            state_dir=str(state_dir or config.state.dir),
+        )
+        sc = config.spark
+        self.available_now = sc.available_now if available_now is None else available_now
+        self.trigger_ms = sc.trigger_ms or 5_000
+        self.starting_offsets = starting_offsets
+        self.on_report = on_report
+        self.run_totals = JobRun()
+        self._lock = threading.Lock()
+        self._last_activity = time.monotonic()
+        self._stop = threading.Event()
+        self._partitions = 0
+        self.query: Any = None
+
+    # -- micro-batches -------------------------------------------------------------------
+
+    def _process(self, batch_df: Any, batch_id: int) -> None:
+        settings = self.settings
+        with self._lock:
+            rows = (
+                batch_df.select("key", "value", "topic", "partition", "offset")
+                .mapInArrow(lambda it: run_tasks(settings, it), REPORT_SCHEMA)
+                .collect()
+            )
+            self._last_activity = time.monotonic()
+        dicts = [r.asDict() for r in rows]
+        self.run_totals.batches += 1
+        self.run_totals.add(dicts)
+        if self.on_report is not None:
+            self.on_report(batch_id, dicts)
+
+    def tick(self) -> list[dict[str, Any]]:
+        """Run the timers of every task now (what the timer thread does when idle)."""
+        settings = self.settings
+        n = self._partitions
+        with self._lock:
+            rows = (
+                self.spark.sparkContext.parallelize(range(n), n)
+                .mapPartitionsWithIndex(lambda i, it: tick_tasks(settings, i, it))
+                .collect()
+            )
+            self._last_activity = time.monotonic()
+        dicts = [dict(zip([f for f, _ in REPORT_FIELDS], r, strict=True)) for r in rows]
+        self.run_totals.ticks += 1
+        self.run_totals.add(dicts)
+        if self.on_report is not None:
+            self.on_report(-1, dicts)
+        return dicts
+
+    def _timer_loop(self) -> None:
+        interval = self.trigger_ms / 1000.0
+        while not self._stop.wait(interval / 2):
+            if time.monotonic() - self._last_activity >= interval:
+                try:
+                    self.tick()
+                except Exception:  # noqa: BLE001 - a failed tick is retried next interval
+                    if self._stop.is_set():
+                        return
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Any:
+        """Create topics and start the streaming query."""
+        from window_operator.spark.kafka_source import read_kafka_stream
+
+        self._partitions = ensure_topics(self.config, self.bootstrap)
+        df = read_kafka_stream(
+            self.spark,
+            bootstrap_servers=self.bootstrap,
+            topics=[self.config.input.topic],
+            starting_offsets=self.starting_offsets,
+            max_offsets_per_trigger=self.config.spark.max_offsets_per_trigger,
+        )
+        writer = (
+            df.writeStream.foreachBatch(self._process)
+            .option("checkpointLocation", str(self.config.spark.checkpoint_dir))
+            .queryName(f"window-operator-{self.config.job}")
+        )
+        if self.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.trigger_ms} milliseconds")
+        self.query = writer.start()
+        if not self.available_now:
+            threading.Thread(target=self._timer_loop, name="window-timers", daemon=True).start()
+        return self.query
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait for the query to stop (AvailableNow stops by itself)."""
+        if timeout_s is None:
+            self.query.awaitTermination()
+            return True
+        return bool(self.query.awaitTermination(timeout_s))
+
+    def stop(self) -> None:
+        """Stop the timer thread and the query."""
+        self._stop.set()
+        if self.query is not None and self.query.isActive:
+            self.query.stop()

@@ -1,0 +1,330 @@
+"""A task: one input partition's operator with its RocksDB, changelog and outputs.
+
+A task runs wherever Spark schedules it. Each micro-batch it:
+
+1. opens its local store and catches up from its changelog partition (a missing
+   or stale local store is rebuilt; a torn tail from a crash is noted);
+2. opens the aggregator from the store (checkpoint, open frames, bookkeeping);
+3. drops replayed records (offset <= the checkpointed offset), decodes the rest
+   (bad ones become error records) and adds them as one batch;
+4. runs the wall-clock timers;
+5. sends window results and error records, and waits until they are acknowledged;
+6. logs the state changes to the changelog, commit marker last, and waits;
+7. commits the same changes to RocksDB, with the changelog position.
+
+A crash before 6 completes leaves the changelog without this batch: the replayed
+input is processed again and its results re-sent (at least once, identical up to
+wall-clock timers). A crash between 6 and 7 leaves the local store behind its
+changelog: the next run restores it and recognises the input as a replay.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from stores.changelog import (
+    ChangelogWriter,
+    RestoreResult,
+    local_position,
+    restore_from_changelog,
+    set_local_position,
+)
+from stores.rocks import ColumnFamily, TaskStore
+from window_operator.aggregator import WindowedAggregator
+from window_operator.codecs import (
+    PayloadDecoder,
+    ResultEncoder,
+    decode_payloads,
+    encode_error,
+    payload_decoder_for,
+    result_encoder_for,
+)
+from window_operator.config import JobConfig
+from window_operator.events import EventBatch
+from window_operator.job import JobRuntime, build_runtime, task_state_dir
+from window_operator.results import ErrorRecord
+
+__all__ = ["InputRecords", "TaskReport", "TaskRunner", "TaskSettings", "changelog_topic"]
+
+
+def changelog_topic(job: str, store: str = "state") -> str:
+    """The changelog topic of a job's store."""
+    return f"{job}-{store}-changelog"
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """Everything a task needs besides its input; picklable, shipped to executors."""
+
+    config: JobConfig
+    bootstrap_servers: str
+    state_dir: str
+    producer: Mapping[str, Any] = field(default_factory=dict)
+    consumer: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_dir_path(self) -> Path:
+        """The state directory as a path."""
+        return Path(self.state_dir)
+
+    @property
+    def changelog_topic(self) -> str:
+        """This job's changelog topic."""
+        return changelog_topic(self.config.job)
+
+    def producer_config(self) -> dict[str, Any]:
+        """librdkafka producer settings (idempotent, all acks, batched)."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "lz4",
+            **self.config.kafka.producer,
+            **self.producer,
+        }
+
+    def consumer_config(self) -> dict[str, Any]:
+        """librdkafka consumer settings for restores."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **self.config.kafka.consumer,
+            **self.consumer,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecords:
+    """One task's input of a micro-batch, columnar (as read from Kafka)."""
+
+    topic: str
+    partition: int
+    offsets: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+@dataclass
+class TaskReport:
+    """What a task did in one micro-batch (sent back to the driver)."""
+
+    task: int
+    records: int = 0
+    applied: int = 0
+    replayed: int = 0
+    rejected: int = 0
+    results: int = 0
+    restored_records: int = 0
+    compensated: int = 0
+    changelog_records: int = 0
+    watermark: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Codecs:
+    payload_decoder: PayloadDecoder
+    result_encoder: ResultEncoder
+
+
+_RUNTIMES: dict[str, tuple[JobRuntime, _Codecs]] = {}
+
+
+def _runtime(config: JobConfig) -> tuple[JobRuntime, _Codecs]:
+    # One runtime per worker process and config: ops, schemas and codecs are reusable.
+    key = config.model_dump_json()
+    cached = _RUNTIMES.get(key)
+    if cached is None:
+        codecs = _Codecs(payload_decoder_for(config), result_encoder_for(config))
+        cached = _RUNTIMES[key] = (build_runtime(config), codecs)
+    return cached
+
+
+class TaskRunner:
+    """Runs micro-batches of one task (= one input partition)."""
+
+    def __init__(self, settings: TaskSettings, task: int) -> None:
+        self.settings = settings
+        self.task = task
+        self.runtime, self.codecs = _runtime(settings.config)
+        self.path = task_state_dir(Path(settings.state_dir), settings.config.job, task)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _open_store(self) -> tuple[TaskStore, RestoreResult]:
+        store = TaskStore(self.path)
+        result = restore_from_changelog(
+            store,
+            self.settings.consumer_config(),
+            self.settings.changelog_topic,
+            self.task,
+        )
+        if result.position < local_position(store):
+            # The local store is ahead of its changelog (topic recreated, or a store
+            # from another run): it cannot be trusted. Rebuild from the changelog.
+            store.close()
+            shutil.rmtree(self.path, ignore_errors=True)
+            store = TaskStore(self.path)
+            result = restore_from_changelog(
+                store,
+                self.settings.consumer_config(),
+                self.settings.changelog_topic,
+                self.task,
+            )
+        return store, result
+
+    def restore(self) -> RestoreResult:
+        """Catch the local store up with the changelog (no input, no output)."""
+        store, result = self._open_store()
+        store.close()
+        return result
+
+    def run(self, records: InputRecords | None, now_ms: int | None = None) -> TaskReport:
+        """Process one micro-batch (``None``: run the timers only) and commit it."""
+        from confluent_kafka import Producer
+
+        started = time.perf_counter()
+        report = TaskReport(task=self.task)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        store, restored = self._open_store()
+        report.restored_records = restored.applied
+        try:
+            agg = WindowedAggregator(
+                windowing=self.runtime.windowing,
+                aggregations=self.runtime.aggregations,
+                policy=self.runtime.policy,
+                store=store,
+                decoder=self.runtime.decoder,
+            )
+            rejected: list[ErrorRecord] = []
+            if records is not None and len(records):
+                report.records = len(records)
+                rejected = self._add(agg, records, report)
+            agg.timeout(now)
+            producer = Producer(self.settings.producer_config())
+            rejected += agg.get_errors()
+            report.rejected = len(rejected)
+            report.results = self._send_outputs(producer, agg, rejected)
+            batch = agg.flush(commit=False)
+            extra = [(cf, key, store.get(cf, key)) for cf, key in restored.uncommitted]
+            report.compensated = len(extra)
+            writer = ChangelogWriter(producer, self.settings.changelog_topic, self.task)
+            marker = writer.log(
+                batch,
+                store,
+                batch_number=agg.batches,
+                source_offsets=agg.offsets,
+                extra=extra,
+            )
+            report.changelog_records = len(batch) + len(extra)
+            set_local_position(batch, marker + 1)
+            store.commit(batch)
+            report.watermark = agg.watermark
+        finally:
+            store.close()
+        report.seconds = time.perf_counter() - started
+        return report
+
+    # -- steps -------------------------------------------------------------------------
+
+    def _add(
+        self, agg: WindowedAggregator, records: InputRecords, report: TaskReport
+    ) -> list[ErrorRecord]:
+        part = records.partition
+        last = agg.offsets.get(part, -1)
+        keep = [i for i, o in enumerate(records.offsets) if o > last]
+        report.replayed = len(records) - len(keep)
+        if not keep:
+            return []
+        offsets = [records.offsets[i] for i in keep]
+        values = [records.values[i] for i in keep]
+        keys = [records.keys[i] for i in keep]
+        decoded = decode_payloads(
+            values,
+            self.codecs.payload_decoder,
+            self.runtime.decoder,
+            partitions=[part] * len(keep),
+            offsets=offsets,
+            topic=records.topic,
+        )
+        kept = set(decoded.kept)
+        failed = [i for i in range(len(keep)) if i not in kept]
+        rejected = [
+            replace(err, key=keys[i]) for i, err in zip(failed, decoded.errors, strict=True)
+        ]
+        batch: EventBatch = decoded.batch
+        stats = agg.add_batch(batch)
+        report.applied = stats.applied
+        # Every input record of the batch is handled now, the rejected ones included.
+        agg.mark_consumed(part, max(offsets))
+        return rejected
+
+    def _send_outputs(
+        self, producer: Any, agg: WindowedAggregator, rejected: list[ErrorRecord]
+    ) -> int:
+        cfg = self.settings.config
+        encoder = self.codecs.result_encoder
+        errors: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        def send(topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
+            while True:
+                try:
+                    producer.produce(
+                        topic, key=key, value=value, headers=headers, on_delivery=on_delivery
+                    )
+                    return
+                except BufferError:
+                    producer.poll(0.05)
+
+        n = 0
+        for rb in agg.take_result_batches():
+            for key, value in encoder.encode_batch(rb):
+                send(cfg.output.topic, key, value)
+            n += len(rb)
+        for err in rejected:
+            err_key, err_value, headers = encode_error(err, key=err.key)
+            send(cfg.output.errors_topic, err_key, err_value, headers)
+        remaining = producer.flush(60)
+        if remaining or errors:
+            raise RuntimeError(
+                f"task {self.task}: {remaining} output records unacknowledged, errors {errors[:3]}"
+            )
+        return n
+
+
+def read_stored_windows(
+    settings: TaskSettings, task: int, key: str, start: int, end: int
+) -> list[Any]:
+    """The stored windows of ``key`` in a task's local store (for ``inspect``)."""
+    runtime, _ = _runtime(settings.config)
+    path = task_state_dir(Path(settings.state_dir), settings.config.job, task)
+    if not path.exists():
+        return []
+    store = TaskStore(path)
+    try:
+        if store.get(ColumnFamily.CHECKPOINT, b"task") is None:
+            return []
+        agg = WindowedAggregator(
+            windowing=runtime.windowing,
+            aggregations=runtime.aggregations,
+            policy=runtime.policy,
+            store=store,
+            decoder=runtime.decoder,
+        )
+        return agg.get_windows(key, start, end)
+    finally:
+        store.close()
