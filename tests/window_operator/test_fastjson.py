@@ -1,0 +1,68 @@
+"""The columnar JSON path decodes exactly like the per-record decoder, or declines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from window_operator.events import RecordDecoder
+from window_operator.fastjson import ColumnarJsonDecoder
+
+DECODER = RecordDecoder(key_field="k", timestamp_field="ts", numeric_fields=["v"])
+
+clean_event = st.fixed_dictionaries(
+    {
+        "k": st.one_of(st.text(max_size=8), st.integers(-(10**6), 10**6)),
+        "ts": st.one_of(st.integers(-(2**40), 2**40), st.floats(-1e12, 1e12)),
+        "v": st.one_of(st.integers(-1000, 1000), st.floats(-1e6, 1e6)),
+    },
+    optional={"extra": st.lists(st.integers(-(2**62), 2**62), max_size=2)},
+)
+dirty_event: Any = st.one_of(
+    clean_event,
+    st.fixed_dictionaries({"k": st.none(), "ts": st.integers(0, 10**6), "v": st.just(1)}),
+    st.fixed_dictionaries({"k": st.just("a"), "ts": st.text(max_size=3), "v": st.just(1)}),
+    st.fixed_dictionaries({"k": st.just("a"), "ts": st.integers(0, 10**6), "v": st.none()}),
+    st.fixed_dictionaries({"k": st.just("a"), "ts": st.integers(0, 10**6)}),
+    st.fixed_dictionaries({"k": st.just("a"), "ts": st.integers(0, 10**6), "v": st.text()}),
+    st.fixed_dictionaries({"k": st.booleans(), "ts": st.integers(0, 10**6), "v": st.just(1)}),
+    st.lists(st.integers(-(2**62), 2**62), max_size=2),
+)
+
+
+def lines_of(events: list[Any]) -> list[bytes]:
+    return [orjson.dumps(e) for e in events]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(clean_event, dirty_event), min_size=1, max_size=30))
+def test_fast_path_equals_the_exact_path_or_declines(events: list[Any]) -> None:
+    lines = lines_of(events)
+    fast = ColumnarJsonDecoder(DECODER, absent_fields=("partition",)).decode(lines)
+    exact = DECODER.decode_records([orjson.loads(line) for line in lines])
+    if fast is None:
+        return
+    assert exact.errors == []  # the fast path only accepts chunks with nothing to reject
+    assert fast.keys == exact.batch.keys
+    assert fast.ts.tolist() == exact.batch.ts.tolist()
+    np.testing.assert_array_equal(fast.numeric["v"], exact.batch.numeric["v"])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(clean_event, min_size=1, max_size=30))
+def test_clean_chunks_take_the_fast_path(events: list[Any]) -> None:
+    # keys all strings or all ints (one Arrow type per chunk)
+    for e in events:
+        e["k"] = str(e["k"])
+    assert ColumnarJsonDecoder(DECODER).decode(lines_of(events)) is not None
+
+
+def test_declines_broken_json_and_meta_fields() -> None:
+    dec = ColumnarJsonDecoder(DECODER, absent_fields=("partition",))
+    assert dec.decode([b'{"k":"a","ts":1,"v":1}', b'{"k":"a","ts":']) is None
+    assert dec.decode([b'{"k":"a","ts":1,"v":1,"partition":2}']) is None
+    assert dec.decode([b'{"k":"a","ts":1,"v":1}']) is not None
