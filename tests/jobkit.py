@@ -1,0 +1,203 @@
+"""Helpers for end-to-end job tests: produce a stream, run the job, read the output, oracle."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from window_operator.codecs import result_decoder_for
+from window_operator.config import JobConfig, parse_config
+from window_operator.sample_data import click_stream
+
+SENTINEL_KEY = "__end__"
+
+
+@dataclass
+class Stream:
+    """Produced events (arrival order) and where they went."""
+
+    keys: list[str]
+    ts: np.ndarray
+    latency: np.ndarray
+    partitions: int
+
+    def records(self) -> list[dict[str, Any]]:
+        return [
+            {"page": k, "ts": int(t), "latency_ms": float(v)}
+            for k, t, v in zip(self.keys, self.ts.tolist(), self.latency.tolist(), strict=True)
+        ]
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, **config: str) -> None:
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics(
+        [NewTopic(name, partitions, 1, config={"retention.ms": "-1", **config})]
+    )
+    for f in fut.values():
+        f.result(30)
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Sequence[dict[str, Any]],
+    *,
+    encode: Callable[[dict[str, Any]], bytes] = orjson.dumps,
+    key_field: str = "page",
+    partitions: int = 4,
+    raw: Sequence[tuple[bytes | None, bytes, int | None]] = (),
+) -> None:
+    """Produce records keyed by ``key_field`` (same key, same partition), then raw ones."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    for rec in records:
+        key = str(rec[key_field]).encode()
+        part = _partition_of(key, partitions)
+        while True:
+            try:
+                p.produce(topic, key=key, value=encode(rec), partition=part)
+                break
+            except BufferError:
+                p.poll(0.05)
+    for key, value, part in raw:
+        if part is None:
+            p.produce(topic, key=key, value=value)
+        else:
+            p.produce(topic, key=key, value=value, partition=part)
+    assert p.flush(60) == 0
+
+
+def _partition_of(key: bytes, partitions: int) -> int:
+    import zlib
+
+    return zlib.crc32(key) % partitions
+
+
+def sentinels(max_ts: int, partitions: int) -> list[tuple[bytes, dict[str, Any], int]]:
+    """One far-future event per partition: moves every watermark past every real window."""
+    ts = max_ts + 86_400_000
+    return [
+        (SENTINEL_KEY.encode(), {"page": SENTINEL_KEY, "ts": ts, "latency_ms": 0.0}, p)
+        for p in range(partitions)
+    ]
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Any]:
+    """Every record of a topic (all partitions), read to the end."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,
+            "isolation.level": "read_committed",
+        }
+    )
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    parts = list(meta.topics[topic].partitions)
+    c.assign([TopicPartition(topic, p, 0) for p in parts])
+    out: list[Any] = []
+    eof: set[int] = set()
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    eof = {p for p, end in ends.items() if end == 0}
+    deadline = time.monotonic() + timeout_s
+    while len(eof) < len(parts) and time.monotonic() < deadline:
+        for m in c.consume(10_000, timeout=0.5):
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+                continue
+            out.append(m)
+    c.close()
+    assert len(eof) == len(parts), f"did not reach the end of {topic}"
+    return out
+
+
+def latest_results(config: JobConfig, messages: list[Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Latest result value per (key, window_start) from the output topic (in offset order)."""
+    decoder = result_decoder_for(config)
+    latest: dict[tuple[str, int], tuple[int, dict[str, Any]]] = {}
+    for m in messages:
+        value = m.value()
+        if value is None:
+            continue
+        r = decoder.decode(value) if hasattr(decoder, "decode") else orjson.loads(value)
+        kw = (r["key"], r["window_start"])
+        prev = latest.get(kw)
+        if prev is None or r["update_seq"] >= prev[0]:
+            latest[kw] = (r["update_seq"], r)
+    return {kw: r for kw, (_, r) in latest.items()}
+
+
+def oracle(stream: Stream, size: int, step: int) -> dict[tuple[str, int], dict[str, Any]]:
+    """Count and mean per (key, window) from all events, recomputed from scratch."""
+    sums: dict[tuple[str, int], list[float]] = {}
+    for k, t, v in zip(stream.keys, stream.ts.tolist(), stream.latency.tolist(), strict=True):
+        first = t - size + step
+        first -= first % step
+        for w in range(first, t + 1, step):
+            if w <= t < w + size:
+                acc = sums.setdefault((k, w), [0, 0.0])
+                acc[0] += 1
+                acc[1] += v
+    return {kw: {"clicks": int(n), "mean_latency_ms": s / n} for kw, (n, s) in sums.items()}
+
+
+def make_stream(n: int, *, keys: int = 200, seed: int = 1, partitions: int = 4) -> Stream:
+    s = click_stream(
+        n, n_keys=keys, events_per_second=500.0, out_of_order=0.1, max_delay_ms=20_000, seed=seed
+    )
+    return Stream(keys=s.keys, ts=s.ts, latency=s.latency_ms, partitions=partitions)
+
+
+def job_config(tmp: Path, topic: str, job: str, **overrides: Any) -> JobConfig:
+    cfg: dict[str, Any] = {
+        "job": job,
+        "input": {"topic": topic, "key": "page", "timestamp": "ts"},
+        "window": {"type": "hopping", "size": "60s", "step": "10s"},
+        "aggregations": [
+            {"name": "clicks", "op": "count"},
+            {"name": "mean_latency_ms", "op": "mean", "field": "latency_ms"},
+        ],
+        "watermark": {"allowed_lateness": "5s"},
+        "emit": {"late": "per_arrival"},
+        "retention": {"time": "1d"},
+        "state": {"dir": str(tmp / "state")},
+        "spark": {"trigger": "available_now", "max_offsets_per_trigger": 30_000},
+    }
+    for k, v in overrides.items():
+        cfg[k] = {**cfg.get(k, {}), **v} if isinstance(v, dict) else v
+    return parse_config(cfg, base_dir=tmp)
+
+
+def assert_matches_oracle(
+    got: dict[tuple[str, int], dict[str, Any]], expected: dict[tuple[str, int], dict[str, Any]]
+) -> None:
+    real = {kw: r for kw, r in got.items() if kw[0] != SENTINEL_KEY}
+    assert real.keys() == expected.keys(), (
+        f"{len(real.keys() - expected.keys())} unexpected, "
+        f"{len(expected.keys() - real.keys())} missing windows"
+    )
+    bad = [
+        kw
+        for kw, e in expected.items()
+        if real[kw]["values"]["clicks"] != e["clicks"]
+        or not math.isclose(
+            real[kw]["values"]["mean_latency_ms"], e["mean_latency_ms"], rel_tol=1e-9
+        )
+    ]
+    assert not bad, (
+        f"{len(bad)} windows differ, e.g. {bad[0]}: {real[bad[0]]} vs {expected[bad[0]]}"
+    )
