@@ -57,6 +57,14 @@ from window_operator.durations import (
 __all__ = [
     "DEFAULT_STATE_DIR",
     "RESERVED_OUTPUT_NAMES",
+    "CountWindow",
+    "JoinConfig",
+    "JoinInputConfig",
+    "JoinJobConfig",
+    "OffsetsWindow",
+    "SessionWindow",
+    "load_any_config",
+    "parse_any_config",
     "AggregationConfig",
     "ConfigError",
     "ConfigProblem",
@@ -331,8 +339,87 @@ class HoppingWindow(_Frozen):
         return self
 
 
-#: ``window:``: a tumbling or a hopping window, chosen by its ``type`` key.
-WindowConfig = Annotated[TumblingWindow | HoppingWindow, Field(discriminator="type")]
+class SessionWindow(_Frozen):
+    """``window: {type: session, gap}`` or ``{type: session, max_idle_messages}``.
+
+    Time sessions (``gap``, ms): an event's interval is ``[ts, ts + gap]``; events whose
+    intervals overlap belong to one session (Jet). Tuple sessions
+    (``max_idle_messages``): a key's session ends after that many messages of its
+    partition without the key (Samza). Exactly one of the two is set.
+    """
+
+    type: Literal["session"] = "session"
+    gap: OptionalPositiveDuration = None
+    max_idle_messages: StrictPositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _one_termination_policy(self) -> Self:
+        if (self.gap is None) == (self.max_idle_messages is None):
+            raise _FieldProblems(
+                [
+                    (
+                        ("gap",),
+                        "set exactly one of window.gap (a duration) or window.max_idle_messages",
+                    )
+                ]
+            )
+        return self
+
+
+def _count_step_default(data: Any) -> Any:
+    if isinstance(data, Mapping) and data.get("step") is None and "size" in data:
+        return {**data, "step": data["size"]}
+    return data
+
+
+class CountWindow(_Frozen):
+    """``window: {type: count, size, step}``: per-key windows over message counts.
+
+    A window holds ``size`` consecutive messages of one key and a new one starts every
+    ``step`` messages of that key (``step`` defaults to ``size``: tumbling). ``size``
+    must be a multiple of ``step``.
+    """
+
+    type: Literal["count"] = "count"
+    size: StrictPositiveInt
+    step: StrictPositiveInt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_step(cls, data: Any) -> Any:
+        return _count_step_default(data)
+
+    @model_validator(mode="after")
+    def _size_multiple_of_step(self) -> Self:
+        if self.size % self.step:
+            raise _FieldProblems(
+                [
+                    (
+                        ("size",),
+                        f"must be a multiple of window.step ({self.size} vs {self.step})",
+                    )
+                ]
+            )
+        return self
+
+
+class OffsetsWindow(CountWindow):
+    """``window: {type: offsets, size, step}``: windows over a partition's offsets (Samza).
+
+    The window key is the start offset (a multiple of ``step``); a window covers
+    ``[start, start + size)`` offsets of the partition and is full when it holds
+    ``size`` messages. Offsets are ordered, so there are no late arrivals; replays are
+    recognised.
+    """
+
+    type: Literal["offsets"] = "offsets"  # type: ignore[assignment]
+
+
+#: ``window:``: the window shape, chosen by its ``type`` key.
+WindowConfig = Annotated[
+    TumblingWindow | HoppingWindow | SessionWindow | CountWindow | OffsetsWindow,
+    Field(discriminator="type"),
+]
 
 
 class AggregationConfig(_Frozen):
@@ -550,6 +637,34 @@ def _with_default(section: Mapping[Any, Any], key: str, value: object) -> dict[A
     return dict(section)
 
 
+def _fill_defaults(data: Any, *, input_sections: Sequence[str]) -> Any:
+    """Fill absent optional sections and the defaults that depend on the job name."""
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for section in _OPTIONAL_SECTIONS:
+        if out.get(section) is None:
+            out[section] = {}
+    job = out.get("job")
+    # An invalid job name is reported on its own, not again through every name
+    # derived from it; the placeholder never escapes since validation fails.
+    valid = isinstance(job, str) and _JOB_NAME.fullmatch(job) and len(job) <= _JOB_NAME_MAX
+    name = job if valid and isinstance(job, str) else "job"
+    for section in input_sections:
+        if isinstance(out.get(section), Mapping):
+            out[section] = _with_default(out[section], "topic", f"{name}-input")
+    if isinstance(out["output"], Mapping):
+        output = _with_default(out["output"], "topic", f"{name}-windows")
+        out["output"] = _with_default(output, "errors_topic", f"{name}-errors")
+    state_dir: object = DEFAULT_STATE_DIR
+    if isinstance(out["state"], Mapping) and isinstance(out["state"].get("dir"), str | Path):
+        state_dir = out["state"]["dir"]
+    if isinstance(out["spark"], Mapping) and isinstance(state_dir, str | Path):
+        checkpoint = Path(state_dir) / name / "spark-checkpoint"
+        out["spark"] = _with_default(out["spark"], "checkpoint_dir", checkpoint)
+    return out
+
+
 class JobConfig(_Frozen):
     """The root of a job file: one windowed aggregation from an input topic to an output.
 
@@ -573,29 +688,7 @@ class JobConfig(_Frozen):
     @classmethod
     def _derived_defaults(cls, data: Any) -> Any:
         """Fill absent sections and the defaults that depend on the job name."""
-        if not isinstance(data, Mapping):
-            return data
-        out = dict(data)
-        for section in _OPTIONAL_SECTIONS:
-            if out.get(section) is None:
-                out[section] = {}
-        job = out.get("job")
-        # An invalid job name is reported on its own, not again through every name
-        # derived from it; the placeholder never escapes since validation fails.
-        valid = isinstance(job, str) and _JOB_NAME.fullmatch(job) and len(job) <= _JOB_NAME_MAX
-        name = job if valid and isinstance(job, str) else "job"
-        if isinstance(out.get("input"), Mapping):
-            out["input"] = _with_default(out["input"], "topic", f"{name}-input")
-        if isinstance(out["output"], Mapping):
-            output = _with_default(out["output"], "topic", f"{name}-windows")
-            out["output"] = _with_default(output, "errors_topic", f"{name}-errors")
-        state_dir: object = DEFAULT_STATE_DIR
-        if isinstance(out["state"], Mapping) and isinstance(out["state"].get("dir"), str | Path):
-            state_dir = out["state"]["dir"]
-        if isinstance(out["spark"], Mapping) and isinstance(state_dir, str | Path):
-            checkpoint = Path(state_dir) / name / "spark-checkpoint"
-            out["spark"] = _with_default(out["spark"], "checkpoint_dir", checkpoint)
-        return out
+        return _fill_defaults(data, input_sections=("input",))
 
     @field_validator("aggregations")
     @classmethod
@@ -660,6 +753,118 @@ def _referenced_fields(agg: AggregationConfig) -> list[tuple[tuple[str, ...], st
     if agg.op in _X_PARAM_OPS and isinstance(x, str):
         refs.append((("params", "x"), x))
     return refs
+
+
+def _signed_duration(value: object) -> object:
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in "+-":
+            ms = parse_duration_ms(text[1:])
+            return -ms if text[0] == "-" else ms
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
+
+
+#: A duration that may be negative: ``-2m``, ``+5m``, ``30s``.
+SignedDuration = Annotated[int, BeforeValidator(_signed_duration)]
+
+
+class JoinInputConfig(_Frozen):
+    """One side of a join: ``join.left`` or ``join.right``.
+
+    ``name`` identifies the side (``source`` in ``simulate`` input lines, and the key of
+    the side in join results); ``topic`` defaults to ``name``. ``fields`` limits the
+    fields carried into results (default: the whole record).
+    """
+
+    name: NonEmptyStr
+    topic: TopicName | None = None
+    format: Literal["json", "avro"] = "json"
+    avro_schema: FilePath | None = Field(default=None, validate_default=True)
+    avro_wire: Literal["schemaless", "confluent"] = "schemaless"
+    timestamp: NonEmptyStr
+    timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = "ms"
+    fields: tuple[NonEmptyStr, ...] | None = None
+
+    @field_validator("avro_schema")
+    @classmethod
+    def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return _check_avro_schema("join", value, info, required=True)
+
+    @property
+    def topic_name(self) -> str:
+        """The topic to read (``topic``, or ``name`` when unset)."""
+        return self.topic or self.name
+
+
+class JoinConfig(_Frozen):
+    """``join:`` a windowed stream-stream join of ``left`` and ``right`` on equal fields.
+
+    The time condition is one of: ``range`` (``RANGE d PRECEDING`` over the left
+    stream: ``0 <= right.ts - left.ts <= d``), ``between: [lo, hi]`` (``lo <= right.ts -
+    left.ts <= hi``, signed durations like ``-2m``), or ``rows`` (``ROWS n PRECEDING``: a
+    right message joins the ``n`` most recent left messages with its join key, in
+    arrival order). ``kind`` inner, left or full (outer rows are emitted once the
+    watermark proves no match can come). ``store`` picks the Message Store key layout
+    (``auto`` follows the Samza seed's matrix).
+    """
+
+    left: JoinInputConfig
+    right: JoinInputConfig
+    on: tuple[NonEmptyStr, ...] = ()
+    kind: Literal["inner", "left", "full"] = "inner"
+    range: Duration | None = None
+    between: tuple[SignedDuration, SignedDuration] | None = None
+    rows: StrictPositiveInt | None = None
+    store: Literal["auto", "ts_offset", "fields_ts_offset", "ts_fields_offset"] = "auto"
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> Self:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        given = [n for n in ("range", "between", "rows") if getattr(self, n) is not None]
+        if len(given) != 1:
+            problems.append(
+                (("range",), "set exactly one of join.range, join.between or join.rows")
+            )
+        if self.between is not None and self.between[0] > self.between[1]:
+            problems.append((("between",), "the lower bound must not exceed the upper bound"))
+        if self.left.name == self.right.name:
+            problems.append((("right", "name"), "must differ from join.left.name"))
+        if self.rows is not None and self.kind != "inner":
+            problems.append((("kind",), "outer joins need a time condition (range or between)"))
+        if problems:
+            raise _FieldProblems(problems)
+        return self
+
+    @property
+    def bounds(self) -> tuple[int, int] | None:
+        """``(lo, hi)`` of ``right.ts - left.ts`` for time joins, ``None`` for rows joins."""
+        if self.range is not None:
+            return (0, self.range)
+        if self.between is not None:
+            return (self.between[0], self.between[1])
+        return None
+
+
+class JoinJobConfig(_Frozen):
+    """The root of a join job file: ``join:`` instead of ``input``/``window``/``aggregations``."""
+
+    job: JobName
+    join: JoinConfig
+    watermark: WatermarkConfig
+    emit: EmitConfig
+    retention: RetentionConfig
+    output: OutputConfig
+    state: StateConfig
+    kafka: KafkaConfig
+    spark: SparkConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_defaults(cls, data: Any) -> Any:
+        """Fill absent sections and the defaults that depend on the job name."""
+        return _fill_defaults(data, input_sections=())
 
 
 # ---------------------------------------------------------------------------------------
@@ -915,6 +1120,11 @@ def load_config(path: str | Path) -> JobConfig:
     directory. Raises :class:`ConfigError` when the file is missing or unreadable, is not
     YAML, is not a mapping, or does not describe a valid job.
     """
+    data, base_dir, source = _read_document(path)
+    return parse_config(data, base_dir=base_dir, source=source)
+
+
+def _read_document(path: str | Path) -> tuple[Any, Path, str]:
     source = str(path)
     file = Path(path)
     try:
@@ -935,7 +1145,7 @@ def load_config(path: str | Path) -> JobConfig:
         raise ConfigError(source, [_yaml_problem(exc)]) from exc
     if data is None:
         raise ConfigError(source, [ConfigProblem("", "the file is empty: " + _expected_document())])
-    return parse_config(data, base_dir=file.parent, source=source)
+    return data, file.parent, source
 
 
 def _expected_document() -> str:
@@ -944,6 +1154,24 @@ def _expected_document() -> str:
     return f"expected a mapping with the keys {', '.join(required)} and optionally " + ", ".join(
         _OPTIONAL_SECTIONS
     )
+
+
+def parse_any_config(
+    data: Mapping[str, Any], *, base_dir: Path, source: str | None = None
+) -> JobConfig | JoinJobConfig:
+    """Like :func:`parse_config`, but a document with a ``join:`` section is a join job."""
+    if isinstance(data, Mapping) and "join" in data:
+        try:
+            return JoinJobConfig.model_validate(data, context={"base_dir": Path(base_dir)})
+        except ValidationError as exc:
+            raise ConfigError(source, _problems(exc)) from exc
+    return parse_config(data, base_dir=base_dir, source=source)
+
+
+def load_any_config(path: str | Path) -> JobConfig | JoinJobConfig:
+    """Like :func:`load_config`, but a file with a ``join:`` section is a join job."""
+    data, base_dir, source = _read_document(path)
+    return parse_any_config(data, base_dir=base_dir, source=source)
 
 
 def parse_config(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stores.rocks import TaskStore
 from window_operator.aggregations import (
@@ -19,7 +20,14 @@ from window_operator.aggregations import (
 )
 from window_operator.aggregator import WindowedAggregator
 from window_operator.aggset import AggregationSet, BoundAggregation
-from window_operator.config import ConfigError, ConfigProblem, JobConfig
+from window_operator.config import (
+    ConfigError,
+    ConfigProblem,
+    HoppingWindow,
+    JobConfig,
+    SessionWindow,
+    TumblingWindow,
+)
 from window_operator.events import RecordDecoder
 from window_operator.policies import EmitPolicy, LateMode
 from window_operator.windows import TimeWindowing
@@ -32,24 +40,35 @@ class JobRuntime:
     """Everything a task needs, built once per job."""
 
     config: JobConfig
-    windowing: TimeWindowing
     aggregations: AggregationSet
     policy: EmitPolicy
     decoder: RecordDecoder
 
-    def open_task(
-        self, state_dir: Path, task: int = 0, *, use_deduct: bool | None = None
-    ) -> WindowedAggregator:
-        """Open (or restore) the aggregator of ``task`` with its RocksDB under ``state_dir``."""
+    def open_task(self, state_dir: Path, task: int = 0, *, use_deduct: bool | None = None) -> Any:
+        """Open (or restore) the operator of ``task`` with its RocksDB under ``state_dir``."""
         store = TaskStore(task_state_dir(state_dir, self.config.job, task))
-        return WindowedAggregator(
-            windowing=self.windowing,
-            aggregations=self.aggregations,
-            policy=self.policy,
-            store=store,
-            decoder=self.decoder,
-            use_deduct=use_deduct,
-        )
+        return self.operator(store, use_deduct=use_deduct)
+
+    def operator(self, store: TaskStore, *, use_deduct: bool | None = None) -> Any:
+        """The operator of this job's window shape over ``store`` (restored from it)."""
+        window = self.config.window
+        common: dict[str, Any] = {
+            "aggregations": self.aggregations,
+            "policy": self.policy,
+            "store": store,
+            "decoder": self.decoder,
+        }
+        if isinstance(window, TumblingWindow | HoppingWindow):
+            return WindowedAggregator(
+                windowing=TimeWindowing(window.size, window.step), use_deduct=use_deduct, **common
+            )
+        if isinstance(window, SessionWindow):
+            from window_operator.session import SessionAggregator
+
+            return SessionAggregator(window=window, **common)
+        from window_operator.count_windows import CountWindowAggregator
+
+        return CountWindowAggregator(window=window, **common)
 
 
 def task_state_dir(state_dir: Path, job: str, task: int) -> Path:
@@ -105,10 +124,10 @@ def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime
         numeric_fields=numeric,
         object_fields=objects,
     )
-    windowing = TimeWindowing(config.window.size, config.window.step)
     retention = config.retention.time
-    if config.retention.size is not None:
-        retention = min(retention, config.retention.size * windowing.step)
+    window = config.window
+    if config.retention.size is not None and isinstance(window, TumblingWindow | HoppingWindow):
+        retention = min(retention, config.retention.size * window.step)
     policy = EmitPolicy(
         allowed_lateness=config.watermark.allowed_lateness,
         idle_timeout=config.watermark.idle_timeout,
@@ -117,4 +136,4 @@ def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime
         late_period=config.emit.late.period_ms,
         retention=retention,
     )
-    return JobRuntime(config, windowing, aggs, policy, decoder)
+    return JobRuntime(config, aggs, policy, decoder)

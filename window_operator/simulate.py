@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from window_operator.aggregator import WindowedAggregator
+from window_operator.operator import WindowOperator
 from window_operator.fastjson import ColumnarJsonDecoder
 from window_operator.job import JobRuntime
 from window_operator.policies import END_OF_TIME
@@ -94,7 +94,7 @@ def simulate(
 
 def _run_chunk(
     runtime: JobRuntime,
-    agg: WindowedAggregator,
+    agg: WindowOperator,
     lines: list[bytes],
     summary: SimulationSummary,
     fast: ColumnarJsonDecoder,
@@ -180,7 +180,7 @@ def _wall_column(walls: list[int], ts: npt.NDArray[np.int64]) -> npt.NDArray[np.
 
 
 def _drain(
-    agg: WindowedAggregator,
+    agg: WindowOperator,
     rejected: list[ErrorRecord],
     out: IO[bytes],
     errors_out: IO[bytes] | None,

@@ -35,7 +35,6 @@ from stores.changelog import (
     set_local_position,
 )
 from stores.rocks import ColumnFamily, TaskStore
-from window_operator.aggregator import WindowedAggregator
 from window_operator.codecs import (
     PayloadDecoder,
     ResultEncoder,
@@ -47,6 +46,7 @@ from window_operator.codecs import (
 from window_operator.config import JobConfig
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, build_runtime, task_state_dir
+from window_operator.operator import WindowOperator
 from window_operator.results import ErrorRecord
 
 __all__ = ["InputRecords", "TaskReport", "TaskRunner", "TaskSettings", "changelog_topic"]
@@ -199,13 +199,7 @@ class TaskRunner:
         store, restored = self._open_store()
         report.restored_records = restored.applied
         try:
-            agg = WindowedAggregator(
-                windowing=self.runtime.windowing,
-                aggregations=self.runtime.aggregations,
-                policy=self.runtime.policy,
-                store=store,
-                decoder=self.runtime.decoder,
-            )
+            agg: WindowOperator = self.runtime.operator(store)
             rejected: list[ErrorRecord] = []
             if records is not None and len(records):
                 report.records = len(records)
@@ -238,7 +232,7 @@ class TaskRunner:
     # -- steps -------------------------------------------------------------------------
 
     def _add(
-        self, agg: WindowedAggregator, records: InputRecords, report: TaskReport
+        self, agg: WindowOperator, records: InputRecords, report: TaskReport
     ) -> list[ErrorRecord]:
         part = records.partition
         last = agg.offsets.get(part, -1)
@@ -269,9 +263,7 @@ class TaskRunner:
         agg.mark_consumed(part, max(offsets))
         return rejected
 
-    def _send_outputs(
-        self, producer: Any, agg: WindowedAggregator, rejected: list[ErrorRecord]
-    ) -> int:
+    def _send_outputs(self, producer: Any, agg: WindowOperator, rejected: list[ErrorRecord]) -> int:
         cfg = self.settings.config
         encoder = self.codecs.result_encoder
         errors: list[str] = []
@@ -318,13 +310,8 @@ def read_stored_windows(
     try:
         if store.get(ColumnFamily.CHECKPOINT, b"task") is None:
             return []
-        agg = WindowedAggregator(
-            windowing=runtime.windowing,
-            aggregations=runtime.aggregations,
-            policy=runtime.policy,
-            store=store,
-            decoder=runtime.decoder,
-        )
-        return agg.get_windows(key, start, end)
+        agg = runtime.operator(store)
+        windows: list[Any] = agg.get_windows(key, start, end)
+        return windows
     finally:
         store.close()

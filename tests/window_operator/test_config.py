@@ -462,7 +462,7 @@ def test_error_message_format_is_exact() -> None:
         [
             "invalid job config jobs/clicks.yaml:",
             "  - input.format: must be one of json, avro (got 'xml')",
-            "  - window.type: must be one of tumbling, hopping (got 'tumblng')",
+            "  - window.type: must be one of tumbling, hopping, session, count, offsets (got 'tumblng')",
             "  - windw: unknown key (allowed keys: job, input, window, aggregations, watermark,"
             " emit, retention, output, state, kafka, spark); did you mean 'window'?",
         ]
@@ -491,7 +491,7 @@ def test_error_message_format_is_exact() -> None:
         pytest.param(
             lambda d: d["window"].pop("type"),
             "window.type",
-            "required: one of tumbling, hopping",
+            "required: one of tumbling, hopping, session, count, offsets",
             id="window-type-missing",
         ),
         pytest.param(
