@@ -130,6 +130,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = runtime.config
     bootstrap = _bootstrap(args, config)
     conf = {**config.spark.conf, **_spark_conf(args.conf)}
+    if os.environ.get("WINDOW_OPERATOR_CRASH_AT"):
+        # recovery tests: let the armed task kill this whole job (see task.crash_point)
+        os.environ["WINDOW_OPERATOR_CRASH_PGID"] = str(os.getpgid(0))
     spark = build_session(
         app_name=f"window-operator-{config.job}",
         master=args.master or config.spark.master,

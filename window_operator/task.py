@@ -20,7 +20,10 @@ changelog: the next run restores it and recognises the input as a replay.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -49,12 +52,45 @@ from window_operator.job import JobRuntime, build_runtime, task_state_dir
 from window_operator.operator import WindowOperator
 from window_operator.results import ErrorRecord
 
-__all__ = ["InputRecords", "TaskReport", "TaskRunner", "TaskSettings", "changelog_topic"]
+__all__ = [
+    "InputRecords",
+    "TaskReport",
+    "TaskRunner",
+    "TaskSettings",
+    "changelog_topic",
+    "crash_point",
+]
 
 
 def changelog_topic(job: str, store: str = "state") -> str:
     """The changelog topic of a job's store."""
     return f"{job}-{store}-changelog"
+
+
+#: Overrides ``state.dir`` on a host (set it in a Spark worker's environment).
+STATE_DIR_ENV = "WINDOW_OPERATOR_STATE_DIR"
+
+
+def crash_point(name: str, records: int) -> None:
+    """Fault injection for recovery tests: kill the whole job here, once.
+
+    Active only when ``WINDOW_OPERATOR_CRASH_AT`` names this point and the file
+    ``WINDOW_OPERATOR_CRASH_ONCE`` exists (it is removed first, so one crash only). The
+    driver's process group ``WINDOW_OPERATOR_CRASH_PGID`` (driver and JVM; ``run`` sets
+    it) gets SIGKILL, and so does this Python worker. Only batches with input count,
+    so the crash is mid-batch.
+    """
+    if os.environ.get("WINDOW_OPERATOR_CRASH_AT") != name or records == 0:
+        return
+    marker = os.environ.get("WINDOW_OPERATOR_CRASH_ONCE")
+    if not marker:
+        return
+    try:
+        os.remove(marker)
+    except FileNotFoundError:
+        return
+    os.killpg(int(os.environ["WINDOW_OPERATOR_CRASH_PGID"]), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -129,6 +165,7 @@ class TaskReport:
     changelog_records: int = 0
     watermark: int = 0
     seconds: float = 0.0
+    location: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +194,9 @@ class TaskRunner:
         self.settings = settings
         self.task = task
         self.runtime, self.codecs = _runtime(settings.config)
-        self.path = task_state_dir(Path(settings.state_dir), settings.config.job, task)
+        # A host may keep its stores elsewhere (each Spark worker its own local disk).
+        root = os.environ.get(STATE_DIR_ENV) or settings.state_dir
+        self.path = task_state_dir(Path(root), settings.config.job, task)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -194,7 +233,7 @@ class TaskRunner:
         from confluent_kafka import Producer
 
         started = time.perf_counter()
-        report = TaskReport(task=self.task)
+        report = TaskReport(task=self.task, location=f"{socket.gethostname()}:{self.path}")
         now = int(time.time() * 1000) if now_ms is None else now_ms
         store, restored = self._open_store()
         report.restored_records = restored.applied
@@ -209,6 +248,7 @@ class TaskRunner:
             rejected += agg.get_errors()
             report.rejected = len(rejected)
             report.results = self._send_outputs(producer, agg, rejected)
+            crash_point("after_outputs", report.records)
             batch = agg.flush(commit=False)
             extra = [(cf, key, store.get(cf, key)) for cf, key in restored.uncommitted]
             report.compensated = len(extra)
@@ -221,6 +261,7 @@ class TaskRunner:
                 extra=extra,
             )
             report.changelog_records = len(batch) + len(extra)
+            crash_point("after_changelog", report.records)
             set_local_position(batch, marker + 1)
             store.commit(batch)
             report.watermark = agg.watermark

@@ -462,7 +462,8 @@ def test_error_message_format_is_exact() -> None:
         [
             "invalid job config jobs/clicks.yaml:",
             "  - input.format: must be one of json, avro (got 'xml')",
-            "  - window.type: must be one of tumbling, hopping, session, count, offsets (got 'tumblng')",
+            "  - window.type: must be one of tumbling, hopping, session, count, offsets"
+            " (got 'tumblng')",
             "  - windw: unknown key (allowed keys: job, input, window, aggregations, watermark,"
             " emit, retention, output, state, kafka, spark); did you mean 'window'?",
         ]

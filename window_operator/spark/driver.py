@@ -34,6 +34,7 @@ REPORT_FIELDS = (
     ("changelog_records", "long"),
     ("watermark", "long"),
     ("seconds", "double"),
+    ("location", "string"),
 )
 REPORT_SCHEMA = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
 
@@ -89,7 +90,7 @@ def _report_batch(reports: list[TaskReport]) -> Any:
     import pyarrow as pa
 
     cols = {name: [getattr(r, name) for r in reports] for name, _ in REPORT_FIELDS}
-    types = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64()}
+    types = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string()}
     return pa.RecordBatch.from_arrays(
         [pa.array(cols[n], type=types[t]) for n, t in REPORT_FIELDS],
         names=[n for n, _ in REPORT_FIELDS],
