@@ -92,3 +92,46 @@ def test_avro_in_avro_out_matches_the_oracle(
         orjson.loads(messages[0].value())
     got = latest_results(config, messages)
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def test_bad_input_goes_to_the_error_topic_and_the_job_keeps_running(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("clicks-bad")
+    create_topic(kafka_bootstrap, topic, 4)
+    stream = make_stream(5_000, seed=6)
+    bad: list[tuple[bytes | None, bytes | None, str]] = [
+        (b"k1", b'{"page": "/a", "ts": 17000', "BAD_JSON"),
+        (b"k2", b"not json at all", "BAD_JSON"),
+        (b"k3", b'{"page": "/a", "latency_ms": 3.0}', "MISSING_TIMESTAMP"),
+        (b"k4", b'{"page": "/a", "ts": "yesterday", "latency_ms": 3.0}', "BAD_TIMESTAMP"),
+        (b"k5", b'{"page": "/a", "ts": 1700000000000, "latency_ms": "slow"}', "WRONG_TYPE"),
+        (b"k6", b'{"page": ["/a"], "ts": 1700000000000, "latency_ms": 1.0}', "BAD_KEY"),
+        (b"k7", orjson.dumps({"page": "x" * 10_000, "ts": 1_700_000_000_000}), "BAD_KEY"),
+        (b"k8", b"[1, 2, 3]", "NOT_AN_OBJECT"),
+        (b"k9", None, "BAD_JSON"),  # a tombstone on the input topic
+    ]
+    records = stream.records()
+    produce(kafka_bootstrap, topic, records[:2_500])
+    produce(kafka_bootstrap, topic, [], raw=[(k, v, i % 4) for i, (k, v, _) in enumerate(bad)])
+    produce(kafka_bootstrap, topic, records[2_500:])
+    ends = sentinels(int(stream.ts.max()), 4)
+    produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+    config = job_config(
+        tmp_path, topic, unique_name("job"), spark={"max_offsets_per_trigger": 2_000}
+    )
+    job = run_job(spark, config, kafka_bootstrap)
+    assert job.run_totals.totals["rejected"] == len(bad)
+    assert job.run_totals.totals["applied"] == len(records) + 4
+    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
+    assert len(errors) == len(bad)
+    by_key = {m.key(): m for m in errors}
+    for key, value, code in bad:
+        m = by_key[key]
+        headers = dict(m.headers())
+        assert headers["error.code"].decode() == code
+        assert headers["error.reason"]  # a human-readable reason
+        assert headers["source.topic"].decode() == topic
+        assert m.value() == value  # the original bytes, replayable as they are
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
