@@ -17,8 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from window_operator.config import ConfigError, JobConfig, load_config
+from window_operator.config import (
+    ConfigError,
+    JobConfig,
+    JoinJobConfig,
+    load_any_config,
+    load_config,
+)
 from window_operator.job import JobRuntime, build_runtime
+from window_operator.join import JoinRuntime, build_join_runtime
 
 __all__ = ["main"]
 
@@ -39,10 +46,18 @@ def _load_runtime(path: str) -> JobRuntime:
     return build_runtime(config, source=path)
 
 
+def _load_simulation_runtime(path: str) -> JobRuntime | JoinRuntime:
+    """The runtime of an aggregation job, or of a join job (a config with ``join:``)."""
+    config = load_any_config(path)
+    if isinstance(config, JoinJobConfig):
+        return build_join_runtime(config, source=path)
+    return build_runtime(config, source=path)
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from window_operator.simulate import simulate
 
-    runtime = _load_runtime(args.config)
+    runtime = _load_simulation_runtime(args.config)
     input_path = Path(args.input)
     if not input_path.is_file():
         raise CliError(f"input file {input_path} does not exist")
@@ -72,7 +87,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         f"{summary.applied} applied",
         f"{summary.replayed} replayed",
         f"{summary.rejected} rejected",
-        f"{summary.results} window results",
+        f"{summary.results} {'join' if isinstance(runtime, JoinRuntime) else 'window'} results",
     ]
     print("simulate: " + ", ".join(parts), file=sys.stderr)
     if summary.errors:
@@ -267,6 +282,21 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from window_operator.demo import DEFAULT_CONFIG, run_demo
+
+    printed = run_demo(
+        config_path=Path(args.config) if args.config else DEFAULT_CONFIG,
+        events=args.events,
+        seconds=args.seconds,
+        out=sys.stdout,
+        err=sys.stderr,
+    )
+    return 0 if printed > 0 else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="window-operator",
@@ -325,6 +355,14 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--to", dest="end", help="window range end (ms or ISO-8601)")
     ins.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
     ins.set_defaults(func=_cmd_inspect)
+
+    demo = sub.add_parser(
+        "demo", help="broker + live click stream + the streaming job, printing window results"
+    )
+    demo.add_argument("--config", help="job YAML (default: config/clicks.yaml)")
+    demo.add_argument("--events", type=int, default=3000, help="clicks to produce")
+    demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
+    demo.set_defaults(func=_cmd_demo)
     return parser
 
 
