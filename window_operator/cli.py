@@ -282,6 +282,50 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_produce(args: argparse.Namespace) -> int:
+    import orjson
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    runtime = _load_runtime(args.config)
+    config = runtime.config
+    bootstrap = _bootstrap(args, config)
+    topic = config.input.topic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if topic not in admin.list_topics(timeout=10).topics:
+        # retention.ms=-1: sample data carries historical event times
+        new = NewTopic(topic, args.partitions, 1, config={"retention.ms": "-1"})
+        for fut in admin.create_topics([new]).values():
+            fut.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    key_field = config.input.key
+    n = 0
+    with open(args.input, "rb") as lines:
+        for line in lines:
+            line = line.strip()
+            if not line:
+                continue
+            key = None
+            if key_field is not None:
+                try:
+                    value = orjson.loads(line).get(key_field)
+                    key = None if value is None else str(value).encode()
+                except (orjson.JSONDecodeError, AttributeError):
+                    key = None  # produced as is: the job routes it to the error topic
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=line)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            n += 1
+    if producer.flush(60):
+        raise CliError("some records were not acknowledged by the broker")
+    print(f"produced {n} records to {topic}", file=sys.stderr)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -355,6 +399,15 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--to", dest="end", help="window range end (ms or ISO-8601)")
     ins.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
     ins.set_defaults(func=_cmd_inspect)
+
+    prod = sub.add_parser("produce", help="produce a JSONL file to a job's input topic")
+    prod.add_argument("--config", required=True, help="job YAML file")
+    prod.add_argument("--input", required=True, help="JSONL events")
+    prod.add_argument("--partitions", type=int, default=4, help="partitions if the topic is new")
+    prod.add_argument(
+        "--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)"
+    )
+    prod.set_defaults(func=_cmd_produce)
 
     demo = sub.add_parser(
         "demo", help="broker + live click stream + the streaming job, printing window results"
