@@ -154,7 +154,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         conf=conf,
     )
 
+    report_file = open(args.report, "ab") if args.report else None  # noqa: SIM115
+
     def report(batch_id: int, rows: list[dict[str, object]]) -> None:
+        if report_file is not None:
+            import orjson
+
+            report_file.write(orjson.dumps({"batch": batch_id, "tasks": rows}) + b"\n")
+            report_file.flush()
         total = {k: sum(int(r[k]) for r in rows) for k in ("records", "applied", "results")}  # type: ignore[call-overload]
         label = "tick" if batch_id < 0 else f"batch {batch_id}"
         print(
@@ -179,6 +186,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         job.stop()
     finally:
         spark.stop()
+        if report_file is not None:
+            report_file.close()
     return 0
 
 
@@ -378,6 +387,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--starting-offsets", default="earliest", help="earliest | latest | Spark-style JSON"
     )
+    run.add_argument("--report", help="append one JSON line of task reports per micro-batch")
     run.set_defaults(func=_cmd_run)
 
     brk = sub.add_parser("broker", help="run a local Kafka-protocol broker (noida-db)")
