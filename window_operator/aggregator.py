@@ -36,7 +36,7 @@ from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder, RecordRejected
-from window_operator.frames import WINDOW_TAG, FrameCache, KeyTable, PendingMessage
+from window_operator.frames import FRAME_TAG, WINDOW_TAG, FrameCache, KeyTable, PendingMessage
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch, WindowResult
 from window_operator.windows import TimeWindowing
@@ -279,9 +279,26 @@ class WindowedAggregator:
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored windows of ``key`` that overlap ``[start, end)``, in start order."""
         kid = self.keys.id_of(key)
-        w_lo = self.windowing.floor(start) - self._size + self._step
-        w_hi = self.windowing.floor(end - 1)
-        wins = list(range(w_lo, w_hi + 1, self._step))
+        # Windows are derived from the key's frames (a window exists iff it holds one):
+        # the frames of the range are found by a time-range scan of the store (keys are
+        # time-first) plus the cached ones, so the cost follows the state, not the range.
+        f_lo = max(start, NO_WATERMARK) - self._size + self._step
+        f_hi = min(end, END_OF_TIME)
+        frames = {f for (k, f) in self.frames.slot_of if k == kid and f_lo <= f < f_hi}
+        lo = FRAME_TAG + encode_i64(self.windowing.floor(f_lo))
+        hi = FRAME_TAG + encode_i64(f_hi)
+        enc = self.keys.encoded[kid]
+        for k, _ in self.store.scan(ColumnFamily.WINDOW_META, lo, hi):
+            if k.endswith(enc) and len(k) == 9 + len(enc):
+                frames.add(decode_i64(k, 1))
+        wins = sorted(
+            {
+                w
+                for f in frames
+                for w in range(f - self._size + self._step, f + 1, self._step)
+                if w + self._size > start and w < end
+            }
+        )
         if not wins:
             return []
         acc, objs, exists = self._gather([(kid, w) for w in wins])

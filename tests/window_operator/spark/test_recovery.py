@@ -31,7 +31,6 @@ from stores.rocks import ColumnFamily, TaskStore
 from window_operator.config import JobConfig
 from window_operator.job import task_state_dir
 from window_operator.spark.driver import StreamingJob
-from window_operator.task import TaskRunner, TaskSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -103,16 +102,42 @@ def test_restore_into_an_empty_state_dir_is_byte_identical(
         retention={"time": "2m"},  # expiry (range deletes) happens during the run
     )
     run_in_process(spark, config, kafka_bootstrap)
-    settings = TaskSettings(config, kafka_bootstrap, str(tmp_path / "restored"))
+    config_path = write_yaml(tmp_path / "job.yaml", config)
+    # the user-facing commands: rebuild every task's store into an empty directory ...
+    restore = cli(
+        "restore", "--config", str(config_path), "--bootstrap-servers", kafka_bootstrap,
+        "--state-dir", str(tmp_path / "restored"),
+    )  # fmt: skip
+    assert restore.returncode == 0, restore.stderr
+    assert restore.stdout.count("task ") == 4 and "uncommitted" not in restore.stdout
+    # ... and query it: the stored windows of one key
+    key = stream.keys[0]
+    inspect = cli(
+        "inspect", "--config", str(config_path), "--key", key,
+        "--state-dir", str(tmp_path / "restored"),
+    )  # fmt: skip
+    assert inspect.returncode == 0, inspect.stderr
+    windows = [orjson.loads(line) for line in inspect.stdout.splitlines()]
+    assert windows and all(w["key"] == key and "p95" in w["values"] for w in windows)
+    # the same answer as the job's own store
+    original_inspect = cli("inspect", "--config", str(config_path), "--key", key)
+    assert original_inspect.stdout == inspect.stdout
     for task in range(4):
-        result = TaskRunner(settings, task).restore()
-        assert result.batches > 0 and result.uncommitted == []
         original = task_state_dir(Path(config.state.dir), config.job, task)
         restored = task_state_dir(tmp_path / "restored", config.job, task)
         a, b = dump(original), dump(restored)
         assert a == b, f"task {task} differs after restore"
         assert len(a[ColumnFamily.WINDOW_META.value]) > 0
         assert len(a[ColumnFamily.MESSAGES.value]) > 0
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "window_operator", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def write_yaml(path: Path, config: JobConfig) -> Path:
