@@ -32,11 +32,25 @@ def open_agg(tmp_path: Path) -> Iterator[Callable[..., WindowedAggregator]]:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
-    """One broker for the whole session: KAFKA_BOOTSTRAP_SERVERS if set, else noida-db.
+    """One broker for the whole session.
 
-    Tests must use unique topic and group names (see ``unique_name``).
+    ``KAFKA_BOOTSTRAP_SERVERS`` if set (any Kafka); else, with
+    ``WINDOW_OPERATOR_TEST_BROKER=testcontainers`` and a Docker engine, an Apache Kafka
+    container; else the local noida-db broker. Tests use unique topic and group names
+    (see ``unique_name``).
     """
     existing = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if not existing and os.environ.get("WINDOW_OPERATOR_TEST_BROKER") == "testcontainers":
+        from testcontainers.community.kafka import KafkaContainer
+
+        with KafkaContainer().with_kraft() as container:
+            bootstrap = container.get_bootstrap_server()
+            os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+            try:
+                yield bootstrap
+            finally:
+                os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+        return
     if existing:
         from window_operator.broker import wait_for_broker
 
