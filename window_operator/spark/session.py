@@ -30,9 +30,8 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    elif "spark.master" not in os.environ.get("SPARK_CONF", "") and not os.environ.get(
-        "SPARK_SUBMIT_OPTS"
-    ):
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # not under spark-submit (which launches this driver and sets the master itself)
         builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
     defaults = {
         "spark.ui.enabled": "false",
