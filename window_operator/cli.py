@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from window_operator.config import (
     ConfigError,
@@ -25,6 +25,9 @@ from window_operator.config import (
     load_config,
 )
 from window_operator.job import JobRuntime, build_runtime
+
+if TYPE_CHECKING:
+    from window_operator.task import TaskSettings
 from window_operator.join import JoinRuntime, build_join_runtime
 
 __all__ = ["main"]
@@ -212,7 +215,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _task_settings(args: argparse.Namespace, with_kafka: bool = True) -> object:
+def _task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSettings:
     from window_operator.task import TaskSettings
 
     runtime = _load_runtime(args.config)
@@ -227,10 +230,9 @@ def _task_settings(args: argparse.Namespace, with_kafka: bool = True) -> object:
 def _cmd_restore(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
-    from window_operator.task import TaskRunner, TaskSettings
+    from window_operator.task import TaskRunner
 
     settings = _task_settings(args)
-    assert isinstance(settings, TaskSettings)
     if args.task is not None:
         tasks = [args.task]
     else:
@@ -255,10 +257,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     import orjson
 
     from window_operator.job import task_state_dir
-    from window_operator.task import TaskSettings, read_stored_windows
+    from window_operator.task import read_stored_windows
 
     settings = _task_settings(args, with_kafka=False)
-    assert isinstance(settings, TaskSettings)
     start = _parse_time(args.start, -(2**62))
     end = _parse_time(args.end, 2**62)
     root = task_state_dir(settings.state_dir_path, settings.config.job, 0).parent
