@@ -30,6 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from stores.changelog import (
     ChangelogWriter,
     RestoreResult,
@@ -48,6 +50,7 @@ from window_operator.codecs import (
 )
 from window_operator.config import JobConfig
 from window_operator.events import EventBatch
+from window_operator.fastjson import ColumnarJsonDecoder
 from window_operator.job import JobRuntime, build_runtime, task_state_dir
 from window_operator.operator import WindowOperator
 from window_operator.results import ErrorRecord
@@ -172,6 +175,8 @@ class TaskReport:
 class _Codecs:
     payload_decoder: PayloadDecoder
     result_encoder: ResultEncoder
+    #: Clean JSON micro-batches decode column-wise; others record by record.
+    columnar_json: ColumnarJsonDecoder | None
 
 
 _RUNTIMES: dict[str, tuple[JobRuntime, _Codecs]] = {}
@@ -182,8 +187,10 @@ def _runtime(config: JobConfig) -> tuple[JobRuntime, _Codecs]:
     key = config.model_dump_json()
     cached = _RUNTIMES.get(key)
     if cached is None:
-        codecs = _Codecs(payload_decoder_for(config), result_encoder_for(config))
-        cached = _RUNTIMES[key] = (build_runtime(config), codecs)
+        runtime = build_runtime(config)
+        columnar = ColumnarJsonDecoder(runtime.decoder) if config.input.format == "json" else None
+        codecs = _Codecs(payload_decoder_for(config), result_encoder_for(config), columnar)
+        cached = _RUNTIMES[key] = (runtime, codecs)
     return cached
 
 
@@ -284,6 +291,17 @@ class TaskRunner:
         offsets = [records.offsets[i] for i in keep]
         values = [records.values[i] for i in keep]
         keys = [records.keys[i] for i in keep]
+        fast = self.codecs.columnar_json
+        clean = None
+        payloads = [v for v in values if v is not None]
+        if fast is not None and len(payloads) == len(values):
+            clean = fast.decode(payloads)
+        if clean is not None:
+            clean.partition[:] = part
+            clean.offset = np.asarray(offsets, dtype=np.int64)
+            report.applied = agg.add_batch(clean).applied
+            agg.mark_consumed(part, max(offsets))
+            return []
         decoded = decode_payloads(
             values,
             self.codecs.payload_decoder,
