@@ -19,6 +19,7 @@ import gc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
@@ -57,6 +58,25 @@ class Mutation:
     cf: ColumnFamily
     key: bytes
     value: bytes | None
+
+
+class _Scan:
+    """An iterator that keeps its read options and bound alive while it runs.
+
+    RocksDB reads the upper bound through a pointer: if the bytes object were freed
+    (a temporary passed by the caller) the scan would stop early, silently.
+    """
+
+    def __init__(self, items: Any, keep: tuple[Any, ...]) -> None:
+        self._items = iter(items)
+        self._keep = keep
+
+    def __iter__(self) -> _Scan:
+        return self
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        item: tuple[bytes, bytes] = next(self._items)
+        return item
 
 
 class StoreClosedError(RuntimeError):
@@ -167,10 +187,8 @@ class TaskStore:
         read_opts = ReadOptions()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
-        items: Iterator[tuple[bytes, bytes]] = iter(
-            self._cfs[cf].items(from_key=start, read_opt=read_opts)  # type: ignore[arg-type]
-        )
-        return items
+        items = self._cfs[cf].items(from_key=start, read_opt=read_opts)
+        return _Scan(items, (read_opts, end))
 
     def commit(self, batch: StoreBatch) -> None:
         """Apply every mutation of ``batch`` atomically (one RocksDB WriteBatch)."""

@@ -407,10 +407,10 @@ class OffsetsWindow(CountWindow):
     """``window: {type: offsets, size, step}``: windows over a partition's offsets (Samza).
 
     The window key is the start offset (a multiple of ``step``); a window covers
-    ``[start, start + size)`` offsets of the partition and is full when it holds
-    ``size`` messages. Offsets are ordered, so there are no late arrivals; replays are
-    recognised.
-    """
+    ``[start, start + size)`` offsets of one partition and is full (ON_TIME) once the
+    partition has delivered an offset at or past its end (offsets may have gaps, so
+    messages are not counted). Offsets are ordered, so there are no late arrivals;
+    replays are recognised."""
 
     type: Literal["offsets"] = "offsets"  # type: ignore[assignment]
 

@@ -68,7 +68,7 @@ class JobRuntime:
             return SessionAggregator(window=window, **common)
         from window_operator.count_windows import CountWindowAggregator
 
-        return CountWindowAggregator(window=window, **common)
+        return CountWindowAggregator(window=window, use_deduct=use_deduct, **common)
 
 
 def task_state_dir(state_dir: Path, job: str, task: int) -> Path:
