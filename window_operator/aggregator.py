@@ -178,9 +178,16 @@ class WindowedAggregator:
         if not isinstance(batch, EventBatch):
             if self.decoder is None:
                 raise ValueError("add_batch of records needs a RecordDecoder")
-            decoded = self.decoder.decode_records(list(batch))
+            records = list(batch)
+            # every record takes the next offset of partition 0, rejected ones too,
+            # exactly as add_message does one at a time
+            first = self._offsets.get(0, -1) + 1
+            offsets = list(range(first, first + len(records)))
+            decoded = self.decoder.decode_records(records, offsets=offsets)
             self._errors.extend(decoded.errors)
             stats = self._add_columns(decoded.batch)
+            if offsets:
+                self.mark_consumed(0, offsets[-1])
             return StepStats(
                 stats.applied, stats.replayed, stats.rejected + len(decoded.errors), stats.late
             )
