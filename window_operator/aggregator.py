@@ -350,6 +350,9 @@ class WindowedAggregator:
                 rejected = int(too_old.sum())
                 accept &= retained
         idx = np.flatnonzero(accept)
+        if batch.wall_ms is not None and len(batch.wall_ms):
+            # before applying: a late mark starts its period at this batch's wall clock
+            self._note_wall(part, batch.wall_ms)
         late = 0
         if len(idx):
             late = self._apply(batch, idx, frames[idx], off, wm_before)
@@ -357,8 +360,6 @@ class WindowedAggregator:
         self._advance_offsets(part[fresh], off[fresh])
         if len(idx):
             self._advance_max_ts(part[idx], batch.ts[idx])
-        if batch.wall_ms is not None and len(batch.wall_ms):
-            self._note_wall(part, batch.wall_ms)
         self._advance_watermark(self._coalesced_watermark())
         if self.policy.late_mode is LateMode.PER_ARRIVAL:
             self._emit_late()
