@@ -38,6 +38,7 @@ from window_operator.aggset import AggregationSet
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder, RecordRejected
 from window_operator.frames import FRAME_TAG, WINDOW_TAG, FrameCache, KeyTable, PendingMessage
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
+from window_operator.positions import assign_offsets, fresh_mask
 from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch, WindowResult
 from window_operator.windows import TimeWindowing
 
@@ -333,8 +334,8 @@ class WindowedAggregator:
             return StepStats()
         wm_before = self._wm
         part = batch.partition
-        off = self._assign_offsets(part, batch.offset)
-        fresh = self._fresh_mask(part, off)
+        off = assign_offsets(self._offsets, part, batch.offset)
+        fresh = fresh_mask(self._offsets, part, off)
         replayed = int(n - fresh.sum())
         frames = self.windowing.frames_of(batch.ts)
         accept = fresh.copy()
@@ -364,35 +365,6 @@ class WindowedAggregator:
         if self.policy.late_mode is LateMode.PER_ARRIVAL:
             self._emit_late()
         return StepStats(applied=len(idx), replayed=replayed, rejected=rejected, late=late)
-
-    def _assign_offsets(self, part: IntArray, off: IntArray) -> IntArray:
-        auto = off < 0
-        if not auto.any():
-            return off
-        off = off.copy()
-        for p in np.unique(part[auto]).tolist():
-            in_p = part == p
-            if (auto | ~in_p).all():
-                # the usual case: no explicit offsets in this partition
-                idx = np.flatnonzero(in_p)
-                off[idx] = self._offsets.get(p, -1) + 1 + np.arange(len(idx))
-                continue
-            nxt = self._offsets.get(p, -1) + 1
-            for i in np.flatnonzero(in_p).tolist():
-                if off[i] < 0:
-                    off[i] = nxt
-                nxt = max(nxt, int(off[i]) + 1)
-        return off
-
-    def _fresh_mask(self, part: IntArray, off: IntArray) -> BoolArray:
-        fresh = np.empty(len(off), dtype=np.bool_)
-        for p in np.unique(part).tolist():
-            m = part == p
-            o = off[m]
-            last = self._offsets.get(p, -1)
-            prev = np.maximum.accumulate(np.concatenate(([last], o[:-1])))
-            fresh[m] = o > prev
-        return fresh
 
     def _apply(
         self, batch: EventBatch, idx: IntArray, frames: IntArray, off: IntArray, wm_before: int

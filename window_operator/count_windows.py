@@ -78,6 +78,7 @@ from window_operator.config import CountWindow, OffsetsWindow
 from window_operator.events import EventBatch, RecordDecoder, RecordRejected
 from window_operator.frames import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
+from window_operator.positions import assign_offsets, fresh_mask
 from window_operator.results import ErrorRecord, Kind, ResultBatch, WindowResult
 from window_operator.windows import TimeWindowing
 
@@ -133,37 +134,6 @@ def _ragged_arange(lengths: IntArray) -> IntArray:
     starts = _excl_cumsum(lengths)
     result: IntArray = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
     return result
-
-
-def _assign_offsets(part: IntArray, off: IntArray, last: Mapping[int, int]) -> IntArray:
-    """Replace ``-1`` offsets by the next offset of their partition (library use)."""
-    auto = off < 0
-    if not auto.any():
-        return off
-    off = off.copy()
-    for p in np.unique(part[auto]).tolist():
-        in_p = part == p
-        if (auto | ~in_p).all():
-            idx = np.flatnonzero(in_p)
-            off[idx] = last.get(p, -1) + 1 + np.arange(len(idx))
-            continue
-        nxt = last.get(p, -1) + 1
-        for i in np.flatnonzero(in_p).tolist():
-            if off[i] < 0:
-                off[i] = nxt
-            nxt = max(nxt, int(off[i]) + 1)
-    return off
-
-
-def _fresh_mask(part: IntArray, off: IntArray, last: Mapping[int, int]) -> BoolArray:
-    """Rows whose offset is above everything applied before (in and before the batch)."""
-    fresh = np.empty(len(off), dtype=np.bool_)
-    for p in np.unique(part).tolist():
-        m = part == p
-        o = off[m]
-        prev = np.maximum.accumulate(np.concatenate(([last.get(p, -1)], o[:-1])))
-        fresh[m] = o > prev
-    return fresh
 
 
 def _plain(value: Any) -> Any:
@@ -526,8 +496,8 @@ class _KeyCountWindows:
         if n == 0:
             return StepStats()
         part = batch.partition
-        off = _assign_offsets(part, batch.offset, self._offsets)
-        fresh = _fresh_mask(part, off, self._offsets)
+        off = assign_offsets(self._offsets, part, batch.offset)
+        fresh = fresh_mask(self._offsets, part, off)
         idx = np.flatnonzero(fresh)
         if len(idx):
             self._apply(batch, idx, off)
@@ -1067,7 +1037,7 @@ class _OffsetWindows:
         if not len(batch):
             return StepStats()
         self._claim(np.unique(batch.partition).tolist())
-        off = _assign_offsets(batch.partition, batch.offset, self._inner.offsets)
+        off = assign_offsets(self._inner.offsets, batch.partition, batch.offset)
         numeric = dict(batch.numeric)
         numeric[_EVENT_TIME] = batch.ts.astype(np.float64)
         return self._inner.add_batch(

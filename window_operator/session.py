@@ -107,6 +107,7 @@ from window_operator.config import SessionWindow
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder, RecordRejected
 from window_operator.frames import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
+from window_operator.positions import assign_offsets, fresh_mask
 from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch, WindowResult
 
 __all__ = ["SessionAggregator"]
@@ -650,8 +651,8 @@ class SessionAggregator:
             return StepStats()
         wm_before = self._wm
         part = batch.partition
-        off = _assign_offsets(self._offsets, part, batch.offset)
-        fresh = _fresh_mask(self._offsets, part, off)
+        off = assign_offsets(self._offsets, part, batch.offset)
+        fresh = fresh_mask(self._offsets, part, off)
         idx = np.flatnonzero(fresh)
         replayed = n - len(idx)
         rejected = 0
@@ -1742,38 +1743,6 @@ def _reduce_groups(
         step *= 2
     out: FloatArray = rows[g_first]
     return out
-
-
-def _assign_offsets(offsets: dict[int, int], part: IntArray, off: IntArray) -> IntArray:
-    """Offsets for rows without one (``-1``): the next ones of their partition."""
-    auto = off < 0
-    if not auto.any():
-        return off
-    off = off.copy()
-    for p in np.unique(part[auto]).tolist():
-        in_p = part == p
-        if (auto | ~in_p).all():
-            idx = np.flatnonzero(in_p)
-            off[idx] = offsets.get(p, -1) + 1 + np.arange(len(idx))
-            continue
-        nxt = offsets.get(p, -1) + 1
-        for i in np.flatnonzero(in_p).tolist():
-            if off[i] < 0:
-                off[i] = nxt
-            nxt = max(nxt, int(off[i]) + 1)
-    return off
-
-
-def _fresh_mask(offsets: dict[int, int], part: IntArray, off: IntArray) -> BoolArray:
-    """Rows whose offset is past everything applied before them (the rest are replays)."""
-    fresh = np.empty(len(off), dtype=np.bool_)
-    for p in np.unique(part).tolist():
-        m = part == p
-        o = off[m]
-        last = offsets.get(p, -1)
-        prev = np.maximum.accumulate(np.concatenate(([last], o[:-1])))
-        fresh[m] = o > prev
-    return fresh
 
 
 def _advance_offsets(offsets: dict[int, int], part: IntArray, off: IntArray) -> None:
