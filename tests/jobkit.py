@@ -155,9 +155,21 @@ def oracle(stream: Stream, size: int, step: int) -> dict[tuple[str, int], dict[s
     return {kw: {"clicks": int(n), "mean_latency_ms": s / n} for kw, (n, s) in sums.items()}
 
 
-def make_stream(n: int, *, keys: int = 200, seed: int = 1, partitions: int = 4) -> Stream:
+def make_stream(
+    n: int,
+    *,
+    keys: int = 200,
+    seed: int = 1,
+    partitions: int = 4,
+    events_per_second: float = 500.0,
+) -> Stream:
     s = click_stream(
-        n, n_keys=keys, events_per_second=500.0, out_of_order=0.1, max_delay_ms=20_000, seed=seed
+        n,
+        n_keys=keys,
+        events_per_second=events_per_second,
+        out_of_order=0.1,
+        max_delay_ms=20_000,
+        seed=seed,
     )
     return Stream(keys=s.keys, ts=s.ts, latency=s.latency_ms, partitions=partitions)
 
@@ -178,7 +190,8 @@ def job_config(tmp: Path, topic: str, job: str, **overrides: Any) -> JobConfig:
         "spark": {"trigger": "available_now", "max_offsets_per_trigger": 30_000},
     }
     for k, v in overrides.items():
-        cfg[k] = {**cfg.get(k, {}), **v} if isinstance(v, dict) else v
+        merge = isinstance(v, dict) and k != "window"  # a window shape replaces the default
+        cfg[k] = {**cfg.get(k, {}), **v} if merge else v
     return parse_config(cfg, base_dir=tmp)
 
 

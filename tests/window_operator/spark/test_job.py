@@ -135,3 +135,58 @@ def test_bad_input_goes_to_the_error_topic_and_the_job_keeps_running(
         assert m.value() == value  # the original bytes, replayable as they are
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def test_session_windows_end_to_end_with_retractions_as_tombstones(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("clicks-sessions")
+    create_topic(kafka_bootstrap, topic, 4)
+    # sparse per key (a key every ~10 s on average): sessions split, and delayed
+    # events bridge or extend sessions that were already emitted
+    stream = make_stream(8_000, keys=300, seed=9, events_per_second=30.0)
+    produce(kafka_bootstrap, topic, stream.records())
+    ends = sentinels(int(stream.ts.max()), 4)
+    produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+    gap = 20_000
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        window={"type": "session", "gap": gap},
+        watermark={"allowed_lateness": "2s"},
+        spark={"max_offsets_per_trigger": 1_500},
+    )
+    run_job(spark, config, kafka_bootstrap)
+    # a consumer of the upsert log: the latest value per Kafka key, tombstones delete
+    table: dict[bytes, bytes] = {}
+    tombstones = 0
+    for m in read_topic(kafka_bootstrap, config.output.topic):
+        if m.value() is None:
+            tombstones += 1
+            table.pop(m.key(), None)
+        else:
+            table[m.key()] = m.value()
+    assert tombstones > 0  # late events merged or extended sessions already emitted
+    got = {}
+    for value in table.values():
+        r = orjson.loads(value)
+        if r["key"] != "__end__":
+            got[(r["key"], r["window_start"], r["window_end"])] = r["values"]["clicks"]
+    # oracle: sort each key's events, split where consecutive events are > gap apart
+    expected: dict[tuple[str, int, int], int] = {}
+    by_key: dict[str, list[int]] = {}
+    for k, t in zip(stream.keys, stream.ts.tolist(), strict=True):
+        by_key.setdefault(k, []).append(t)
+    for k, tss in by_key.items():
+        tss.sort()
+        start = prev = tss[0]
+        n = 0
+        for t in tss:
+            if t - prev > gap:
+                expected[(k, start, prev + gap)] = n
+                start, n = t, 0
+            n += 1
+            prev = t
+        expected[(k, start, prev + gap)] = n
+    assert got == expected
