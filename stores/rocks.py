@@ -136,6 +136,19 @@ class StoreBatch:
         return sum(len(e.keys) if isinstance(e, BulkPut) else 1 for e in self.entries)
 
 
+def _open(path: Path) -> Rdict:
+    cfs = {cf.value: Options(raw_mode=True) for cf in ColumnFamily}
+    try:
+        return Rdict(str(path), options=_options(), column_families=cfs)
+    except Exception as exc:  # noqa: BLE001 - rocksdict raises a plain Exception
+        if "lock" not in str(exc).lower():
+            raise
+        # A closed store of this process whose handles wait in a reference cycle still
+        # holds the file lock: collect it and try once more.
+        gc.collect()
+        return Rdict(str(path), options=_options(), column_families=cfs)
+
+
 def _options() -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
@@ -149,8 +162,7 @@ class TaskStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        cfs = {cf.value: Options(raw_mode=True) for cf in ColumnFamily}
-        self._db: Rdict | None = Rdict(str(self.path), options=_options(), column_families=cfs)
+        self._db: Rdict | None = _open(self.path)
         self._cfs = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
         self._handles = {cf: self._db.get_column_family_handle(cf.value) for cf in ColumnFamily}
 
@@ -220,13 +232,11 @@ class TaskStore:
             return
         db = self._db
         self._db = None
+        db.close()  # the write-ahead log already holds every committed batch
+        # rocksdict releases the file lock when every handle object is gone
         self._cfs.clear()
         self._handles.clear()
-        db.flush()
-        db.close()
         del db
-        # rocksdict releases the file lock only when every handle object is gone.
-        gc.collect()
 
     def __enter__(self) -> TaskStore:
         return self

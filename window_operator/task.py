@@ -194,6 +194,30 @@ def _runtime(config: JobConfig) -> tuple[JobRuntime, _Codecs]:
     return cached
 
 
+_PRODUCERS: dict[str, Any] = {}
+
+
+def _producer(config: Mapping[str, Any]) -> Any:
+    """One producer per worker process and config.
+
+    A new idempotent producer waits for its producer id (~0.5 s) before its first
+    acknowledgement, so tasks of the same worker share one; tasks of a worker run one
+    at a time, so one task's flush never waits for another's records.
+    """
+    from confluent_kafka import Producer
+
+    key = repr(sorted(config.items()))
+    producer = _PRODUCERS.get(key)
+    if producer is None:
+        producer = _PRODUCERS[key] = Producer(dict(config))
+    return producer
+
+
+def _drop_producer(config: Mapping[str, Any]) -> None:
+    """Forget a producer after a failure (it may be fenced or in a fatal state)."""
+    _PRODUCERS.pop(repr(sorted(config.items())), None)
+
+
 class TaskRunner:
     """Runs micro-batches of one task (= one input partition)."""
 
@@ -237,8 +261,6 @@ class TaskRunner:
 
     def run(self, records: InputRecords | None, now_ms: int | None = None) -> TaskReport:
         """Process one micro-batch (``None``: run the timers only) and commit it."""
-        from confluent_kafka import Producer
-
         started = time.perf_counter()
         report = TaskReport(task=self.task, location=f"{socket.gethostname()}:{self.path}")
         now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -251,12 +273,13 @@ class TaskRunner:
                 report.records = len(records)
                 rejected = self._add(agg, records, report)
             agg.timeout(now)
-            producer = Producer(self.settings.producer_config())
+            # flush first: expiring windows may still emit their pending LATE results
+            batch = agg.flush(commit=False)
+            producer = _producer(self.settings.producer_config())
             rejected += agg.get_errors()
             report.rejected = len(rejected)
             report.results = self._send_outputs(producer, agg, rejected)
             crash_point("after_outputs", report.records)
-            batch = agg.flush(commit=False)
             extra = [(cf, key, store.get(cf, key)) for cf, key in restored.uncommitted]
             report.compensated = len(extra)
             writer = ChangelogWriter(producer, self.settings.changelog_topic, self.task)
@@ -272,6 +295,9 @@ class TaskRunner:
             set_local_position(batch, marker + 1)
             store.commit(batch)
             report.watermark = agg.watermark
+        except Exception:
+            _drop_producer(self.settings.producer_config())
+            raise
         finally:
             store.close()
         report.seconds = time.perf_counter() - started
