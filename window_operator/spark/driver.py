@@ -124,6 +124,43 @@ def run_tasks(settings: TaskSettings, batches: Iterator[Any]) -> Iterator[Any]:
     yield _report_batch(reports)
 
 
+def run_range_tasks(settings: TaskSettings, batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` body over offset ranges: read each range from Kafka here, run its task.
+
+    The records never pass through the JVM: Spark plans and checkpoints the ranges,
+    the executor reads exactly ``[start_offset, until_offset)`` of its partition.
+    """
+    import pyarrow as pa
+
+    from window_operator.spark.kafka_source import read_range
+
+    reports = []
+    for rb in batches:
+        for row in rb.to_pylist():
+            parts = list(
+                read_range(
+                    row["topic"],
+                    row["partition"],
+                    row["start_offset"],
+                    row["until_offset"],
+                    settings.consumer_config(),
+                )
+            )
+            if not parts:
+                continue
+            table = pa.Table.from_batches(parts)
+            records = InputRecords(
+                topic=row["topic"],
+                partition=int(row["partition"]),
+                offsets=table.column("offset").to_pylist(),
+                keys=table.column("key").to_pylist(),
+                values=table.column("value").to_pylist(),
+            )
+            reports.append(TaskRunner(settings, int(row["partition"])).run(records))
+    if reports:
+        yield _report_batch(reports)
+
+
 def tick_tasks(settings: TaskSettings, index: int, _rows: Iterator[Any]) -> Iterator[Any]:
     """Timer-only run of one task (``mapPartitionsWithIndex`` body)."""
     report = TaskRunner(settings, index).run(None)
@@ -178,6 +215,7 @@ class StreamingJob:
         self._last_activity = time.monotonic()
         self._stop = threading.Event()
         self._partitions = 0
+        self.ranges = True
         self.query: Any = None
 
     # -- micro-batches -------------------------------------------------------------------
@@ -185,11 +223,13 @@ class StreamingJob:
     def _process(self, batch_df: Any, batch_id: int) -> None:
         settings = self.settings
         with self._lock:
-            rows = (
-                batch_df.select("key", "value", "topic", "partition", "offset")
-                .mapInArrow(lambda it: run_tasks(settings, it), REPORT_SCHEMA)
-                .collect()
-            )
+            if self.ranges:
+                tasks = batch_df.mapInArrow(lambda it: run_range_tasks(settings, it), REPORT_SCHEMA)
+            else:
+                tasks = batch_df.select("key", "value", "topic", "partition", "offset").mapInArrow(
+                    lambda it: run_tasks(settings, it), REPORT_SCHEMA
+                )
+            rows = tasks.collect()
             self._last_activity = time.monotonic()
         dicts = [r.asDict() for r in rows]
         self.run_totals.batches += 1
@@ -229,15 +269,19 @@ class StreamingJob:
 
     def start(self) -> Any:
         """Create topics and start the streaming query."""
-        from window_operator.spark.kafka_source import read_kafka_stream
+        from window_operator.spark.kafka_source import builtin_kafka_available, read_kafka_stream
 
         self._partitions = ensure_topics(self.config, self.bootstrap)
+        # Spark's own connector, when present, delivers rows; otherwise Spark only plans
+        # offset ranges and the tasks read their records on the executors.
+        self.ranges = not builtin_kafka_available(self.spark)
         df = read_kafka_stream(
             self.spark,
             bootstrap_servers=self.bootstrap,
             topics=[self.config.input.topic],
             starting_offsets=self.starting_offsets,
             max_offsets_per_trigger=self.config.spark.max_offsets_per_trigger,
+            ranges=self.ranges,
         )
         writer = (
             df.writeStream.foreachBatch(self._process)

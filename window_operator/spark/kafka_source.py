@@ -94,6 +94,7 @@ __all__ = [
     "KAFKA_COLUMNS",
     "KAFKA_SCHEMA",
     "LATEST",
+    "RANGES_SCHEMA",
     "SOURCE_NAME",
     "KafkaDataSource",
     "KafkaInputPartition",
@@ -103,6 +104,7 @@ __all__ = [
     "kafka_end_offsets",
     "read_kafka_stream",
     "read_partition",
+    "read_range",
 ]
 
 log = logging.getLogger(__name__)
@@ -128,6 +130,19 @@ KAFKA_SCHEMA = StructType(
     ]
 )
 """Schema of Spark's built-in Kafka source with ``includeHeaders=true``."""
+
+#: With ``emitRanges=true``: one row per topic partition and micro-batch, the offset
+#: range ``[start_offset, until_offset)`` to read (``start_offset`` -2 = earliest).
+#: Offsets are still planned and checkpointed by Spark; the rows' consumer reads the
+#: records on the executor, so they never pass through the JVM.
+RANGES_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("start_offset", LongType()),
+        StructField("until_offset", LongType()),
+    ]
+)
 
 KAFKA_COLUMNS: tuple[str, ...] = tuple(KAFKA_SCHEMA.fieldNames())
 """Column names of :data:`KAFKA_SCHEMA`, in order."""
@@ -192,6 +207,8 @@ class _SourceOptions:
     fetch_retry_interval_ms: int
     arrow_batch_size: int
     client_config: dict[str, str] = field(default_factory=dict)
+    #: Emit one row per offset range instead of the records (see RANGES_SCHEMA).
+    emit_ranges: bool = False
 
     def subscribed(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -326,6 +343,7 @@ def _parse_options(options: Mapping[str, str]) -> _SourceOptions:
         arrow_batch_size=_int_opt(options, "arrowBatchSize", _DEFAULT_ARROW_BATCH, 1)
         or _DEFAULT_ARROW_BATCH,
         client_config=client,
+        emit_ranges=(_opt(options, "emitRanges") or "false").lower() == "true",
     )
 
 
@@ -433,6 +451,46 @@ def _record_batch(msgs: Sequence[Any], topic: str, partition: int, schema: pa.Sc
         pa.array([m.headers() for m in msgs], schema.field("headers").type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def read_range(
+    topic: str,
+    partition: int,
+    start: int,
+    until: int,
+    consumer_config: Mapping[str, Any],
+    *,
+    poll_timeout_ms: int = _DEFAULT_POLL_TIMEOUT_MS,
+    arrow_batch_size: int = _DEFAULT_ARROW_BATCH,
+) -> Iterator[Any]:
+    """Arrow record batches of exactly the records ``start <= offset < until`` (a range row).
+
+    ``consumer_config`` needs ``bootstrap.servers``; the rest is filled in as the
+    source's own reads do (no commits, partition EOF, ``read_committed``).
+    """
+    conf: dict[str, Any] = {
+        "group.id": f"wo-kafka-range-{uuid.uuid4().hex}",
+        "fetch.wait.max.ms": "10",
+        "session.timeout.ms": "6000",
+        "heartbeat.interval.ms": "500",
+        **consumer_config,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    }
+    conf.setdefault("isolation.level", "read_committed")
+    return read_partition(
+        KafkaInputPartition(
+            topic=topic,
+            partition=partition,
+            start=start,
+            until=until,
+            consumer_config=conf,
+            poll_timeout_ms=poll_timeout_ms,
+            arrow_batch_size=arrow_batch_size,
+        )
+    )
 
 
 def _describe(p: KafkaInputPartition) -> str:
@@ -722,8 +780,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Read one input partition (runs on an executor); yields Arrow record batches."""
+        """Read one input partition (runs on an executor); yields Arrow record batches.
+
+        With ``emitRanges`` the partition's offset range itself is the one row: the
+        consumer of the DataFrame reads the records (see :func:`read_partition`).
+        """
         assert isinstance(partition, KafkaInputPartition), type(partition)
+        if self.options.emit_ranges:
+            return iter([(partition.topic, partition.partition, partition.start, partition.until)])
         return read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -767,7 +831,9 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        """Spark's Kafka source schema with headers (:data:`KAFKA_SCHEMA`)."""
+        """Spark's Kafka source schema with headers, or :data:`RANGES_SCHEMA` with emitRanges."""
+        if (_opt(self.options, "emitRanges") or "false").lower() == "true":
+            return RANGES_SCHEMA
         return KAFKA_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -820,6 +886,7 @@ def read_kafka_stream(
     max_offsets_per_trigger: int | None = None,
     extra: Mapping[str, str] | None = None,
     use_builtin: bool | None = None,
+    ranges: bool = False,
 ) -> Any:
     """A streaming DataFrame over ``topics`` with the columns of :data:`KAFKA_SCHEMA`.
 
@@ -828,6 +895,9 @@ def read_kafka_stream(
     module's ``wo_kafka`` Python data source, registered once per session. ``extra``
     holds further source options (``kafka.*`` client settings, ``minPartitions``,
     ``failOnDataLoss``, ...). ``use_builtin`` forces the choice (``None``: automatic).
+    With ``ranges=True`` the frame has :data:`RANGES_SCHEMA` instead: one offset range per
+    topic partition and batch, for consumers that read the records on the executors
+    (with :func:`read_range`).
     """
     topic_list = [topics] if isinstance(topics, str) else list(topics)
     if not topic_list:
@@ -847,6 +917,11 @@ def read_kafka_stream(
         options["maxOffsetsPerTrigger"] = str(int(max_offsets_per_trigger))
     for k, v in (extra or {}).items():
         options[k] = str(v)
+    if ranges:
+        # the caller reads the records itself (RANGES_SCHEMA): only this source does that
+        options["emitRanges"] = "true"
+        _register(spark)
+        return spark.readStream.format(SOURCE_NAME).options(**options).load()
     builtin = builtin_kafka_available(spark) if use_builtin is None else use_builtin
     if builtin:
         isolation = options.pop("isolation.level", None)
