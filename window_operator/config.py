@@ -819,6 +819,14 @@ class JoinConfig(_Frozen):
     rows: StrictPositiveInt | None = None
     store: Literal["auto", "ts_offset", "fields_ts_offset", "ts_fields_offset"] = "auto"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        # YAML 1.1 reads a bare ``on:`` key as the boolean true: take it as ``on``.
+        if isinstance(data, Mapping) and True in data and "on" not in data:
+            return {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
     @model_validator(mode="after")
     def _one_condition(self) -> Self:
         problems: list[tuple[tuple[str | int, ...], str]] = []
