@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as paj
 
 from window_operator.events import EventBatch, RecordDecoder
@@ -100,10 +101,9 @@ class ColumnarJsonDecoder:
             if pa.types.is_integer(kcol.type):
                 keys = [str(k) for k in kcol.to_pylist()]
             else:
+                if len(kcol) and pc.max(pc.binary_length(kcol)).as_py() > d.max_key_bytes:
+                    return None  # an oversized key: the exact path rejects it with a reason
                 keys = kcol.to_pylist()
-                limit = d.max_key_bytes
-                if any(len(k) * 4 > limit and len(k.encode()) > limit for k in keys):
-                    return None
         ts = self._timestamps(table.column(d.timestamp_field).to_numpy())
         if ts is None:
             return None

@@ -295,6 +295,8 @@ class FrameCache:
         """Load every stored frame with ``frame >= frame_from`` (open frames on restart)."""
         lo = FRAME_TAG + encode_i64(frame_from)
         hi = prefix_upper_bound(FRAME_TAG)
+        if not self.aggs.objects and not self.slot_of:
+            return self._load_rows(lo, hi)
         n = 0
         for k, v in self.store.scan(ColumnFamily.WINDOW_META, lo, hi):
             frame = decode_i64(k, 1)
@@ -307,6 +309,28 @@ class FrameCache:
             if self.aggs.full_state:
                 self._load_messages(slot, kid, frame)
             n += 1
+        return n
+
+    def _load_rows(self, lo: bytes, hi: bytes | None) -> int:
+        """:meth:`load_range` for vector-only jobs into an empty cache, all rows at once."""
+        items = list(self.store.scan(ColumnFamily.WINDOW_META, lo, hi))
+        if not items:
+            return 0
+        n = len(items)
+        frames = np.fromiter((decode_i64(k, 1) for k, _ in items), dtype=np.int64, count=n)
+        names = [
+            k[9:-2].decode() if b"\x00" not in k[9:-2] else _decode_str(k, 9)[0] for k, _ in items
+        ]
+        kids = self.keys.ids_of(names)
+        width = 1 + self.aggs.width * 8
+        raw = np.frombuffer(b"".join(v for _, v in items), dtype=np.uint8)
+        if len(raw) != n * width or (raw[::width] != _RECORD_VERSION).any():
+            raise ValueError("frame records of an unexpected layout in the store")
+        slots = self.allocate_many(
+            kids, frames, list(zip(kids.tolist(), frames.tolist(), strict=True))
+        )
+        rows = raw.reshape(n, width)[:, 1:].copy().view(np.float64)
+        self.acc[slots] = rows
         return n
 
     def persist(self, batch: StoreBatch) -> int:

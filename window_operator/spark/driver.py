@@ -130,32 +130,27 @@ def run_range_tasks(settings: TaskSettings, batches: Iterator[Any]) -> Iterator[
     The records never pass through the JVM: Spark plans and checkpoints the ranges,
     the executor reads exactly ``[start_offset, until_offset)`` of its partition.
     """
-    import pyarrow as pa
-
     from window_operator.spark.kafka_source import read_range
 
     reports = []
     for rb in batches:
         for row in rb.to_pylist():
-            parts = list(
-                read_range(
-                    row["topic"],
-                    row["partition"],
-                    row["start_offset"],
-                    row["until_offset"],
-                    settings.consumer_config(),
-                )
-            )
-            if not parts:
+            offsets: list[int] = []
+            keys: list[bytes | None] = []
+            values: list[bytes | None] = []
+            for msgs in read_range(
+                row["topic"],
+                row["partition"],
+                row["start_offset"],
+                row["until_offset"],
+                settings.consumer_config(),
+            ):
+                offsets += [m.offset() for m in msgs]
+                keys += [m.key() for m in msgs]
+                values += [m.value() for m in msgs]
+            if not offsets:
                 continue
-            table = pa.Table.from_batches(parts)
-            records = InputRecords(
-                topic=row["topic"],
-                partition=int(row["partition"]),
-                offsets=table.column("offset").to_pylist(),
-                keys=table.column("key").to_pylist(),
-                values=table.column("value").to_pylist(),
-            )
+            records = InputRecords(row["topic"], int(row["partition"]), offsets, keys, values)
             reports.append(TaskRunner(settings, int(row["partition"])).run(records))
     if reports:
         yield _report_batch(reports)

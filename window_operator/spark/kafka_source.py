@@ -103,6 +103,7 @@ __all__ = [
     "builtin_kafka_available",
     "kafka_end_offsets",
     "read_kafka_stream",
+    "read_messages",
     "read_partition",
     "read_range",
 ]
@@ -462,8 +463,8 @@ def read_range(
     *,
     poll_timeout_ms: int = _DEFAULT_POLL_TIMEOUT_MS,
     arrow_batch_size: int = _DEFAULT_ARROW_BATCH,
-) -> Iterator[Any]:
-    """Arrow record batches of exactly the records ``start <= offset < until`` (a range row).
+) -> Iterator[list[Any]]:
+    """Exactly the records ``start <= offset < until`` (a range row), as message lists.
 
     ``consumer_config`` needs ``bootstrap.servers``; the rest is filled in as the
     source's own reads do (no commits, partition EOF, ``read_committed``).
@@ -480,7 +481,7 @@ def read_range(
         "auto.offset.reset": "error",
     }
     conf.setdefault("isolation.level", "read_committed")
-    return read_partition(
+    return read_messages(
         KafkaInputPartition(
             topic=topic,
             partition=partition,
@@ -505,11 +506,17 @@ def read_partition(p: KafkaInputPartition) -> Iterator[Any]:
     end of the partition at or beyond ``until``; never counts records. Raises
     :class:`KafkaSourceError` if the broker delivers nothing for ``poll_timeout_ms``.
     """
+    schema = _arrow_schema()
+    for msgs in read_messages(p):
+        yield _record_batch(msgs, p.topic, p.partition, schema)
+
+
+def read_messages(p: KafkaInputPartition) -> Iterator[list[Any]]:
+    """The records of ``p``'s range as lists of confluent-kafka messages (see read_partition)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     if p.start != EARLIEST and p.start >= p.until:
         return
-    schema = _arrow_schema()
     until = p.until
     batch_rows = max(1, p.arrow_batch_size)
     timeout_s = p.poll_timeout_ms / 1000.0
@@ -564,7 +571,7 @@ def read_partition(p: KafkaInputPartition) -> Iterator[Any]:
                         next_offset = msgs[-1].offset() + 1
                         pending.extend(msgs)
                 if len(pending) >= batch_rows or (done and pending):
-                    yield _record_batch(pending, p.topic, p.partition, schema)
+                    yield pending
                     pending = []
             if not done and time.monotonic() > deadline:
                 raise KafkaSourceError(
