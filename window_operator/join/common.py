@@ -1,0 +1,72 @@
+"""Shared vocabulary of the join package: sides, message positions and array types."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+__all__ = [
+    "EMPTY",
+    "LEFT",
+    "MAX_OFFSET",
+    "MAX_PARTITION",
+    "POSITION_BITS",
+    "RIGHT",
+    "BoolArray",
+    "IntArray",
+    "ObjArray",
+    "UnknownSourceError",
+    "dumps",
+    "message_position",
+    "obj_array",
+]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+ObjArray = npt.NDArray[np.object_]
+
+#: Side indexes.
+LEFT = 0
+RIGHT = 1
+
+#: Bits of a message position taken by the offset; the partition is above them.
+POSITION_BITS = 48
+MAX_OFFSET = (1 << POSITION_BITS) - 1
+MAX_PARTITION = (1 << (63 - POSITION_BITS)) - 1
+
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def message_position(partition: int, offset: int) -> int:
+    """The position of a message in its input: ``partition * 2**48 + offset``."""
+    if not 0 <= partition <= MAX_PARTITION or not 0 <= offset <= MAX_OFFSET:
+        raise ValueError(
+            f"partition {partition} / offset {offset} out of range: partitions must be in "
+            f"[0, {MAX_PARTITION}] and offsets in [0, {MAX_OFFSET}]"
+        )
+    return (partition << POSITION_BITS) | offset
+
+
+class UnknownSourceError(ValueError):
+    """A source name that is neither ``join.left.name`` nor ``join.right.name``."""
+
+
+def dumps(value: Any) -> bytes:
+    """``orjson.dumps`` copied into an exact-size object.
+
+    orjson returns its oversized output buffer shrunk in place; keeping millions of
+    those alive fragments the heap so badly that each call costs several times more
+    than the copy does.
+    """
+    return bytes(memoryview(orjson.dumps(value)))
+
+
+def obj_array(values: Sequence[Any]) -> ObjArray:
+    """``values`` as a one-dimensional object array (never split into sub-arrays)."""
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr

@@ -1,0 +1,287 @@
+"""Join input: decoding one input's records into columns of join key, event time and the
+JSON of the record carried into results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from stores.keys import MAX_I64, MIN_I64, FieldValue
+from window_operator.config import JoinInputConfig
+from window_operator.events import MAX_KEY_BYTES, RecordDecoder, RecordRejected
+from window_operator.join.common import IntArray, dumps
+from window_operator.results import ErrorCode, ErrorRecord
+
+__all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRows"]
+
+#: Event times the decoder accepts (as :class:`~window_operator.events.RecordDecoder`).
+_MAX_ABS_TS = 2**61
+
+
+@dataclass(slots=True)
+class JoinRows:
+    """Decoded messages of one input, in arrival order, one column per attribute.
+
+    ``keys[i]`` is the join key: the value of the single ``on`` field, else the tuple of
+    the values (``()`` without equal fields); values are ``int`` or ``str``.
+    ``records[i]`` is the JSON of the record carried into results. ``offset`` ``-1``
+    means "the next offset of the partition". ``wall_ms`` is the arrival wall clock
+    (``None``: not known; a negative entry: the event time stands in, as in
+    ``simulate``).
+    """
+
+    keys: list[Any]
+    ts: IntArray
+    records: list[bytes]
+    partition: IntArray
+    offset: IntArray
+    wall_ms: IntArray | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def from_columns(
+        cls,
+        keys: Sequence[Any],
+        ts: Sequence[int] | IntArray,
+        records: Sequence[bytes],
+        *,
+        partition: int | Sequence[int] | IntArray = 0,
+        offset: Sequence[int] | IntArray | None = None,
+        wall_ms: Sequence[int] | IntArray | None = None,
+    ) -> JoinRows:
+        """Build rows from columns; raises ``ValueError`` when lengths differ."""
+        n = len(keys)
+        part = (
+            np.full(n, partition, dtype=np.int64)
+            if isinstance(partition, int)
+            else np.asarray(partition, dtype=np.int64)
+        )
+        off = np.full(n, -1, dtype=np.int64) if offset is None else np.asarray(offset, np.int64)
+        wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)
+        rows = cls(list(keys), np.asarray(ts, dtype=np.int64), list(records), part, off, wall)
+        for name, col in (
+            ("ts", rows.ts),
+            ("records", rows.records),
+            ("partition", part),
+            ("offset", off),
+        ):
+            if len(col) != n:
+                raise ValueError(f"column {name} has {len(col)} rows, keys have {n}")
+        if wall is not None and len(wall) != n:
+            raise ValueError(f"column wall_ms has {len(wall)} rows, keys have {n}")
+        return rows
+
+
+@dataclass(slots=True)
+class JoinDecodeResult:
+    """Decoded rows, the rejected records, and for each kept row its input index."""
+
+    rows: JoinRows
+    errors: list[ErrorRecord]
+    kept: list[int]
+
+
+class JoinDecoder:
+    """Turns one input's records (dicts) into :class:`JoinRows`.
+
+    The timestamp is read as for aggregation jobs. Each ``on`` field must be present
+    (``MISSING_FIELD``) and not null (``MISSING_FIELD``: a null never equals anything, so
+    such a record could never join), and be a string or an integer (``WRONG_TYPE``;
+    booleans and floats are refused so that ``1``, ``1.0`` and ``true`` cannot be
+    confused). The carried record is the whole input record, or only
+    ``join.<side>.fields`` (absent ones as null).
+    """
+
+    def __init__(self, side: JoinInputConfig, on: Sequence[str]) -> None:
+        self.name = side.name
+        self.topic = side.topic_name
+        self.on = tuple(on)
+        self.fields = side.fields
+        self._ts = RecordDecoder(
+            key_field=None, timestamp_field=side.timestamp, timestamp_unit=side.timestamp_unit
+        )
+
+    def _field(self, record: Mapping[str, Any], name: str) -> FieldValue:
+        if name not in record:
+            raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing join field {name!r}")
+        v = record[name]
+        cls = v.__class__
+        if cls is int:
+            if not MIN_I64 <= v <= MAX_I64:
+                raise RecordRejected(
+                    ErrorCode.WRONG_TYPE, f"join field {name!r} is out of the 64-bit range"
+                )
+            return int(v)
+        if cls is str:
+            try:
+                size = len(v.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise RecordRejected(
+                    ErrorCode.BAD_KEY, f"join field {name!r} is not valid Unicode"
+                ) from None
+            if size > MAX_KEY_BYTES:
+                raise RecordRejected(
+                    ErrorCode.BAD_KEY,
+                    f"join field {name!r} is {size} bytes; the limit is {MAX_KEY_BYTES}",
+                )
+            return str(v)
+        if v is None:
+            raise RecordRejected(
+                ErrorCode.MISSING_FIELD, f"join field {name!r} is null (a null never joins)"
+            )
+        raise RecordRejected(
+            ErrorCode.WRONG_TYPE,
+            f"join field {name!r} must be a string or an integer, got {type(v).__name__}",
+        )
+
+    def decode_one(self, record: Any) -> tuple[Any, int, bytes]:
+        """``(join key, event time, record JSON)`` or raise :class:`RecordRejected`."""
+        if not isinstance(record, dict):
+            raise RecordRejected(
+                ErrorCode.NOT_AN_OBJECT,
+                f"record must be a JSON object, got {type(record).__name__}",
+            )
+        ts_field = self._ts.timestamp_field
+        if ts_field not in record:
+            raise RecordRejected(
+                ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}"
+            )
+        ts = self._ts.timestamp_ms(record[ts_field])
+        on = self.on
+        key: Any
+        if len(on) == 1:
+            key = self._field(record, on[0])
+        else:
+            key = tuple(self._field(record, f) for f in on)
+        if self.fields is None:
+            rec = dumps(record)
+        else:
+            rec = dumps({f: record.get(f) for f in self.fields})
+        return key, ts, rec
+
+    def decode_records(
+        self,
+        records: Sequence[Any],
+        *,
+        partitions: Sequence[int] | IntArray | None = None,
+        offsets: Sequence[int] | IntArray | None = None,
+        wall_ms: Sequence[int] | IntArray | None = None,
+        default_partition: int = 0,
+    ) -> JoinDecodeResult:
+        """Decode records; bad ones become error records (with their partition/offset)."""
+        n = len(records)
+        decoded = self._decode_clean(records)
+        if decoded is not None:
+            keys, tss, recs = decoded
+            kept = list(range(n))
+            errors: list[ErrorRecord] = []
+        else:
+            keys, tss, recs, kept, errors = self._decode_each(
+                records, partitions, offsets, default_partition
+            )
+        everything = len(kept) == n
+        part = (
+            np.full(len(kept), default_partition, dtype=np.int64)
+            if partitions is None
+            else np.asarray(partitions, dtype=np.int64)
+        )
+        off_arr = (
+            np.full(len(kept), -1, dtype=np.int64)
+            if offsets is None
+            else np.asarray(offsets, dtype=np.int64)
+        )
+        wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)
+        if not everything:
+            if partitions is not None:
+                part = part[kept]
+            if offsets is not None:
+                off_arr = off_arr[kept]
+            if wall is not None:
+                wall = wall[kept]
+        rows = JoinRows(keys, np.asarray(tss, dtype=np.int64), recs, part, off_arr, wall)
+        return JoinDecodeResult(rows, errors, kept)
+
+    def _decode_clean(
+        self, records: Sequence[Any]
+    ) -> tuple[list[Any], list[int], list[bytes]] | None:
+        """Column-wise decoding of a chunk in the common shape, or ``None``.
+
+        The shape: dicts with an integer ms timestamp and one join field holding an int
+        or a short ASCII string, carried whole. Any other chunk goes record by record
+        (:meth:`_decode_each`), which gives the same rows and explains every rejection.
+        """
+        if self._ts.timestamp_unit != "ms" or len(self.on) != 1 or self.fields is not None:
+            return None
+        if not all(r.__class__ is dict for r in records):
+            return None
+        ts_field, on0 = self._ts.timestamp_field, self.on[0]
+        try:
+            tss = [r[ts_field] for r in records]
+            keys = [r[on0] for r in records]
+        except KeyError:
+            return None
+        if not all(t.__class__ is int for t in tss):
+            return None
+        try:
+            ts_arr = np.asarray(tss, dtype=np.int64)
+        except OverflowError:
+            return None
+        if len(ts_arr) and int(np.abs(ts_arr).max()) >= _MAX_ABS_TS:
+            return None
+        if all(k.__class__ is int for k in keys):
+            try:
+                np.asarray(keys, dtype=np.int64)
+            except OverflowError:
+                return None
+        elif not all(k.__class__ is str and k.isascii() and len(k) <= MAX_KEY_BYTES for k in keys):
+            return None
+        return keys, tss, [dumps(r) for r in records]
+
+    def _decode_each(
+        self,
+        records: Sequence[Any],
+        partitions: Sequence[int] | IntArray | None,
+        offsets: Sequence[int] | IntArray | None,
+        default_partition: int,
+    ) -> tuple[list[Any], list[int], list[bytes], list[int], list[ErrorRecord]]:
+        keys: list[Any] = []
+        tss: list[int] = []
+        recs: list[bytes] = []
+        kept: list[int] = []
+        errors: list[ErrorRecord] = []
+        decode = self.decode_one
+        for i, record in enumerate(records):
+            try:
+                k, t, r = decode(record)
+            except RecordRejected as rej:
+                off = None if offsets is None else int(offsets[i])
+                errors.append(
+                    ErrorRecord(
+                        code=rej.code,
+                        reason=rej.reason,
+                        partition=(default_partition if partitions is None else int(partitions[i])),
+                        offset=None if off is None or off < 0 else off,
+                        raw=_raw(record),
+                        topic=self.topic,
+                    )
+                )
+                continue
+            keys.append(k)
+            tss.append(t)
+            recs.append(r)
+            kept.append(i)
+        return keys, tss, recs, kept, errors
+
+
+def _raw(record: Any) -> bytes:
+    try:
+        return orjson.dumps(record)
+    except TypeError:
+        return repr(record).encode()
