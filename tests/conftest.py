@@ -58,12 +58,17 @@ def kafka_bootstrap() -> Iterator[str]:
         yield existing
         return
     from window_operator.broker import LocalBroker
+    from window_operator.task import close_producers
 
     with LocalBroker() as broker:
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
         try:
             yield broker.bootstrap_servers
         finally:
+            close_producers()  # their threads would log failed reconnects after the broker
+            import gc
+
+            gc.collect()  # and the tests' own clients, before the broker stops
             os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
 
 

@@ -61,6 +61,7 @@ __all__ = [
     "TaskRunner",
     "TaskSettings",
     "changelog_topic",
+    "close_producers",
     "crash_point",
 ]
 
@@ -211,6 +212,13 @@ def _producer(config: Mapping[str, Any]) -> Any:
     if producer is None:
         producer = _PRODUCERS[key] = Producer(dict(config))
     return producer
+
+
+def close_producers(timeout_s: float = 5.0) -> None:
+    """Flush and forget the cached producers (before their broker goes away)."""
+    for producer in _PRODUCERS.values():
+        producer.flush(timeout_s)
+    _PRODUCERS.clear()
 
 
 def _drop_producer(config: Mapping[str, Any]) -> None:
