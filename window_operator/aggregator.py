@@ -35,11 +35,12 @@ from stores.keys import decode_i64, decode_str, encode_i64, prefix_upper_bound
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
+from window_operator.clock import OutputBuffer, PartitionClock
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder, RecordRejected
 from window_operator.frames import FRAME_TAG, WINDOW_TAG, FrameCache, KeyTable, PendingMessage
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.positions import assign_offsets, fresh_mask
-from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch, WindowResult
+from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch
 from window_operator.windows import TimeWindowing
 
 __all__ = ["StepStats", "StoredWindow", "WindowedAggregator"]
@@ -81,7 +82,7 @@ class _WindowMeta:
     pending: bool
 
 
-class WindowedAggregator:
+class WindowedAggregator(PartitionClock, OutputBuffer):
     """A task's tumbling / hopping window aggregation over RocksDB."""
 
     def __init__(
@@ -216,23 +217,6 @@ class WindowedAggregator:
             elif self._now >= self._last_early + p.early_period:
                 self._emit_early()
                 self._last_early = self._now
-
-    def get_result(self) -> list[WindowResult]:
-        """Hand over (and forget) every window result produced so far."""
-        out: list[WindowResult] = []
-        for b in self.take_result_batches():
-            out.extend(b.to_results())
-        return out
-
-    def take_result_batches(self) -> list[ResultBatch]:
-        """Hand over the pending results in columnar form (the hot-path variant)."""
-        out, self._results = self._results, []
-        return out
-
-    def get_errors(self) -> list[ErrorRecord]:
-        """Hand over (and forget) the rejected input records."""
-        out, self._errors = self._errors, []
-        return out
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Persist state and checkpoint atomically; expire and evict; return the writes.
@@ -544,34 +528,6 @@ class WindowedAggregator:
             m = int(off[part == p].max())
             if m > self._offsets.get(p, -1):
                 self._offsets[p] = m
-
-    def _advance_max_ts(self, part: IntArray, ts: IntArray) -> None:
-        for p in np.unique(part).tolist():
-            m = int(ts[part == p].max())
-            if m > self._max_ts.get(p, NO_WATERMARK):
-                self._max_ts[p] = m
-
-    def _note_wall(self, part: IntArray, wall: IntArray) -> None:
-        self._now = max(self._now, int(wall.max()))
-        for p in np.unique(part).tolist():
-            self._last_active[p] = max(
-                self._last_active.get(p, NO_WATERMARK), int(wall[part == p].max())
-            )
-
-    def _coalesced_watermark(self) -> int:
-        """Min over partitions of (max event time - allowed lateness), idle ones excluded."""
-        if not self._max_ts:
-            return NO_WATERMARK
-        idle = self.policy.idle_timeout
-        lateness = self.policy.allowed_lateness
-        active = [
-            ts
-            for p, ts in self._max_ts.items()
-            if idle is None or self._now < self._last_active.get(p, self._now) + idle
-        ]
-        if not active:  # every partition idle: the freshest one leads
-            active = [max(self._max_ts.values())]
-        return min(active) - lateness
 
     def _advance_watermark(self, wm: int) -> None:
         wm_before = self._wm

@@ -17,10 +17,11 @@ from stores.keys import encode_i64, encode_str, prefix_upper_bound
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.aggregator import StepStats, StoredWindow
 from window_operator.aggset import AggregationSet
+from window_operator.clock import OutputBuffer
 from window_operator.config import SessionWindow
 from window_operator.events import EventBatch, RecordDecoder, RecordRejected
 from window_operator.policies import END_OF_TIME, EmitPolicy, LateMode
-from window_operator.results import ErrorRecord, ResultBatch, WindowResult
+from window_operator.results import ErrorRecord
 from window_operator.session.checkpoint import CHECKPOINT_KEY, SessionCheckpoint
 from window_operator.session.expiry import SessionExpiry
 from window_operator.session.ingest import SessionIngest
@@ -37,7 +38,9 @@ def _raw(message: Any) -> bytes:
         return repr(message).encode()
 
 
-class SessionAggregator(SessionIngest, SessionPersistence, SessionExpiry, SessionCheckpoint):
+class SessionAggregator(
+    SessionIngest, SessionPersistence, SessionExpiry, SessionCheckpoint, OutputBuffer
+):
     """A task's session window aggregation over RocksDB (time or tuple sessions).
 
     Implements :class:`~window_operator.operator.WindowOperator`.
@@ -158,23 +161,6 @@ class SessionAggregator(SessionIngest, SessionPersistence, SessionExpiry, Sessio
             elif self._now >= self._last_early + p.early_period:
                 self._emit_early()
                 self._last_early = self._now
-
-    def get_result(self) -> list[WindowResult]:
-        """Hand over (and forget) every window result produced so far."""
-        out: list[WindowResult] = []
-        for b in self.take_result_batches():
-            out.extend(b.to_results())
-        return out
-
-    def take_result_batches(self) -> list[ResultBatch]:
-        """Hand over the pending results in columnar form (RETRACTs before replacements)."""
-        out, self._results = self._results, []
-        return out
-
-    def get_errors(self) -> list[ErrorRecord]:
-        """Hand over (and forget) the rejected input records."""
-        out, self._errors = self._errors, []
-        return out
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Persist changed sessions and the checkpoint atomically; expire; evict.
