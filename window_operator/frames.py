@@ -40,6 +40,9 @@ BoolArray = npt.NDArray[np.bool_]
 FRAME_TAG = b"F"
 WINDOW_TAG = b"W"
 _RECORD_VERSION = 1
+#: High bit of a record's version byte: the frame changed since the last EARLY results,
+#: so that a restarted task still emits them.
+_EARLY_DIRTY = 0x80
 _LEN = struct.Struct(">I")
 _MIN_I64_BYTES = encode_i64(-(2**63))
 
@@ -238,8 +241,9 @@ class FrameCache:
         return b"".join(parts)
 
     def _decode_into(self, slot: int, data: bytes) -> None:
-        if data[0] != _RECORD_VERSION:
+        if data[0] & 0x7F != _RECORD_VERSION:
             raise ValueError(f"unknown frame record version {data[0]}")
+        self.early_dirty[slot] = bool(data[0] & _EARLY_DIRTY)
         width = self.aggs.width * 8
         self.acc[slot] = np.frombuffer(data, dtype=np.float64, count=self.aggs.width, offset=1)
         pos = 1 + width
@@ -324,13 +328,15 @@ class FrameCache:
         kids = self.keys.ids_of(names)
         width = 1 + self.aggs.width * 8
         raw = np.frombuffer(b"".join(v for _, v in items), dtype=np.uint8)
-        if len(raw) != n * width or (raw[::width] != _RECORD_VERSION).any():
+        heads = raw[::width]
+        if len(raw) != n * width or ((heads & 0x7F) != _RECORD_VERSION).any():
             raise ValueError("frame records of an unexpected layout in the store")
         slots = self.allocate_many(
             kids, frames, list(zip(kids.tolist(), frames.tolist(), strict=True))
         )
         rows = raw.reshape(n, width)[:, 1:].copy().view(np.float64)
         self.acc[slots] = rows
+        self.early_dirty[slots] = (heads & _EARLY_DIRTY) != 0
         return n
 
     def persist(self, batch: StoreBatch) -> int:
@@ -346,7 +352,7 @@ class FrameCache:
             # version byte + float64 row, built for all records at once
             width = 1 + self.aggs.width * 8
             buf = np.empty((n, width), dtype=np.uint8)
-            buf[:, 0] = _RECORD_VERSION
+            buf[:, 0] = _RECORD_VERSION | (self.early_dirty[slots].astype(np.uint8) << 7)
             buf[:, 1:] = np.ascontiguousarray(self.acc[slots]).view(np.uint8).reshape(n, -1)
             data = buf.tobytes()
             if self.aggs.objects:

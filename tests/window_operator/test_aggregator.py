@@ -354,3 +354,17 @@ def test_one_by_one_and_batch_store_identical_frames(tmp_path: Path) -> None:
     assert len(frames(one)) > 0
     one.close()
     batch.close()
+
+
+def test_early_results_survive_a_restart(tmp_path: Path) -> None:
+    runtime = runtime_for(emit={"early": "2s", "late": "per_arrival"})
+    agg = runtime.open_task(tmp_path)
+    agg.add_message({"k": "a", "ts": 1 * S}, wall_ms=100 * S)
+    agg.timeout(100 * S)  # starts the early clock
+    agg.add_message({"k": "a", "ts": 2 * S}, wall_ms=101 * S)
+    agg.close()  # the frame changed since the last EARLY results: that is persisted
+    agg = runtime.open_task(tmp_path)
+    agg.timeout(103 * S)
+    (early,) = agg.get_result()
+    assert (early.kind, early.update_seq, early.values["n"]) == (Kind.EARLY, 0, 2)
+    agg.close()
