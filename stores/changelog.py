@@ -183,6 +183,9 @@ class RestoreResult:
     batches: int = 0
     position: int = 0
     uncommitted: list[tuple[ColumnFamily, bytes]] = field(default_factory=list)
+    #: The local store claims more than the changelog holds (the topic was recreated,
+    #: or the store belongs to another run): it cannot be trusted.
+    ahead: bool = False
 
 
 def restore_from_changelog(
@@ -219,7 +222,10 @@ def restore_from_changelog(
     consumer = Consumer(conf)
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        if high <= start:
+        if high < start:
+            result.ahead = True
+            return result
+        if high == start:
             return result
         begin = max(start, low)
         first = begin if begin > 0 else OFFSET_BEGINNING

@@ -35,7 +35,6 @@ import numpy as np
 from stores.changelog import (
     ChangelogWriter,
     RestoreResult,
-    local_position,
     restore_from_changelog,
     set_local_position,
 )
@@ -247,7 +246,7 @@ class TaskRunner:
             self.settings.changelog_topic,
             self.task,
         )
-        if result.position < local_position(store):
+        if result.ahead:
             # The local store is ahead of its changelog (topic recreated, or a store
             # from another run): it cannot be trusted. Rebuild from the changelog.
             store.close()

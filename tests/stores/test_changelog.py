@@ -164,3 +164,24 @@ def test_restore_catches_up_incrementally_from_the_local_position(
     assert restore_from_changelog(follower, conf, topic, 0).batches == 0
     leader.close()
     follower.close()
+
+
+def test_a_store_ahead_of_its_changelog_is_reported(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], producer: Any
+) -> None:
+    conf = {"bootstrap.servers": kafka_bootstrap}
+    topic = make_topic(kafka_bootstrap, unique_name("changelog"))
+    store = TaskStore(tmp_path / "a")
+    for n in range(3):
+        b = StoreBatch()
+        b.put(ColumnFamily.WINDOW_META, b"k%d" % n, b"v")
+        commit_logged(store, ChangelogWriter(producer, topic, 0), b, n)
+    # the same store against a new, shorter changelog (e.g. the topic was recreated)
+    other = make_topic(kafka_bootstrap, unique_name("changelog"))
+    b = StoreBatch()
+    b.put(ColumnFamily.WINDOW_META, b"x", b"v")
+    b.put(ColumnFamily.CHECKPOINT, b"task", b"cp")
+    ChangelogWriter(producer, other, 0).log(b, store, batch_number=0, source_offsets={})
+    assert restore_from_changelog(store, conf, other, 0).ahead
+    assert not restore_from_changelog(store, conf, topic, 0).ahead
+    store.close()
