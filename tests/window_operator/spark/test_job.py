@@ -190,3 +190,56 @@ def test_session_windows_end_to_end_with_retractions_as_tombstones(
             prev = t
         expected[(k, start, prev + gap)] = n
     assert got == expected
+
+
+def test_timers_fire_without_new_input(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A batched LATE result goes out on a timer tick after the input has gone quiet."""
+    import time
+
+    topic = unique_name("clicks-quiet")
+    create_topic(kafka_bootstrap, topic, 1)
+    base = 1_700_000_000_000
+    events = [
+        {"page": "/a", "ts": base + 1_000, "latency_ms": 1.0},
+        {"page": "/a", "ts": base + 30_000, "latency_ms": 1.0},  # the first window fires
+        {"page": "/a", "ts": base + 100_000, "latency_ms": 1.0},
+    ]
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        window={"type": "tumbling", "size": "10s"},
+        watermark={"allowed_lateness": "0s"},
+        emit={"late": "2s"},
+        spark={"trigger": "1s", "max_offsets_per_trigger": None},
+    )
+    job = StreamingJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+    job.start()
+    try:
+        produce(kafka_bootstrap, topic, events, partitions=1)
+        deadline = time.monotonic() + 60
+        while job.run_totals.totals.get("applied", 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # a late event for the window [1_700_000_000_000, +10s), then silence
+        produce(
+            kafka_bootstrap,
+            topic,
+            [{"page": "/a", "ts": base + 2_000, "latency_ms": 1.0}],
+            partitions=1,
+        )
+        late = []
+        while not late and time.monotonic() < deadline:
+            time.sleep(0.5)
+            msgs = read_topic(kafka_bootstrap, config.output.topic)
+            late = [
+                orjson.loads(m.value())
+                for m in msgs
+                if m.value() is not None and orjson.loads(m.value())["kind"] == "LATE"
+            ]
+        assert late, "no LATE result without new input"
+        assert late[0]["values"]["clicks"] == 2 and late[0]["window_start"] == base
+        assert job.run_totals.ticks > 0  # it was a timer-only pass that sent it
+    finally:
+        job.stop()
