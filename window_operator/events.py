@@ -349,69 +349,15 @@ class RecordDecoder:
         )
         return DecodeResult(batch, errors, kept)
 
-    def decode_json(
-        self,
-        payloads: Sequence[bytes],
-        *,
-        partitions: Sequence[int] | None = None,
-        offsets: Sequence[int] | None = None,
-        wall_ms: Sequence[int] | None = None,
-        default_partition: int = 0,
-    ) -> DecodeResult:
-        """Parse JSON payloads and decode them; unparseable ones become BAD_JSON errors."""
-        records: list[Any] = []
-        bad: list[tuple[int, str]] = []
-        loads = orjson.loads
-        for i, p in enumerate(payloads):
-            try:
-                records.append(loads(p))
-            except orjson.JSONDecodeError as exc:
-                records.append(_BadJson)
-                bad.append((i, str(exc)))
-        result = self.decode_records(
-            records,
-            partitions=partitions,
-            offsets=offsets,
-            raws=list(payloads),
-            wall_ms=wall_ms,
-            default_partition=default_partition,
-        )
-        if bad:
-            # decode_records rejected the placeholders as NOT_AN_OBJECT; say what was wrong.
-            reasons = dict(bad)
-            fixed = []
-            for err, i in zip(
-                result.errors, _error_indices(len(records), result.kept), strict=True
-            ):
-                if i in reasons:
-                    err = ErrorRecord(
-                        code=ErrorCode.BAD_JSON,
-                        reason=f"invalid JSON: {reasons[i]}",
-                        partition=err.partition,
-                        offset=err.offset,
-                        raw=err.raw,
-                    )
-                fixed.append(err)
-            result.errors = fixed
-        return result
-
 
 class _Missing:
     __slots__ = ()
 
 
 _MISSING: Any = _Missing()
-_BadJson: Any = _Missing()
-
-
-def _error_indices(n: int, kept: list[int]) -> list[int]:
-    keep = set(kept)
-    return [i for i in range(n) if i not in keep]
 
 
 def _show(value: Any) -> str:
-    if value is _BadJson:
-        return "invalid JSON"
     kind = {str: "string", bool: "boolean", list: "array", dict: "object"}.get(
         type(value), type(value).__name__
     )
@@ -424,8 +370,6 @@ def _show(value: Any) -> str:
 
 
 def _raw_of(record: Any) -> bytes | None:
-    if record is _BadJson:
-        return None
     try:
         return orjson.dumps(record)
     except TypeError:

@@ -19,7 +19,7 @@ Message Store (key-first, for full-state operations)::
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,9 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from stores.keys import decode_i64, encode_i64, encode_str, prefix_upper_bound
+from stores.keys import decode_i64, decode_str, encode_i64, encode_str, prefix_upper_bound
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
 
 __all__ = ["FRAME_TAG", "WINDOW_TAG", "FrameCache", "KeyTable", "PendingMessage"]
@@ -277,8 +278,6 @@ class FrameCache:
         return self.keys.encoded[kid] + encode_i64(ts) + encode_i64(partition) + encode_i64(offset)
 
     def _load_messages(self, slot: int, kid: int, frame: int) -> None:
-        from window_operator.aggregations.base import Ordering
-
         objs = self.objs[slot]
         assert objs is not None
         prefix = self.keys.encoded[kid]
@@ -304,7 +303,7 @@ class FrameCache:
         n = 0
         for k, v in self.store.scan(ColumnFamily.WINDOW_META, lo, hi):
             frame = decode_i64(k, 1)
-            key, _ = _decode_str(k, 9)
+            key, _ = decode_str(k, 9)
             kid = self.keys.id_of(key)
             if (kid, frame) in self.slot_of:
                 continue
@@ -323,7 +322,7 @@ class FrameCache:
         n = len(items)
         frames = np.fromiter((decode_i64(k, 1) for k, _ in items), dtype=np.int64, count=n)
         names = [
-            k[9:-2].decode() if b"\x00" not in k[9:-2] else _decode_str(k, 9)[0] for k, _ in items
+            k[9:-2].decode() if b"\x00" not in k[9:-2] else decode_str(k, 9)[0] for k, _ in items
         ]
         kids = self.keys.ids_of(names)
         width = 1 + self.aggs.width * 8
@@ -390,7 +389,7 @@ class FrameCache:
             )
             expiring: set[int] = set()
             for k, _ in self.store.scan(ColumnFamily.WINDOW_META, lo, end):
-                expiring.add(self.keys.id_of(_decode_str(k, 9)[0]))
+                expiring.add(self.keys.id_of(decode_str(k, 9)[0]))
             mem = np.flatnonzero((self.kid >= 0) & (self.frame <= cutoff_frame))
             expiring.update(self.kid[mem].tolist())
             msg_end = encode_i64(cutoff_frame + self.step)
@@ -402,17 +401,3 @@ class FrameCache:
             ]
         batch.delete_range(ColumnFamily.WINDOW_META, FRAME_TAG + _MIN_I64_BYTES, end)
         self.release_many(np.flatnonzero((self.kid >= 0) & (self.frame <= cutoff_frame)))
-
-    def live_slots(self) -> IntArray:
-        """Slots currently holding a frame."""
-        return np.flatnonzero(self.kid >= 0)
-
-    def stored_frames(self, kid: int, frames: Iterable[int]) -> list[int]:
-        """Slots for the given frames of one key, loading them as needed (``-1`` if absent)."""
-        return self.get_or_load([(kid, f) for f in frames])
-
-
-def _decode_str(data: bytes, pos: int) -> tuple[str, int]:
-    from stores.keys import decode_str
-
-    return decode_str(data, pos)

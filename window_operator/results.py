@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,11 +121,3 @@ class ErrorRecord:
             "offset": self.offset,
             "raw": None if self.raw is None else self.raw.decode("utf-8", "replace"),
         }
-
-
-def concat_results(batches: Sequence[ResultBatch]) -> list[WindowResult]:
-    """Materialize several result batches in order."""
-    out: list[WindowResult] = []
-    for b in batches:
-        out.extend(b.to_results())
-    return out
