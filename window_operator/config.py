@@ -444,10 +444,15 @@ class WatermarkConfig(_Frozen):
     ``allowed_lateness`` (ms) bounds out-of-orderness: the watermark is the maximum event
     time seen minus it. ``idle_timeout`` (ms) lets an input partition that has been idle
     that long stop holding the watermark back; ``None`` means it holds it back forever.
+    ``max_future`` (ms, default one day; ``off`` = no limit) guards against far-future
+    event times: an event dated more than this ahead of its record's arrival time (the
+    Kafka record timestamp; ``wall_ms`` in ``simulate``) is rejected as
+    ``FUTURE_TIMESTAMP`` and never moves the watermark.
     """
 
     allowed_lateness: Duration = 0
     idle_timeout: OptionalPositiveDuration = None
+    max_future: OptionalPositiveDuration = 86_400_000
 
     @property
     def allowed_lateness_ms(self) -> int:
