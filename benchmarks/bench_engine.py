@@ -72,7 +72,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from window_operator.aggregator import WindowedAggregator
+from window_operator.timewindows import WindowedAggregator
 from window_operator.config import parse_config
 from window_operator.events import EventBatch
 from window_operator.job import build_runtime

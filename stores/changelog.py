@@ -21,10 +21,11 @@ local-only key of the checkpoint column family: it is never logged.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stores.errors import StoreError
 from stores.rocks import ColumnFamily, Mutation, MutationKind, StoreBatch, TaskStore
 
 __all__ = [
@@ -52,7 +53,7 @@ LOCAL_POSITION_KEY = b"\x00changelog-position"
 _I64 = struct.Struct(">q")
 
 
-class ChangelogError(RuntimeError):
+class ChangelogError(StoreError):
     """A changelog record could not be written or read."""
 
 
@@ -106,7 +107,7 @@ class ChangelogWriter:
         store: TaskStore,
         *,
         batch_number: int,
-        source_offsets: Mapping[int, int],
+        source_offsets: Iterable[tuple[tuple[int, int], int]],
         extra: Sequence[tuple[ColumnFamily, bytes, bytes | None]] = (),
     ) -> int:
         """Log ``extra`` records then ``batch`` (marker last); wait for acks.
@@ -121,7 +122,7 @@ class ChangelogWriter:
         delivery = _Delivery()
         common = [
             ("batch", str(batch_number).encode()),
-            ("offsets", orjson.dumps({str(p): o for p, o in source_offsets.items()})),
+            ("offsets", orjson.dumps([[s, p, o] for (s, p), o in sorted(source_offsets)])),
         ]
         headers = {cf: [("cf", cf.value.encode()), *common] for cf in ColumnFamily}
         produce = self.producer.produce

@@ -64,6 +64,8 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple, SupportsIndex, cast
 
+from stores.errors import StoreError
+
 __all__ = [
     "FIELD_INT",
     "FIELD_STR",
@@ -135,7 +137,7 @@ _FIELD_INT_BYTE = bytes((FIELD_INT,))
 _FIELD_STR_BYTE = bytes((FIELD_STR,))
 
 
-class KeyEncodingError(ValueError):
+class KeyEncodingError(StoreError, ValueError):
     """A value cannot be encoded as a key part, or bytes are not a valid encoded key."""
 
 

@@ -23,9 +23,12 @@ from typing import Any
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
+from stores.errors import StoreError
+
 __all__ = [
     "BulkPut",
     "ColumnFamily",
+    "KeyRange",
     "Mutation",
     "MutationKind",
     "StoreBatch",
@@ -79,7 +82,16 @@ class _Scan:
         return item
 
 
-class StoreClosedError(RuntimeError):
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    """The keys ``lo <= k < hi`` of one column family (``hi`` None: to the end)."""
+
+    cf: ColumnFamily
+    lo: bytes
+    hi: bytes | None
+
+
+class StoreClosedError(StoreError):
     """The store was used after :meth:`TaskStore.close`."""
 
 
@@ -117,6 +129,12 @@ class StoreBatch:
         """Delete every key in ``[start, end)``."""
         if start < end:
             self.entries.append(Mutation(MutationKind.DELETE_RANGE, cf, start, end))
+
+    def delete_keys(self, keys: KeyRange) -> None:
+        """Delete every key of a range (an unbounded range needs an upper bound here)."""
+        if keys.hi is None:
+            raise ValueError("a range delete needs an upper bound")
+        self.delete_range(keys.cf, keys.lo, keys.hi)
 
     def __iter__(self) -> Iterator[Mutation]:
         """Every mutation in order, bulk puts expanded."""
@@ -201,6 +219,10 @@ class TaskStore:
             read_opts.set_iterate_upper_bound(end)
         items = self._cfs[cf].items(from_key=start, read_opt=read_opts)
         return _Scan(items, (read_opts, end))
+
+    def scan_range(self, keys: KeyRange) -> Iterator[tuple[bytes, bytes]]:
+        """:meth:`scan` of a :class:`KeyRange`."""
+        return self.scan(keys.cf, keys.lo, keys.hi)
 
     def commit(self, batch: StoreBatch) -> None:
         """Apply every mutation of ``batch`` atomically (one RocksDB WriteBatch)."""

@@ -76,7 +76,8 @@ from window_operator.aggregator import StepStats, StoredWindow, WindowedAggregat
 from window_operator.aggset import AggregationSet
 from window_operator.config import CountWindow, OffsetsWindow
 from window_operator.events import EventBatch, RecordDecoder, RecordRejected
-from window_operator.frames import KeyTable
+from window_operator.kernel import CHECKPOINT_KEY, InputPosition
+from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.positions import assign_offsets, fresh_mask
 from window_operator.results import ErrorRecord, Kind, ResultBatch, WindowResult
@@ -92,7 +93,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-_CHECKPOINT_KEY = b"task"
+_CHECKPOINT_KEY = CHECKPOINT_KEY
 _RING_TAG = b"R"
 _RECORD_VERSION = 1
 _LEN = struct.Struct(">I")
@@ -306,7 +307,7 @@ class _Ring:
             ]
         )
 
-    def persist(self, batch: StoreBatch, keys: KeyTable) -> None:
+    def persist(self, batch: StoreBatch, keys: KeyTable[str]) -> None:
         """Write dirty slots and pending messages into ``batch``.
 
         Every record carries the key's message count: whenever the count changes, the
@@ -362,7 +363,7 @@ class _Ring:
                 parts.append(payload)
         return b"".join(parts)
 
-    def restore(self, store: TaskStore, keys: KeyTable) -> None:
+    def restore(self, store: TaskStore, keys: KeyTable[str]) -> None:
         """Load counts, ring slots and full-state messages written by :meth:`persist`."""
         dtype = self._record_dtype()
         records: list[tuple[int, int, bytes]] = []
@@ -407,7 +408,7 @@ class _Ring:
                 objs[j] = op.loads(value[pos : pos + length])
                 pos += length
 
-    def _load_messages(self, store: TaskStore, keys: KeyTable) -> None:
+    def _load_messages(self, store: TaskStore, keys: KeyTable[str]) -> None:
         k, step = self.k, self.step
         full = self.aggs.full_state
         ops = self.aggs.objects
@@ -467,7 +468,7 @@ class _KeyCountWindows:
         self._size = window.size
         self._step = window.step
         self._k = window.size // window.step
-        self.keys = KeyTable()
+        self.keys: KeyTable[str] = KeyTable()
         self.ring = _Ring(aggs, self._k, self._step)
         # checkpointed
         self._offsets: dict[int, int] = {}
@@ -997,7 +998,7 @@ class _OffsetWindows:
             store=store,
             use_deduct=use_deduct,
         )
-        parts = sorted(self._inner.offsets)
+        parts = sorted(pos.partition for pos in self._inner.offsets)
         if len(parts) > 1:
             raise IncompatibleStateError(
                 f"the state in {store.path} holds partitions {parts}; offsets windows "
@@ -1018,7 +1019,7 @@ class _OffsetWindows:
     @property
     def offsets(self) -> dict[int, int]:
         """Last applied offset of the operator's partition."""
-        return self._inner.offsets
+        return {pos.partition: o for pos, o in self._inner.offsets.items()}
 
     def _claim(self, partitions: Sequence[int]) -> None:
         """Take the partition of the first record; refuse any other (before any change)."""
@@ -1037,7 +1038,7 @@ class _OffsetWindows:
         if not len(batch):
             return StepStats()
         self._claim(np.unique(batch.partition).tolist())
-        off = assign_offsets(self._inner.offsets, batch.partition, batch.offset)
+        off = assign_offsets(self.offsets, batch.partition, batch.offset)
         numeric = dict(batch.numeric)
         numeric[_EVENT_TIME] = batch.ts.astype(np.float64)
         return self._inner.add_batch(
@@ -1139,9 +1140,9 @@ class CountWindowAggregator:
         return self._engine.watermark
 
     @property
-    def offsets(self) -> dict[int, int]:
+    def offsets(self) -> dict[InputPosition, int]:
         """Last applied offset per input partition."""
-        return self._engine.offsets
+        return {InputPosition(0, p): o for p, o in sorted(self._engine.offsets.items())}
 
     @property
     def batches(self) -> int:
@@ -1186,7 +1187,7 @@ class CountWindowAggregator:
             )
         )
 
-    def mark_consumed(self, partition: int, offset: int) -> None:
+    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of ``partition`` was handled outside (e.g. rejected)."""
         self._engine.mark_consumed(partition, offset)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from stores.rocks import TaskStore
 from window_operator.aggregations import (
@@ -18,7 +18,6 @@ from window_operator.aggregations import (
     VectorOp,
     resolve_op,
 )
-from window_operator.aggregator import WindowedAggregator
 from window_operator.aggset import AggregationSet, BoundAggregation
 from window_operator.config import (
     ConfigError,
@@ -30,9 +29,18 @@ from window_operator.config import (
 )
 from window_operator.events import RecordDecoder
 from window_operator.policies import EmitPolicy, LateMode
+from window_operator.timewindows import WindowedAggregator
 from window_operator.windows import TimeWindowing
 
-__all__ = ["JobRuntime", "build_runtime", "task_state_dir"]
+__all__ = ["JobRuntime", "TaskOperator", "build_runtime", "task_state_dir"]
+
+
+if TYPE_CHECKING:
+    from window_operator.count_windows import CountWindowAggregator
+    from window_operator.session import SessionAggregator
+
+TaskOperator = Union["WindowedAggregator", "SessionAggregator", "CountWindowAggregator"]
+"""The operator of an aggregation job (one per window shape)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +52,14 @@ class JobRuntime:
     policy: EmitPolicy
     decoder: RecordDecoder
 
-    def open_task(self, state_dir: Path, task: int = 0, *, use_deduct: bool | None = None) -> Any:
+    def open_task(
+        self, state_dir: Path, task: int = 0, *, use_deduct: bool | None = None
+    ) -> TaskOperator:
         """Open (or restore) the operator of ``task`` with its RocksDB under ``state_dir``."""
         store = TaskStore(task_state_dir(state_dir, self.config.job, task))
         return self.operator(store, use_deduct=use_deduct)
 
-    def operator(self, store: TaskStore, *, use_deduct: bool | None = None) -> Any:
+    def operator(self, store: TaskStore, *, use_deduct: bool | None = None) -> TaskOperator:
         """The operator of this job's window shape over ``store`` (restored from it)."""
         window = self.config.window
         common: dict[str, Any] = {

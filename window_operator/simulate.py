@@ -29,9 +29,8 @@ import numpy.typing as npt
 import orjson
 
 from window_operator.fastjson import ColumnarJsonDecoder
-from window_operator.job import JobRuntime
+from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinOperator, JoinRuntime
-from window_operator.operator import WindowOperator
 from window_operator.policies import END_OF_TIME
 from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
 
@@ -103,7 +102,7 @@ def simulate(
 
 def _run_chunk(
     runtime: JobRuntime,
-    agg: WindowOperator,
+    agg: TaskOperator,
     lines: list[bytes],
     summary: SimulationSummary,
     fast: ColumnarJsonDecoder,
@@ -124,7 +123,7 @@ def _run_chunk(
     offsets: list[int] = []
     walls: list[int] = []
     bad: list[ErrorRecord] = []
-    next_offset = agg.offsets
+    next_offset = {pos.partition: off for pos, off in agg.offsets.items()}
     for line in lines:
         try:
             rec = loads(line)
@@ -189,7 +188,7 @@ def _wall_column(walls: list[int], ts: npt.NDArray[np.int64]) -> npt.NDArray[np.
 
 
 def _drain(
-    agg: WindowOperator,
+    agg: TaskOperator,
     rejected: list[ErrorRecord],
     out: IO[bytes],
     errors_out: IO[bytes] | None,

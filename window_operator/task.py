@@ -50,8 +50,8 @@ from window_operator.codecs import (
 from window_operator.config import JobConfig
 from window_operator.events import EventBatch
 from window_operator.fastjson import ColumnarJsonDecoder
-from window_operator.job import JobRuntime, build_runtime, task_state_dir
-from window_operator.operator import WindowOperator
+from window_operator.job import JobRuntime, TaskOperator, build_runtime, task_state_dir
+from window_operator.kernel import CHECKPOINT_KEY, InputPosition
 from window_operator.results import ErrorRecord
 
 __all__ = [
@@ -274,7 +274,7 @@ class TaskRunner:
         store, restored = self._open_store()
         report.restored_records = restored.applied
         try:
-            agg: WindowOperator = self.runtime.operator(store)
+            agg = self.runtime.operator(store)
             rejected: list[ErrorRecord] = []
             if records is not None and len(records):
                 report.records = len(records)
@@ -294,7 +294,7 @@ class TaskRunner:
                 batch,
                 store,
                 batch_number=agg.batches,
-                source_offsets=agg.offsets,
+                source_offsets=agg.offsets.items(),
                 extra=extra,
             )
             report.changelog_records = len(batch) + len(extra)
@@ -313,10 +313,10 @@ class TaskRunner:
     # -- steps -------------------------------------------------------------------------
 
     def _add(
-        self, agg: WindowOperator, records: InputRecords, report: TaskReport
+        self, agg: TaskOperator, records: InputRecords, report: TaskReport
     ) -> list[ErrorRecord]:
         part = records.partition
-        last = agg.offsets.get(part, -1)
+        last = agg.offsets.get(InputPosition(0, part), -1)
         keep = [i for i, o in enumerate(records.offsets) if o > last]
         report.replayed = len(records) - len(keep)
         if not keep:
@@ -355,7 +355,7 @@ class TaskRunner:
         agg.mark_consumed(part, max(offsets))
         return rejected
 
-    def _send_outputs(self, producer: Any, agg: WindowOperator, rejected: list[ErrorRecord]) -> int:
+    def _send_outputs(self, producer: Any, agg: TaskOperator, rejected: list[ErrorRecord]) -> int:
         cfg = self.settings.config
         encoder = self.codecs.result_encoder
         errors: list[str] = []
@@ -400,7 +400,7 @@ def read_stored_windows(
         return []
     store = TaskStore(path)
     try:
-        if store.get(ColumnFamily.CHECKPOINT, b"task") is None:
+        if store.get(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY) is None:
             return []
         agg = runtime.operator(store)
         windows: list[Any] = agg.get_windows(key, start, end)

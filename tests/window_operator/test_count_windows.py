@@ -231,7 +231,7 @@ def test_a_keys_messages_are_numbered_across_partitions(op: Any) -> None:
     agg.add_message({"k": "b", "ts": 0, "v": "p1-1"}, partition=1, offset=1)
     agg.add_message({"k": "a", "ts": 0, "v": "p0-1"}, partition=0, offset=1)
     assert summary(agg.get_result(), "c") == [("ON_TIME", "a", 0, 2, 0, ["p0-0", "p1-0"])]
-    assert agg.offsets == {0: 1, 1: 1}
+    assert agg.offsets == {(0, 0): 1, (0, 1): 1}
 
 
 def test_bad_records_go_to_errors(op: Any) -> None:
@@ -368,7 +368,7 @@ def test_offsets_windows_refuse_a_second_partition(op: Any) -> None:
         )
     with pytest.raises(OffsetsPartitionError):
         agg.mark_consumed(4, 0)
-    assert agg.offsets == {3: 0}
+    assert agg.offsets == {(0, 3): 0}
     agg.add_message({"k": "a", "ts": 0, "v": 1}, partition=3, offset=1)
     assert summary(agg.get_result(), "count") == []
     agg.add_message({"k": "a", "ts": 0, "v": 1}, partition=3, offset=2)

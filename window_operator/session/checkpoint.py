@@ -12,6 +12,7 @@ import orjson
 
 from stores.keys import encode_i64, prefix_upper_bound
 from stores.rocks import ColumnFamily
+from window_operator.kernel.checkpoint import CHECKPOINT_KEY
 from window_operator.policies import END_OF_TIME
 from window_operator.session.keys import INDEX_TAG, PENDING_TAG, SESSION_TAG
 from window_operator.session.loading import StoredSessionLoader
@@ -19,7 +20,6 @@ from window_operator.session.records import FLAG_PENDING, Decoded
 
 __all__ = ["CHECKPOINT_KEY", "SessionCheckpoint"]
 
-CHECKPOINT_KEY = b"task"
 
 
 class SessionCheckpoint(StoredSessionLoader):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stores.keys import MAX_I64, MIN_I64, decode_i64, decode_str, encode_i64
-from window_operator.frames import KeyTable
+from window_operator.keytable import KeyTable
 from window_operator.session.arrays import IntArray
 
 __all__ = [
@@ -60,11 +60,11 @@ class SessionKeys:
 
     def __init__(self, per_partition: bool) -> None:
         self.per_partition = per_partition
-        self.table = KeyTable()
+        self.table: KeyTable[str] = KeyTable()
         self._pairs: dict[tuple[int, int], int] = {}
         self._by_enc: dict[bytes, int] = {}
         self.name: list[str] = [] if per_partition else self.table.names
-        self.enc: list[bytes] = [] if per_partition else self.table.encoded
+        self.enc: list[bytes] = [] if per_partition else self.table.encoded  # type: ignore[assignment]
         self.prefix: list[bytes] = []
         self.code: IntArray = np.zeros(0, dtype=np.int64)
         self.part_arr: IntArray = np.zeros(0, dtype=np.int64)

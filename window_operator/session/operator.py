@@ -20,6 +20,7 @@ from window_operator.aggset import AggregationSet
 from window_operator.clock import OutputBuffer
 from window_operator.config import SessionWindow
 from window_operator.events import EventBatch, RecordDecoder, RecordRejected
+from window_operator.kernel import InputPosition
 from window_operator.policies import END_OF_TIME, EmitPolicy, LateMode
 from window_operator.results import ErrorRecord
 from window_operator.session.checkpoint import CHECKPOINT_KEY, SessionCheckpoint
@@ -75,9 +76,9 @@ class SessionAggregator(
         return self._wm
 
     @property
-    def offsets(self) -> dict[int, int]:
+    def offsets(self) -> dict[InputPosition, int]:
         """Last applied offset per input partition."""
-        return dict(self._offsets)
+        return {InputPosition(0, p): o for p, o in sorted(self._offsets.items())}
 
     # ------------------------------------------------------------------ public API
 
@@ -108,7 +109,7 @@ class SessionAggregator(
             return StepStats(rejected=1)
         return self._add_one(event, partition, last + 1 if offset is None else offset, wall_ms)
 
-    def mark_consumed(self, partition: int, offset: int) -> None:
+    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors).
 
         For tuple sessions such a record counts as a message without the key.

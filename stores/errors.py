@@ -1,0 +1,17 @@
+"""The exceptions of the store layer, under one base class."""
+
+from __future__ import annotations
+
+__all__ = ["StateCorruptError", "StoreError"]
+
+
+class StoreError(Exception):
+    """Base class of the errors raised by :mod:`stores`."""
+
+
+class StateCorruptError(StoreError, ValueError):
+    """Stored bytes do not decode: a key or value of an unexpected layout or version.
+
+    The store (or the changelog it was restored from) was written by another version
+    or another job, or it is damaged; rebuild it from the changelog or start afresh.
+    """

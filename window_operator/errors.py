@@ -1,0 +1,33 @@
+"""The exceptions of the window operator package, under one base class.
+
+Bad *input* is never an exception: a record that cannot be processed becomes an
+:class:`~window_operator.results.ErrorRecord` with a code. These are for the cases a
+caller must act on: a store written by another job shape, a source name that does not
+exist, outputs the broker did not acknowledge. Store-level failures (corrupt bytes, a
+closed store, a changelog that cannot be read) are :class:`stores.errors.StoreError`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "IncompatibleStateError",
+    "OutputSendError",
+    "UnknownSourceError",
+    "WindowOperatorError",
+]
+
+
+class WindowOperatorError(Exception):
+    """Base class of the errors raised by :mod:`window_operator`."""
+
+
+class IncompatibleStateError(WindowOperatorError, ValueError):
+    """A store holds state of another window shape or job: it cannot be continued."""
+
+
+class UnknownSourceError(WindowOperatorError, ValueError):
+    """A record names an input the operator does not have."""
+
+
+class OutputSendError(WindowOperatorError):
+    """Results, error records or changelog records were not acknowledged by Kafka."""

@@ -1,0 +1,95 @@
+"""The task checkpoint: one versioned record, one codec, one store key.
+
+An operator's progress is written in the same WriteBatch as the state it describes (so
+state and offsets never disagree) and is the changelog's commit marker. It holds what
+every operator has (the shape of the state, the input positions, the clock's event
+times, the watermark, the number of flushes) plus the operator's own small fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from stores.errors import StateCorruptError
+from stores.rocks import ColumnFamily, TaskStore
+from window_operator.errors import IncompatibleStateError
+from window_operator.kernel.positions import InputPosition
+
+__all__ = ["CHECKPOINT_KEY", "Checkpoint", "JsonValue", "read_checkpoint"]
+
+#: The checkpoint's key in the checkpoint column family.
+CHECKPOINT_KEY = b"checkpoint"
+_VERSION = 2
+
+JsonValue = Any
+"""A JSON-native value (the operator's own checkpoint fields)."""
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """An operator's progress at a flush.
+
+    ``shape`` names the state layout (window type and the settings that define it); a
+    store is only ever continued by an operator of the same shape.
+    """
+
+    shape: dict[str, JsonValue]
+    offsets: dict[InputPosition, int] = field(default_factory=dict)
+    max_ts: dict[InputPosition, int] = field(default_factory=dict)
+    watermark: int = 0
+    batches: int = 0
+    operator: dict[str, JsonValue] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        """The stored bytes (JSON)."""
+        return orjson.dumps(
+            {
+                "v": _VERSION,
+                "shape": self.shape,
+                "offsets": [[s, p, o] for (s, p), o in sorted(self.offsets.items())],
+                "max_ts": [[s, p, t] for (s, p), t in sorted(self.max_ts.items())],
+                "watermark": self.watermark,
+                "batches": self.batches,
+                "operator": self.operator,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes, where: str = "the store") -> Checkpoint:
+        """Parse stored bytes; :class:`StateCorruptError` when they are not a checkpoint."""
+        try:
+            doc = orjson.loads(data)
+            if doc.get("v") != _VERSION:
+                raise StateCorruptError(
+                    f"the checkpoint in {where} has version {doc.get('v')!r}, not {_VERSION}: "
+                    "it was written by another version; rebuild the state from scratch"
+                )
+            return cls(
+                shape=dict(doc["shape"]),
+                offsets={InputPosition(int(s), int(p)): int(o) for s, p, o in doc["offsets"]},
+                max_ts={InputPosition(int(s), int(p)): int(t) for s, p, t in doc["max_ts"]},
+                watermark=int(doc["watermark"]),
+                batches=int(doc["batches"]),
+                operator=dict(doc["operator"]),
+            )
+        except StateCorruptError:
+            raise
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StateCorruptError(f"the checkpoint in {where} does not decode: {exc}") from exc
+
+
+def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint | None:
+    """The store's checkpoint (None for a fresh store); it must be of ``shape``."""
+    data = store.get(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY)
+    if data is None:
+        return None
+    cp = Checkpoint.decode(data, str(store.path))
+    if cp.shape != shape:
+        raise IncompatibleStateError(
+            f"the state in {store.path} was written by window {cp.shape}, not {shape}: "
+            "restore it with its own config, or start from an empty state directory"
+        )
+    return cp

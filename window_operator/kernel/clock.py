@@ -1,0 +1,157 @@
+"""The event-time clock of an operator: per input partition the largest event time and
+the wall clock of its last activity, and the watermark they imply.
+
+The watermark is Jet's coalescing: the minimum over the sources of the minimum over
+their active partitions of the largest event time seen, minus the allowed lateness. A
+partition with no activity for ``idle_timeout`` of wall clock stops holding it back; a
+source that has delivered nothing holds it at :data:`NO_WATERMARK` until it has been
+silent that long since the clock started; when every partition is idle the freshest one
+leads. The watermark never goes backwards.
+
+Standalone (``simulate``, library use) an operator feeds its clock from the records it
+applies. In the Spark job a state task sees only some keys of every partition, so the
+driver computes the clock of the whole job from the map side's reports and the task
+*adopts* it (:meth:`EventClock.adopt`); from then on the records no longer move it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from window_operator.arrays import IntArray
+from window_operator.kernel.positions import InputPosition
+from window_operator.policies import NO_WATERMARK
+
+__all__ = ["ClockState", "EventClock"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClockState:
+    """The clock of a whole job at one moment (what the Spark driver logs per batch)."""
+
+    max_ts: dict[InputPosition, int] = field(default_factory=dict)
+    last_active: dict[InputPosition, int] = field(default_factory=dict)
+    now: int = NO_WATERMARK
+    first_wall: int | None = None
+    watermark: int = NO_WATERMARK
+
+
+class EventClock:
+    """Event and wall time per input partition; the coalesced, monotonic watermark."""
+
+    __slots__ = (
+        "allowed_lateness",
+        "external",
+        "first_wall",
+        "idle_timeout",
+        "last_active",
+        "max_ts",
+        "now",
+        "sources",
+        "watermark",
+    )
+
+    def __init__(self, *, sources: int, allowed_lateness: int, idle_timeout: int | None) -> None:
+        self.sources = sources
+        self.allowed_lateness = allowed_lateness
+        self.idle_timeout = idle_timeout
+        self.max_ts: dict[InputPosition, int] = {}
+        self.last_active: dict[InputPosition, int] = {}
+        self.now = NO_WATERMARK
+        self.first_wall: int | None = None
+        self.watermark = NO_WATERMARK
+        #: Set once the clock of the whole job was adopted: records no longer move it.
+        self.external = False
+
+    # -- feeding it ---------------------------------------------------------------------
+
+    def observe(self, source: int, part: IntArray, ts: IntArray) -> None:
+        """Raise the largest event time of every partition by the applied ``ts``."""
+        if self.external or not len(part):
+            return
+        for p in np.unique(part).tolist():
+            self.observe_one(source, p, int(ts[part == p].max()))
+
+    def observe_one(self, source: int, partition: int, ts: int) -> None:
+        """:meth:`observe` for one applied event."""
+        if self.external:
+            return
+        pos = InputPosition(source, partition)
+        if ts > self.max_ts.get(pos, NO_WATERMARK):
+            self.max_ts[pos] = ts
+
+    def note_now(self, now: int) -> None:
+        """Advance the wall clock (the first reading starts it)."""
+        if self.first_wall is None:
+            self.first_wall = now
+        if now > self.now:
+            self.now = now
+
+    def note_wall(self, source: int, part: IntArray, wall: IntArray) -> None:
+        """Advance the wall clock and the last activity of every partition in ``part``."""
+        if self.external or not len(part):
+            return
+        self.note_now(int(wall.min()))
+        self.note_now(int(wall.max()))
+        for p in np.unique(part).tolist():
+            self.note_active(source, p, int(wall[part == p].max()))
+
+    def note_active(self, source: int, partition: int, wall: int) -> None:
+        """Record that a partition was active at ``wall`` (and advance the wall clock)."""
+        if self.external:
+            return
+        self.note_now(wall)
+        pos = InputPosition(source, partition)
+        if wall > self.last_active.get(pos, NO_WATERMARK):
+            self.last_active[pos] = wall
+
+    def adopt(self, state: ClockState) -> None:
+        """Take the clock of the whole job (the watermark still never goes backwards)."""
+        self.external = True
+        self.max_ts = dict(state.max_ts)
+        self.last_active = dict(state.last_active)
+        self.first_wall = state.first_wall
+        self.now = max(self.now, state.now)
+        self.watermark = max(self.watermark, state.watermark)
+
+    def state(self) -> ClockState:
+        """A snapshot (what a driver would log)."""
+        return ClockState(
+            dict(self.max_ts), dict(self.last_active), self.now, self.first_wall, self.watermark
+        )
+
+    # -- the watermark ------------------------------------------------------------------
+
+    def coalesced(self) -> int:
+        """Min over sources of min over active partitions of max event time, minus lateness."""
+        if not self.max_ts:
+            return NO_WATERMARK
+        idle, now, started = self.idle_timeout, self.now, self.first_wall
+        per_source: list[int] = []
+        for source in range(self.sources):
+            parts = [(pos, t) for pos, t in self.max_ts.items() if pos.source == source]
+            if not parts:
+                if idle is not None and started is not None and now >= started + idle:
+                    continue  # silent since the clock started for longer than the timeout
+                return NO_WATERMARK
+            active = [
+                t
+                for pos, t in parts
+                if idle is None
+                or started is None
+                or now < self.last_active.get(pos, started) + idle
+            ]
+            if active:
+                per_source.append(min(active))
+        if not per_source:  # everything idle: the freshest partition leads
+            per_source = [max(self.max_ts.values())]
+        return min(per_source) - self.allowed_lateness
+
+    def advance(self, candidate: int) -> int | None:
+        """Move the watermark up to ``candidate``; the previous value if it moved, else None."""
+        if candidate <= self.watermark:
+            return None
+        before, self.watermark = self.watermark, candidate
+        return before

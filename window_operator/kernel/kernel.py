@@ -1,0 +1,168 @@
+"""The operator kernel: the plumbing every window operator composes.
+
+Each operator (time windows, sessions, count / offset windows, the join) owns one
+:class:`OperatorKernel` and keeps only its own logic. The kernel holds the task store,
+the input positions (replays), the event-time clock (watermark), the output buffer and
+the checkpoint, and gives the record path: replay filtering, decode-or-reject of single
+records, and checkpoint write / restore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from window_operator.arrays import IntArray
+from window_operator.events import RecordRejected
+from window_operator.kernel.checkpoint import (
+    CHECKPOINT_KEY,
+    Checkpoint,
+    JsonValue,
+    read_checkpoint,
+)
+from window_operator.kernel.clock import EventClock
+from window_operator.kernel.outputs import OutputBuffer
+from window_operator.kernel.positions import InputPosition, Positions
+from window_operator.kernel.records import Admission, StepStats, raw_of
+from window_operator.policies import EmitPolicy
+from window_operator.results import ErrorRecord
+
+__all__ = ["Decoded", "OperatorKernel", "SingleDecoder"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class SingleDecoder(Protocol[T_co]):
+    """Decodes one in-memory record or raises :class:`RecordRejected`."""
+
+    def decode_one(self, record: Any) -> T_co:
+        """The decoded record."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded(Generic[T]):
+    """A single record that passed the replay filter and decoding, with its offset."""
+
+    value: T
+    offset: int
+
+
+class OperatorKernel(Generic[R]):
+    """Store, positions, clock, outputs and checkpoint of one operator (see module doc).
+
+    ``R`` is the operator's result batch type.
+    """
+
+    def __init__(
+        self,
+        store: TaskStore,
+        *,
+        shape: dict[str, JsonValue],
+        policy: EmitPolicy,
+        sources: int = 1,
+    ) -> None:
+        self.store = store
+        self.shape = shape
+        self.policy = policy
+        self.positions = Positions()
+        self.clock = EventClock(
+            sources=sources,
+            allowed_lateness=policy.allowed_lateness,
+            idle_timeout=policy.idle_timeout,
+        )
+        self.outputs: OutputBuffer[R] = OutputBuffer()
+        #: How many flushes the store has seen (the changelog batch number).
+        self.batches = 0
+
+    # -- progress -----------------------------------------------------------------------
+
+    @property
+    def watermark(self) -> int:
+        """The watermark (never decreasing)."""
+        return self.clock.watermark
+
+    @property
+    def offsets(self) -> dict[InputPosition, int]:
+        """Last applied offset per input partition."""
+        return self.positions.as_dict()
+
+    def admit(self, source: int, part: IntArray, off: IntArray) -> Admission:
+        """Assign missing offsets and find the replays of a batch of one source."""
+        off = self.positions.assign(source, part, off)
+        fresh = self.positions.fresh(source, part, off)
+        return Admission(off, fresh, int(len(off) - fresh.sum()))
+
+    def decode_one(
+        self,
+        decoder: SingleDecoder[T] | None,
+        message: Mapping[str, Any] | object,
+        *,
+        source: int,
+        partition: int,
+        offset: int | None,
+        topic: str | None = None,
+    ) -> Decoded[T] | StepStats:
+        """One record through the replay filter and the decoder.
+
+        A replay gives ``StepStats(replayed=1)``; a rejected record is queued as an error,
+        its offset marked handled, and gives ``StepStats(rejected=1)``.
+        """
+        if decoder is None:
+            raise ValueError("single records need a decoder (build the operator from a job)")
+        last = self.positions.get(source, partition)
+        if offset is not None and offset <= last:
+            return StepStats(replayed=1)
+        off = last + 1 if offset is None else offset
+        try:
+            value = decoder.decode_one(message)
+        except RecordRejected as rej:
+            self.positions.mark(source, partition, off)
+            self.outputs.reject(
+                ErrorRecord(rej.code, rej.reason, partition, off, raw_of(message), topic)
+            )
+            return StepStats(rejected=1)
+        return Decoded(value, off)
+
+    # -- checkpoint ---------------------------------------------------------------------
+
+    def restore(self) -> dict[str, JsonValue] | None:
+        """Load positions, clock and flush count; the operator's own fields (None: fresh)."""
+        cp = read_checkpoint(self.store, self.shape)
+        if cp is None:
+            return None
+        self.positions.last = dict(cp.offsets)
+        self.clock.max_ts = dict(cp.max_ts)
+        self.clock.watermark = cp.watermark
+        self.batches = cp.batches
+        return cp.operator
+
+    def write_checkpoint(self, batch: StoreBatch, operator: dict[str, JsonValue]) -> None:
+        """Count a flush and put the checkpoint (always the last write of ``batch``)."""
+        self.batches += 1
+        cp = Checkpoint(
+            shape=self.shape,
+            offsets=self.positions.last,
+            max_ts=self.clock.max_ts,
+            watermark=self.clock.watermark,
+            batches=self.batches,
+            operator=operator,
+        )
+        batch.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, cp.encode())
+
+    def commit(self, batch: StoreBatch, *, commit: bool) -> StoreBatch:
+        """Apply ``batch`` to the store unless the caller commits it itself; return it."""
+        if commit:
+            self.store.commit(batch)
+        return batch
+
+    def close(self, flush: Any) -> None:
+        """Run ``flush`` and close the store (a second call does nothing)."""
+        if self.store.closed:
+            return
+        flush()
+        self.store.close()

@@ -1,0 +1,95 @@
+"""The contract of every operator of a task, typed by what goes in and comes out.
+
+The task runner, ``simulate`` and the Spark driver talk to operators only through
+:class:`WindowOperator`, so every kind (time windows, sessions, count / offset windows,
+the join with its two inputs) runs through one interface. ``B`` is the decoded input
+batch type, ``R`` the result batch type and ``W`` what the query API returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from stores.rocks import StoreBatch, TaskStore
+from window_operator.kernel.clock import ClockState
+from window_operator.kernel.positions import InputPosition
+from window_operator.kernel.records import StepStats
+from window_operator.results import ErrorRecord
+
+__all__ = ["StoredWindow", "WindowOperator"]
+
+B_contra = TypeVar("B_contra", contravariant=True)
+R = TypeVar("R")
+W = TypeVar("W")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWindow:
+    """A window as currently stored (the query API's answer)."""
+
+    key: str
+    window_start: int
+    window_end: int
+    values: dict[str, Any]
+    fired: bool
+
+
+class WindowOperator(Protocol[B_contra, R, W]):
+    """A task's stateful operator over one RocksDB store."""
+
+    @property
+    def store(self) -> TaskStore:
+        """The task's store."""
+        ...
+
+    @property
+    def watermark(self) -> int:
+        """The operator's watermark (never decreasing)."""
+        ...
+
+    @property
+    def offsets(self) -> dict[InputPosition, int]:
+        """Last applied offset per input partition (the replay boundary)."""
+        ...
+
+    @property
+    def batches(self) -> int:
+        """How many flushes the store has seen (the changelog batch number)."""
+        ...
+
+    def add_batch(self, batch: B_contra) -> StepStats:
+        """Add decoded records; replays are no-ops."""
+        ...
+
+    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
+        """Record that ``offset`` was handled outside the operator (e.g. rejected)."""
+        ...
+
+    def adopt_clock(self, state: ClockState) -> None:
+        """Take the event-time clock of the whole job; fire what its watermark passed."""
+        ...
+
+    def timeout(self, now_ms: int) -> None:
+        """Run wall-clock policies; ``END_OF_TIME`` ends the input."""
+        ...
+
+    def take_result_batches(self) -> list[R]:
+        """Hand over pending results (columnar)."""
+        ...
+
+    def get_errors(self) -> list[ErrorRecord]:
+        """Hand over rejected records."""
+        ...
+
+    def flush(self, *, commit: bool = True) -> StoreBatch:
+        """Persist state and checkpoint in one batch (committed unless ``commit=False``)."""
+        ...
+
+    def close(self) -> None:
+        """Flush and close the store."""
+        ...
+
+    def get_windows(self, key: str, start: int, end: int) -> list[W]:
+        """The stored windows of ``key`` overlapping ``[start, end)`` (the seed's query API)."""
+        ...

@@ -1,0 +1,341 @@
+"""Frame state: a write-back cache of (key, frame) accumulators over the task store.
+
+Frames of windows that have not fired yet ("open" frames) always live in memory, so
+firing a window never reads RocksDB. Closed frames are written back once per flush and
+then evicted; a late event that touches one reads it back. Vector accumulators of all
+live frames sit in one float64 matrix (a row per slot) so that batches merge with
+NumPy; object accumulators sit in a parallel list.
+
+:class:`FrameStore` owns every write to these arrays; the evaluator only reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from stores.rocks import StoreBatch, TaskStore
+from window_operator.aggregations.base import Ordering
+from window_operator.aggset import AggregationSet
+from window_operator.arrays import BoolArray, FloatArray, IntArray
+from window_operator.keytable import KeyTable
+from window_operator.timewindows.state import FRAMES, MESSAGES, FrameCodec
+
+__all__ = ["FrameStore", "PendingMessage"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMessage:
+    """A message of a full-state aggregation waiting to be written to the Message Store."""
+
+    kid: int
+    ts: int
+    partition: int
+    offset: int
+    values: tuple[Any, ...]
+
+
+class FrameStore:
+    """Live frame accumulators of one task, with write-back persistence."""
+
+    def __init__(
+        self, aggs: AggregationSet, store: TaskStore, keys: KeyTable[str], step: int
+    ) -> None:
+        self.aggs = aggs
+        self.store = store
+        self.keys = keys
+        self.step = step
+        self.codec = FrameCodec(aggs)
+        self.slot_of: dict[tuple[int, int], int] = {}
+        cap = 1024
+        self.acc: FloatArray = np.zeros((cap, aggs.width), dtype=np.float64)
+        self.kid: IntArray = np.full(cap, -1, dtype=np.int64)
+        self.frame: IntArray = np.zeros(cap, dtype=np.int64)
+        self.dirty: BoolArray = np.zeros(cap, dtype=np.bool_)
+        self.early_dirty: BoolArray = np.zeros(cap, dtype=np.bool_)
+        self.objs: list[list[Any] | None] = [None] * cap
+        self.free: list[int] = list(range(cap - 1, -1, -1))
+        self.pending_messages: list[PendingMessage] = []
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    # -- merging input ------------------------------------------------------------------
+
+    def merge(self, slots: IntArray, partial: FloatArray | None) -> None:
+        """Combine partial accumulators into ``slots`` (distinct) and mark them changed."""
+        if partial is not None and self.aggs.width:
+            self.acc[slots] = self.aggs.combine(self.acc[slots], partial)
+        self.dirty[slots] = True
+        self.early_dirty[slots] = True
+
+    def accumulate_objects(
+        self, slot: int, values: Sequence[Any], order: Ordering, kid: int
+    ) -> None:
+        """Fold one event's object values into a slot (and queue its full-state message)."""
+        objs = self.objs[slot]
+        assert objs is not None
+        for o, (_, op) in enumerate(self.aggs.objects):
+            objs[o] = op.accumulate(objs[o], values[o], order)
+        full = self.aggs.full_state
+        if full:
+            self.pending_messages.append(
+                PendingMessage(
+                    kid, order.ts, order.partition, order.offset, tuple(values[o] for o in full)
+                )
+            )
+
+    def accumulate_one(self, slot: int, numeric: dict[str, float], ts: int) -> None:
+        """Fold one event's numeric values into a slot and mark it changed."""
+        if self.aggs.width:
+            self.aggs.accumulate_one(self.acc[slot], numeric, ts)
+        self.dirty[slot] = True
+        self.early_dirty[slot] = True
+
+    def clear_early(self) -> None:
+        """Forget which frames changed since the last EARLY results (they were emitted)."""
+        self.early_dirty[:] = False
+
+    # -- slots --------------------------------------------------------------------------
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.kid)
+        new_cap = max(cap * 2, cap + need)
+        extra = new_cap - cap
+        self.acc = np.vstack([self.acc, np.zeros((extra, self.aggs.width))])
+        self.kid = np.concatenate([self.kid, np.full(extra, -1, dtype=np.int64)])
+        self.frame = np.concatenate([self.frame, np.zeros(extra, dtype=np.int64)])
+        self.dirty = np.concatenate([self.dirty, np.zeros(extra, dtype=np.bool_)])
+        self.early_dirty = np.concatenate([self.early_dirty, np.zeros(extra, dtype=np.bool_)])
+        self.objs.extend([None] * extra)
+        self.free.extend(range(new_cap - 1, cap - 1, -1))
+
+    def allocate(self, kid: int, frame: int) -> int:
+        """A fresh slot holding the empty accumulator for ``(kid, frame)``."""
+        if not self.free:
+            self._grow(1)
+        slot = self.free.pop()
+        self.slot_of[(kid, frame)] = slot
+        self.kid[slot] = kid
+        self.frame[slot] = frame
+        self.acc[slot] = self.aggs.identity
+        if self.aggs.objects:
+            self.objs[slot] = self.aggs.create_objects()
+        return slot
+
+    def allocate_many(
+        self, kids: IntArray, frames: IntArray, pairs: list[tuple[int, int]]
+    ) -> IntArray:
+        """Fresh slots for many new ``(kid, frame)`` pairs at once."""
+        n = len(pairs)
+        if len(self.free) < n:
+            self._grow(n - len(self.free))
+        taken = self.free[-n:]
+        del self.free[-n:]
+        slots = np.asarray(taken, dtype=np.int64)
+        self.slot_of.update(zip(pairs, taken, strict=True))
+        self.kid[slots] = kids
+        self.frame[slots] = frames
+        self.acc[slots] = self.aggs.identity
+        if self.aggs.objects:
+            for s in taken:
+                self.objs[s] = self.aggs.create_objects()
+        return slots
+
+    def release_many(self, slots: IntArray) -> None:
+        """Free many slots at once."""
+        if not len(slots):
+            return
+        slot_of = self.slot_of
+        for pair in zip(self.kid[slots].tolist(), self.frame[slots].tolist(), strict=True):
+            del slot_of[pair]
+        self.kid[slots] = -1
+        self.dirty[slots] = False
+        self.early_dirty[slots] = False
+        if self.aggs.objects:
+            for s in slots.tolist():
+                self.objs[s] = None
+        self.free.extend(slots.tolist())
+
+    def resolve(
+        self, kids: IntArray, frames: IntArray, on_disk_possible: BoolArray
+    ) -> tuple[IntArray, BoolArray]:
+        """Slots for distinct ``(kid, frame)`` pairs, loading or creating them.
+
+        Returns the slots and a mask of pairs that did not exist anywhere before (newly
+        created). ``on_disk_possible`` marks closed frames that may have been evicted.
+        """
+        n = len(kids)
+        slots = np.empty(n, dtype=np.int64)
+        created = np.zeros(n, dtype=np.bool_)
+        pairs = list(zip(kids.tolist(), frames.tolist(), strict=True))
+        found = list(map(self.slot_of.get, pairs))
+        disk = on_disk_possible.tolist()
+        to_load: list[int] = []
+        fresh: list[int] = []
+        for i, s in enumerate(found):
+            if s is not None:
+                slots[i] = s
+            elif disk[i]:
+                to_load.append(i)
+            else:
+                fresh.append(i)
+        if fresh:
+            idx = np.asarray(fresh, dtype=np.int64)
+            slots[idx] = self.allocate_many(kids[idx], frames[idx], [pairs[i] for i in fresh])
+            created[idx] = True
+        if to_load:
+            loaded = self.load([pairs[i] for i in to_load])
+            for i, s in zip(to_load, loaded, strict=True):
+                if s < 0:
+                    slots[i] = self.allocate(*pairs[i])
+                    created[i] = True
+                else:
+                    slots[i] = s
+        return slots, created
+
+    def resolve_one(self, kid: int, frame: int, on_disk_possible: bool) -> tuple[int, bool]:
+        """:meth:`resolve` for one pair: ``(slot, created)``."""
+        slot = self.slot_of.get((kid, frame))
+        if slot is not None:
+            return slot, False
+        if on_disk_possible:
+            slot = self.load([(kid, frame)])[0]
+            if slot >= 0:
+                return slot, False
+        return self.allocate(kid, frame), True
+
+    def get_or_load(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
+        """Slots of existing frames (``-1`` where the frame does not exist)."""
+        out = [self.slot_of.get(p, -1) for p in pairs]
+        missing = [i for i, s in enumerate(out) if s < 0]
+        if missing:
+            loaded = self.load([pairs[i] for i in missing])
+            for i, s in zip(missing, loaded, strict=True):
+                out[i] = s
+        return out
+
+    def exists(self, kid: int, frame: int) -> bool:
+        """Whether the frame exists in memory or in the store."""
+        if (kid, frame) in self.slot_of:
+            return True
+        key = FRAMES.key(frame, self.keys.encoded[kid])
+        return self.store.get(FRAMES.cf, key) is not None
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _load_record(self, kid: int, frame: int, data: bytes) -> int:
+        slot = self.allocate(kid, frame)
+        row, early = self.codec.decode(data, self.objs[slot])
+        self.acc[slot] = row
+        self.early_dirty[slot] = early
+        if self.aggs.full_state:
+            self._load_messages(slot, kid, frame)
+        return slot
+
+    def load(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
+        """Read frames from the store into clean slots (``-1`` for absent frames)."""
+        unique = list(dict.fromkeys(p for p in pairs if p not in self.slot_of))
+        enc = self.keys.encoded
+        values = self.store.multi_get(FRAMES.cf, [FRAMES.key(f, enc[k]) for k, f in unique])
+        for (kid, frame), data in zip(unique, values, strict=True):
+            if data is not None:
+                self._load_record(kid, frame, data)
+        return [self.slot_of.get(p, -1) for p in pairs]
+
+    def _load_messages(self, slot: int, kid: int, frame: int) -> None:
+        objs = self.objs[slot]
+        assert objs is not None
+        enc = self.keys.encoded[kid]
+        for k, v in self.store.scan_range(MESSAGES.times(enc, frame, frame + self.step)):
+            ts, part, off = MESSAGES.parse(k, enc)
+            order = Ordering(ts, part, off)
+            for j, val in zip(self.aggs.full_state, orjson.loads(v), strict=True):
+                objs[j] = self.aggs.objects[j][1].accumulate(objs[j], val, order)
+
+    def load_range(self, frame_from: int) -> int:
+        """Load every stored frame with ``frame >= frame_from`` (open frames on restart)."""
+        items = list(self.store.scan_range(FRAMES.since(frame_from)))
+        if not items:
+            return 0
+        frames, names = FRAMES.parse_many([k for k, _ in items])
+        kids = self.keys.ids_of(names)
+        if not self.aggs.objects and not self.slot_of:
+            rows, early = self.codec.decode_rows([v for _, v in items])
+            slots = self.allocate_many(
+                kids, frames, list(zip(kids.tolist(), frames.tolist(), strict=True))
+            )
+            self.acc[slots] = rows
+            self.early_dirty[slots] = early
+            return len(items)
+        n = 0
+        for kid, frame, (_, v) in zip(kids.tolist(), frames.tolist(), items, strict=True):
+            if (kid, frame) not in self.slot_of:
+                self._load_record(kid, frame, v)
+                n += 1
+        return n
+
+    # -- writing back, evicting, expiring -----------------------------------------------
+
+    def persist(self, batch: StoreBatch) -> int:
+        """Write every dirty frame (and pending messages) into ``batch``; return the count."""
+        slots = np.flatnonzero(self.dirty)
+        if len(slots):
+            enc = self.keys.encoded
+            keys = FRAMES.keys(
+                self.frame[slots].tolist(), [enc[k] for k in self.kid[slots].tolist()]
+            )
+            rows = self.codec.encode_rows(self.acc[slots], self.early_dirty[slots])
+            heads = self.codec.split_rows(rows, len(slots))
+            if self.aggs.objects:
+                values = [
+                    self.codec.with_objects(heads[i], self.objs[s])
+                    for i, s in enumerate(slots.tolist())
+                ]
+            else:
+                values = heads
+            batch.put_many(FRAMES.cf, keys, values)
+            self.dirty[slots] = False
+        enc = self.keys.encoded
+        for m in self.pending_messages:
+            batch.put(
+                MESSAGES.cf,
+                MESSAGES.key(enc[m.kid], m.ts, m.partition, m.offset),
+                orjson.dumps(list(m.values)),
+            )
+        self.pending_messages.clear()
+        return len(slots)
+
+    def evict_closed(self, frame_limit: int) -> int:
+        """Drop clean frames with ``frame < frame_limit`` from memory (they are in the store)."""
+        cand = np.flatnonzero((self.kid >= 0) & (self.frame < frame_limit) & ~self.dirty)
+        self.release_many(cand)
+        return len(cand)
+
+    def expire(self, batch: StoreBatch, cutoff_frame: int, previous_cutoff: int | None) -> None:
+        """Delete frames with ``frame <= cutoff_frame`` and their messages (disk and memory)."""
+        if self.aggs.full_state:
+            self._expire_messages(batch, cutoff_frame, previous_cutoff)
+        batch.delete_keys(FRAMES.upto(cutoff_frame))
+        self.release_many(np.flatnonzero((self.kid >= 0) & (self.frame <= cutoff_frame)))
+
+    def _expire_messages(
+        self, batch: StoreBatch, cutoff_frame: int, previous_cutoff: int | None
+    ) -> None:
+        # Messages are key-first: find the keys of the expiring frames (dead records
+        # only) and range-delete each key's expired prefix.
+        lo = -(2**63) if previous_cutoff is None else previous_cutoff + 1
+        expiring: set[int] = set()
+        for k, _ in self.store.scan_range(FRAMES.times(lo, cutoff_frame + 1)):
+            expiring.add(self.keys.id_of(FRAMES.parse(k).key))
+        mem = np.flatnonzero((self.kid >= 0) & (self.frame <= cutoff_frame))
+        expiring.update(self.kid[mem].tolist())
+        enc = self.keys.encoded
+        end = cutoff_frame + self.step
+        for kid in sorted(expiring):
+            batch.delete_keys(MESSAGES.times(enc[kid], -(2**63), end))
+        self.pending_messages = [m for m in self.pending_messages if m.ts >= end]

@@ -1,0 +1,512 @@
+"""The windowed aggregator: the seed's procedure over frames, for one task.
+
+Per call (a batch, or a single message as a batch of one):
+
+1. replays (offset <= last applied offset of the partition) are no-ops;
+2. with the watermark as it stood *before* the call, events whose newest window is
+   past retention go to the error output, the rest are accepted;
+3. accepted events are pre-aggregated per (key, frame) and merged into the frames;
+4. windows that had already fired and now changed are marked late (re-emitted per
+   arrival or batched per period);
+5. the watermark advances and every window whose end it passed fires ON_TIME.
+
+Timers (:meth:`WindowedAggregator.timeout`) run the wall-clock policies: batched LATE
+results, EARLY results of open windows, and idle partitions that stop holding the
+watermark back. :meth:`WindowedAggregator.flush` writes dirty frames, window
+bookkeeping and the checkpoint in one WriteBatch, expires state past retention by
+range delete and evicts closed frames from memory.
+
+The parts: :class:`~window_operator.kernel.OperatorKernel` (positions, clock, outputs,
+checkpoint), :class:`FrameStore` (every write to frame state), :class:`WindowBook`
+(update sequence numbers, pending LATE updates), :class:`TimeTrigger` (which windows
+fire, are late, expire) and :class:`WindowEvaluator` (window values from frames).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from stores.rocks import StoreBatch, TaskStore
+from window_operator.aggregations.base import Ordering
+from window_operator.aggset import AggregationSet
+from window_operator.arrays import BoolArray, FloatArray, IntArray
+from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
+from window_operator.kernel import (
+    ClockState,
+    InputPosition,
+    OperatorKernel,
+    StepStats,
+    StoredWindow,
+    TimerAction,
+    Timers,
+    due,
+    retention_error,
+)
+from window_operator.keytable import KeyTable
+from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
+from window_operator.results import ErrorRecord, Kind, ResultBatch
+from window_operator.timewindows.bookkeeping import WindowBook
+from window_operator.timewindows.evaluator import WindowEvaluator
+from window_operator.timewindows.frame_store import FrameStore
+from window_operator.timewindows.grouping import group_by_key_frame
+from window_operator.timewindows.state import FRAMES
+from window_operator.timewindows.trigger import StartRange, TimeTrigger
+from window_operator.windows import TimeWindowing
+
+__all__ = ["WindowedAggregator"]
+
+
+class WindowedAggregator:
+    """A task's tumbling / hopping window aggregation over RocksDB."""
+
+    def __init__(
+        self,
+        *,
+        windowing: TimeWindowing,
+        aggregations: AggregationSet,
+        policy: EmitPolicy,
+        store: TaskStore,
+        decoder: RecordDecoder | None = None,
+        use_deduct: bool | None = None,
+    ) -> None:
+        if use_deduct and not aggregations.deductible:
+            raise ValueError("use_deduct=True but not every aggregation has deduct")
+        self.windowing = windowing
+        self.aggs = aggregations
+        self.policy = policy
+        self.decoder = decoder
+        self.use_deduct = aggregations.deductible if use_deduct is None else use_deduct
+        shape = {"type": "time", "size": windowing.size, "step": windowing.step}
+        self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(store, shape=shape, policy=policy)
+        self.keys: KeyTable[str] = KeyTable()
+        self.frames = FrameStore(aggregations, store, self.keys, windowing.step)
+        self.book = WindowBook(store, self.keys)
+        self.trigger = TimeTrigger(windowing, policy.retention)
+        self.evaluator = WindowEvaluator(
+            self.frames, aggregations, windowing.size, windowing.step, self.use_deduct
+        )
+        self.timers = Timers()
+        self._expired_upto: int | None = None
+        self._size = windowing.size
+        self._step = windowing.step
+        self._restore()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def store(self) -> TaskStore:
+        """The task's RocksDB store."""
+        return self.kernel.store
+
+    @property
+    def watermark(self) -> int:
+        """The task's watermark (min over active partitions, never decreasing)."""
+        return self.kernel.watermark
+
+    @property
+    def offsets(self) -> dict[InputPosition, int]:
+        """Last applied offset per input partition."""
+        return self.kernel.offsets
+
+    @property
+    def batches(self) -> int:
+        """How many flushes the store has seen (the changelog batch number)."""
+        return self.kernel.batches
+
+    # ------------------------------------------------------------------ public API
+
+    def add_message(
+        self,
+        message: Mapping[str, Any],
+        *,
+        partition: int = 0,
+        offset: int | None = None,
+        wall_ms: int | None = None,
+    ) -> StepStats:
+        """Add one decoded input record (a dict in the job's input schema)."""
+        got = self.kernel.decode_one(
+            self.decoder, message, source=0, partition=partition, offset=offset
+        )
+        if isinstance(got, StepStats):
+            return got
+        return self._add_one(got.value, partition, got.offset, wall_ms)
+
+    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
+        """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors)."""
+        self.kernel.positions.mark(source, partition, offset)
+
+    def add_batch(self, batch: EventBatch | Sequence[Mapping[str, Any]]) -> StepStats:
+        """Add many messages at once (columns, or records decoded with the job's decoder).
+
+        Lateness and retention are decided with the watermark as it stood before the
+        batch, so a replayed batch decides exactly the same way; the stored state and
+        the final result of every window equal those of adding the messages one by one.
+        """
+        if isinstance(batch, EventBatch):
+            return self._add_columns(batch)
+        if self.decoder is None:
+            raise ValueError("add_batch of records needs a RecordDecoder")
+        records = list(batch)
+        # every record takes the next offset of partition 0, rejected ones too,
+        # exactly as add_message does one at a time
+        first = self.kernel.positions.get(0, 0) + 1
+        offsets = list(range(first, first + len(records)))
+        decoded = self.decoder.decode_records(records, offsets=offsets)
+        self.kernel.outputs.errors.extend(decoded.errors)
+        stats = self._add_columns(decoded.batch)
+        if offsets:
+            self.mark_consumed(0, offsets[-1])
+        return stats + StepStats(rejected=len(decoded.errors))
+
+    def adopt_clock(self, state: ClockState) -> None:
+        """Take the clock of the whole job (Spark driver) and fire what it passed."""
+        self.kernel.clock.adopt(state)
+        self._advance_watermark(self.kernel.clock.coalesced())
+
+    def timeout(self, now_ms: int) -> None:
+        """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` fires everything."""
+        clock = self.kernel.clock
+        if now_ms >= END_OF_TIME:
+            clock.now = END_OF_TIME
+            self._advance_watermark(END_OF_TIME)
+            self._emit_late()
+            return
+        clock.note_now(now_ms)
+        if self.policy.idle_timeout is not None and clock.max_ts:
+            self._advance_watermark(clock.coalesced())
+        action = due(self.policy, self.timers, clock.now, bool(self.book.pending))
+        if TimerAction.LATE in action:
+            self._emit_late()
+        if TimerAction.EARLY in action:
+            self._emit_early()
+
+    def take_result_batches(self) -> list[ResultBatch]:
+        """Hand over the pending results in columnar form, in emission order."""
+        return self.kernel.outputs.take_results()
+
+    def get_result(self) -> list[Any]:
+        """Hand over (and forget) every window result produced so far."""
+        return [r for b in self.take_result_batches() for r in b.to_results()]
+
+    def get_errors(self) -> list[ErrorRecord]:
+        """Hand over (and forget) the rejected input records."""
+        return self.kernel.outputs.take_errors()
+
+    def flush(self, *, commit: bool = True) -> StoreBatch:
+        """Persist state and checkpoint atomically; expire and evict; return the writes.
+
+        With ``commit=False`` the writes are returned but not applied: the caller logs
+        them (changelog) and commits them itself. Memory then already reflects them,
+        so if the caller cannot commit it must discard this aggregator and reopen.
+        """
+        batch = StoreBatch()
+        wm = self.watermark
+        cutoff = self.trigger.expiry_cutoff(wm)
+        if cutoff is not None:
+            self._emit_late(only_upto=cutoff)
+        self.frames.persist(batch)
+        self.book.persist(batch)
+        if cutoff is not None and (self._expired_upto is None or cutoff > self._expired_upto):
+            self.frames.expire(batch, cutoff, self._expired_upto)
+            self.book.expire(batch, cutoff)
+            self._expired_upto = cutoff
+        self.kernel.write_checkpoint(
+            batch, {**self.timers.to_json(), "expired_upto": self._expired_upto}
+        )
+        self.kernel.commit(batch, commit=commit)
+        # Frames whose every window has fired are in the store now; keep memory small.
+        if wm > NO_WATERMARK:
+            self.frames.evict_closed(self.trigger.evictable_before(wm))
+            self.book.evict(wm, self._size)
+        return batch
+
+    def close(self) -> None:
+        """Flush and close the store (a second call does nothing)."""
+        self.kernel.close(self.flush)
+
+    def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
+        """Stored windows of ``key`` that overlap ``[start, end)``, in start order."""
+        kid = self.keys.id_of(key)
+        # Windows are derived from the key's frames (a window exists iff it holds one):
+        # the frames of the range are found by a time-range scan of the store (keys are
+        # time-first) plus the cached ones, so the cost follows the state, not the range.
+        f_lo = max(start, NO_WATERMARK) - self._size + self._step
+        f_hi = min(end, END_OF_TIME)
+        frames = {f for (k, f) in self.frames.slot_of if k == kid and f_lo <= f < f_hi}
+        enc = self.keys.encoded[kid]
+        for k, _ in self.store.scan_range(FRAMES.times(self.windowing.floor(f_lo), f_hi)):
+            if FRAMES.holds_key(k, enc):
+                frames.add(FRAMES.time_of(k))
+        wins = sorted(
+            {
+                w
+                for f in frames
+                for w in range(f - self._size + self._step, f + 1, self._step)
+                if w + self._size > start and w < end
+            }
+        )
+        if not wins:
+            return []
+        acc, objs, exists = self.evaluator.gather([(kid, w) for w in wins])
+        idx = [i for i, e in enumerate(exists) if e]
+        if not idx:
+            return []
+        values = self.aggs.finish(acc[idx], [objs[i] for i in idx] if objs else None)
+        wm = self.watermark
+        return [
+            StoredWindow(
+                key=key,
+                window_start=wins[i],
+                window_end=wins[i] + self._size,
+                values={n: col[j] for n, col in values.items()},
+                fired=wins[i] + self._size <= wm,
+            )
+            for j, i in enumerate(idx)
+        ]
+
+    # ------------------------------------------------------------------ batch path
+
+    def _add_columns(self, batch: EventBatch) -> StepStats:
+        n = len(batch)
+        if n == 0:
+            return StepStats()
+        kernel = self.kernel
+        wm_before = self.watermark
+        part = batch.partition
+        adm = kernel.admit(0, part, batch.offset)
+        off, fresh = adm.offsets, adm.fresh
+        frames = self.windowing.frames_of(batch.ts)
+        accept = fresh.copy()
+        rejected = 0
+        if wm_before > NO_WATERMARK:
+            retained = self.trigger.retained(frames, wm_before)
+            too_old = fresh & ~retained
+            if too_old.any():
+                for i in np.flatnonzero(too_old).tolist():
+                    self._reject_retention(
+                        int(batch.ts[i]), batch.keys[i], int(part[i]), int(off[i])
+                    )
+                rejected = int(too_old.sum())
+                accept &= retained
+        idx = np.flatnonzero(accept)
+        if batch.wall_ms is not None and len(batch.wall_ms):
+            # before applying: a late mark starts its period at this batch's wall clock
+            kernel.clock.note_wall(0, part, batch.wall_ms)
+        late = 0
+        if len(idx):
+            late = self._apply(batch, idx, frames[idx], off, wm_before)
+        # Offsets advance for every fresh record, including rejected ones: they were handled.
+        kernel.positions.advance(0, part[fresh], off[fresh])
+        if len(idx):
+            kernel.clock.observe(0, part[idx], batch.ts[idx])
+        self._advance_watermark(kernel.clock.coalesced())
+        if self.policy.late_mode is LateMode.PER_ARRIVAL:
+            self._emit_late()
+        return StepStats(applied=len(idx), replayed=adm.replayed, rejected=rejected, late=late)
+
+    def _apply(
+        self, batch: EventBatch, idx: IntArray, frames: IntArray, off: IntArray, wm_before: int
+    ) -> int:
+        keys = batch.keys
+        full = len(idx) == len(keys)
+        kids = self.keys.ids_of(keys if full else [keys[i] for i in idx.tolist()])
+        ts = batch.ts[idx]
+        g = group_by_key_frame(kids, frames, self._step)
+        on_disk = g.frame + self._size <= wm_before
+        slots, created = self.frames.resolve(g.kid, g.frame, on_disk)
+        partial: FloatArray | None = None
+        if self.aggs.width:
+            numeric = batch.numeric if full else {f: v[idx] for f, v in batch.numeric.items()}
+            partial = self.aggs.accumulate(numeric, ts, g.groups, len(g))
+        if self.aggs.objects:
+            self._accumulate_objects(batch, idx, g.groups, slots, off, kids)
+        self.frames.merge(slots, partial)
+        late_groups = np.flatnonzero(g.frame + self._step <= wm_before)
+        if not len(late_groups):
+            return 0
+        created_pairs = {
+            (int(g.kid[i]), int(g.frame[i])) for i in late_groups.tolist() if created[i]
+        }
+        for i in late_groups.tolist():
+            self._mark_late(int(g.kid[i]), int(g.frame[i]), wm_before, created_pairs)
+        return int(np.isin(g.groups, late_groups).sum())
+
+    def _accumulate_objects(
+        self,
+        batch: EventBatch,
+        idx: IntArray,
+        groups: IntArray,
+        slots: IntArray,
+        off: IntArray,
+        kids: IntArray,
+    ) -> None:
+        n = len(batch)
+        cols = [
+            [None] * n
+            if f is None
+            else batch.objects[f]
+            if f in batch.objects
+            else batch.numeric[f].tolist()
+            for f in (agg.field for agg, _ in self.aggs.objects)
+        ]
+        ts_l, part_l, off_l = batch.ts.tolist(), batch.partition.tolist(), off.tolist()
+        slot_l, kid_l, group_l = slots.tolist(), kids.tolist(), groups.tolist()
+        for j, i in enumerate(idx.tolist()):
+            self.frames.accumulate_objects(
+                slot_l[group_l[j]],
+                [_plain(col[i]) for col in cols],
+                Ordering(ts_l[i], part_l[i], off_l[i]),
+                kid_l[j],
+            )
+
+    # ------------------------------------------------------------------ single path
+
+    def _add_one(
+        self, event: DecodedEvent, partition: int, offset: int, wall_ms: int | None
+    ) -> StepStats:
+        kernel = self.kernel
+        key, ts = event.key, event.ts
+        wm_before = self.watermark
+        frame = self.windowing.frame_of(ts)
+        kernel.positions.mark(0, partition, offset)
+        if wall_ms is not None:
+            kernel.clock.note_active(0, partition, wall_ms)
+        if wm_before > NO_WATERMARK and not self.trigger.frame_retained(frame, wm_before):
+            self._reject_retention(ts, key, partition, offset)
+            self._advance_watermark(kernel.clock.coalesced())
+            return StepStats(rejected=1)
+        kid = self.keys.id_of(key)
+        slot, created = self.frames.resolve_one(
+            kid, frame, self.trigger.possibly_evicted(frame, wm_before)
+        )
+        if self.aggs.objects:
+            values = [_field_value(event, agg.field) for agg, _ in self.aggs.objects]
+            self.frames.accumulate_objects(slot, values, Ordering(ts, partition, offset), kid)
+        self.frames.accumulate_one(slot, event.numeric, ts)
+        late = 0
+        if self.trigger.late(frame, wm_before):
+            self._mark_late(kid, frame, wm_before, {(kid, frame)} if created else set())
+            late = 1
+        if ts > kernel.clock.max_ts.get(InputPosition(0, partition), NO_WATERMARK):
+            kernel.clock.observe_one(0, partition, ts)
+            self._advance_watermark(kernel.clock.coalesced())
+        if late and self.policy.late_mode is LateMode.PER_ARRIVAL:
+            self._emit_late()
+        return StepStats(applied=1, late=late)
+
+    # ------------------------------------------------------------------ emission
+
+    def _advance_watermark(self, candidate: int) -> None:
+        before = self.kernel.clock.advance(candidate)
+        if before is not None:
+            fired = self.trigger.on_time(before, self.watermark)
+            if fired is not None:
+                self._emit_range(fired, Kind.ON_TIME, None)
+
+    def _emit_early(self) -> None:
+        if not self.frames.early_dirty.any():
+            return
+        self._emit_range(
+            self.trigger.open_windows(self.watermark), Kind.EARLY, self.frames.early_dirty
+        )
+        self.frames.clear_early()
+
+    def _emit_range(self, starts: StartRange, kind: Kind, mark: BoolArray | None) -> None:
+        for ev in self.evaluator.dense(starts, mark):
+            self._emit(kind, ev.kids, ev.starts, ev.acc, ev.objs)
+
+    def _emit(
+        self,
+        kind: Kind,
+        kids: IntArray,
+        starts: IntArray,
+        acc: FloatArray,
+        objs: list[list[Any]] | None,
+    ) -> None:
+        names = self.keys.names
+        starts = starts.astype(np.int64)
+        self.kernel.outputs.emit(
+            ResultBatch(
+                kind=kind,
+                keys=[names[k] for k in kids.tolist()],
+                window_start=starts,
+                window_end=starts + self._size,
+                update_seq=self.book.seqs(kind, kids, starts),
+                values=self.aggs.finish(acc, objs),
+            )
+        )
+
+    def _mark_late(
+        self, kid: int, frame: int, wm_before: int, created: set[tuple[int, int]]
+    ) -> None:
+        """Mark the fired, retained windows containing ``frame`` for a LATE re-emission."""
+        emit = self.policy.late_mode is not LateMode.OFF
+        for w in self.trigger.late_windows(frame, wm_before):
+            # Without bookkeeping the window fired ON_TIME (seq 0) iff it had a frame
+            # before this step; otherwise this is its first emission.
+            def existed(w: int = w) -> bool:
+                return any(
+                    (kid, f) not in created and self.frames.exists(kid, f)
+                    for f in range(w, w + self._size, self._step)
+                )
+
+            self.book.mark_late((kid, w), existed, emit)
+            if emit:
+                self.timers.late_marked(self.policy, self.kernel.clock.now)
+
+    def _emit_late(self, only_upto: int | None = None) -> None:
+        if not self.book.pending:
+            return
+        due_windows = self.book.take_pending(only_upto)
+        if not due_windows:
+            return
+        if not self.book.pending:
+            self.timers.late_flushed()
+        acc, objs, _ = self.evaluator.gather(due_windows)
+        kids = np.array([w[0] for w in due_windows], dtype=np.int64)
+        starts = np.array([w[1] for w in due_windows], dtype=np.int64)
+        self._emit(Kind.LATE, kids, starts, acc, objs)
+
+    def _reject_retention(self, ts: int, key: str, partition: int, offset: int) -> None:
+        self.kernel.outputs.reject(
+            retention_error(
+                ts=ts,
+                key=key,
+                what="its last window ended",
+                retention=self.policy.retention,
+                watermark=self.watermark,
+                partition=partition,
+                offset=offset,
+            )
+        )
+
+    # ------------------------------------------------------------------ restore
+
+    def _restore(self) -> None:
+        fields = self.kernel.restore()
+        if fields is None:
+            return
+        self.timers = Timers.from_json(fields)
+        expired = fields.get("expired_upto")
+        self._expired_upto = None if expired is None else int(expired)
+        wm = self.watermark
+        self.frames.load_range(wm - self._size + 1 if wm > NO_WATERMARK else -(2**63))
+        self.book.restore(wm, self._size)
+
+
+def _field_value(event: DecodedEvent, field: str | None) -> Any:
+    if field is None:
+        return None
+    if field in event.objects:
+        return event.objects[field]
+    return _plain(event.numeric.get(field))
+
+
+def _plain(value: Any) -> Any:
+    """NaN (the columnar null) back to None for object operations."""
+    if isinstance(value, float) and value != value:
+        return None
+    return value
