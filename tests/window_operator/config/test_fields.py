@@ -1,0 +1,90 @@
+"""Field types: reserved aggregation names and Avro schema paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from configkit import ROOT, minimal, one_problem, problem_lines, write
+
+from window_operator.config import load_config, parse_config
+
+
+@pytest.mark.parametrize("name", ["key", "window_start", "window_end", "kind", "update_seq"])
+def test_reserved_aggregation_names(name: str) -> None:
+    doc = minimal()
+    doc["aggregations"] = [{"name": name, "op": "count"}]
+    path, message = one_problem(doc)
+    assert path == "aggregations.0.name"
+    assert message.startswith(f"{name!r} is reserved for the window result")
+
+
+def test_avro_input_requires_schema() -> None:
+    doc = minimal()
+    doc["input"]["format"] = "avro"
+    path, message = one_problem(doc)
+    assert path == "input.avro_schema"
+    assert message.startswith("required when input.format is avro")
+
+
+def test_avro_schema_file_must_exist(tmp_path: Path) -> None:
+    doc = minimal()
+    doc["input"] |= {"format": "avro", "avro_schema": "schemas/missing.avsc"}
+    path, message = one_problem(doc, base_dir=tmp_path)
+    assert path == "input.avro_schema"
+    assert message.startswith(f"file not found: {tmp_path / 'schemas' / 'missing.avsc'}")
+
+
+def test_avro_schema_must_be_a_file(tmp_path: Path) -> None:
+    doc = minimal()
+    (tmp_path / "schemas").mkdir()
+    doc["input"] |= {"format": "avro", "avro_schema": "schemas"}
+    assert one_problem(doc, base_dir=tmp_path) == (
+        "input.avro_schema",
+        f"not a file: {tmp_path / 'schemas'}",
+    )
+
+
+def test_avro_schema_resolved_against_the_yaml_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = tmp_path / "jobs"
+    (jobs / "schemas").mkdir(parents=True)
+    (jobs / "schemas" / "click.avsc").write_text('{"type": "record"}', encoding="utf-8")
+    (jobs / "out.avsc").write_text('{"type": "record"}', encoding="utf-8")
+    write(
+        jobs,
+        """\
+        job: j
+        input:
+          format: avro
+          avro_schema: schemas/click.avsc
+          avro_wire: confluent
+          timestamp: ts
+        window: {type: tumbling, size: 1m}
+        aggregations: [{name: n, op: count}]
+        output: {format: avro, avro_schema: ../jobs/out.avsc}
+        """,
+    )
+    monkeypatch.chdir(tmp_path)  # relative to the YAML, not to the working directory
+    cfg = load_config("jobs/job.yaml")
+    assert cfg.input.avro_schema == jobs / "schemas" / "click.avsc"
+    assert cfg.input.avro_schema.is_absolute()
+    assert cfg.input.avro_wire == "confluent"
+    assert cfg.output.avro_schema == jobs / "out.avsc"
+
+
+def test_avro_schema_only_with_avro_format(tmp_path: Path) -> None:
+    (tmp_path / "s.avsc").write_text("{}", encoding="utf-8")
+    doc = minimal()
+    doc["input"]["avro_schema"] = "s.avsc"
+    doc["output"] = {"avro_schema": "s.avsc"}
+    assert problem_lines(doc, base_dir=tmp_path) == [
+        "input.avro_schema: only allowed when input.format is avro (input.format is json)",
+        "output.avro_schema: only allowed when output.format is avro (output.format is json)",
+    ]
+
+
+def test_avro_output_without_schema_is_allowed() -> None:
+    cfg = parse_config(minimal() | {"output": {"format": "avro"}}, base_dir=ROOT)
+    assert (cfg.output.format, cfg.output.avro_schema) == ("avro", None)

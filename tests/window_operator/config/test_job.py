@@ -1,0 +1,92 @@
+"""The aggregation job root: frozen models, value_fields, aggregation names and ops."""
+
+from __future__ import annotations
+
+import pytest
+from configkit import CONFIG_DIR, ROOT, minimal, one_problem, problem_lines
+from pydantic import ValidationError
+
+from window_operator.config import (
+    AggregationConfig,
+    JobConfig,
+    TumblingWindow,
+    load_config,
+    parse_config,
+)
+
+
+def test_models_are_frozen() -> None:
+    cfg = parse_config(minimal(), base_dir=ROOT)
+    with pytest.raises(ValidationError, match="frozen"):
+        cfg.job = "other"
+    with pytest.raises(ValidationError, match="frozen"):
+        cfg.window.size = 1
+    with pytest.raises(ValidationError, match="frozen"):
+        cfg.aggregations[0].name = "m"
+    assert isinstance(cfg.aggregations, tuple)
+    assert hash(cfg.window) == hash(TumblingWindow(size=60_000))
+
+
+def test_model_dump_validates_back_to_an_equal_config() -> None:
+    cfg = load_config(CONFIG_DIR / "clicks.yaml")
+    assert JobConfig.model_validate(cfg.model_dump()) == cfg
+
+
+def test_value_fields_derived_in_order_without_repeats() -> None:
+    doc = minimal() | {
+        "aggregations": [
+            {"name": "a", "op": "count"},
+            {"name": "b", "op": "max", "field": "y"},
+            {"name": "c", "op": "linreg", "field": "z", "params": {"x": "x"}},
+            {"name": "d", "op": "min", "field": "y"},
+            {"name": "e", "op": "linreg", "field": "x", "params": {"x": 3}},
+            {"name": "f", "op": "other", "field": "w", "params": {"x": "not-a-field"}},
+        ]
+    }
+    assert parse_config(doc, base_dir=ROOT).value_fields() == ("y", "z", "x", "w")
+
+
+def test_value_fields_explicit() -> None:
+    doc = minimal() | {"input": {"timestamp": "ts", "fields": ["b", "a", "b"]}}
+    doc["aggregations"] = [{"name": "m", "op": "max", "field": "a"}]
+    cfg = parse_config(doc, base_dir=ROOT)
+    assert cfg.input.fields == ("b", "a", "b")
+    assert cfg.value_fields() == ("b", "a")
+
+
+def test_explicit_fields_must_cover_aggregation_fields() -> None:
+    doc = minimal() | {"input": {"timestamp": "ts", "fields": ["a"]}}
+    doc["aggregations"] = [
+        {"name": "m", "op": "max", "field": "a"},
+        {"name": "r", "op": "linreg", "field": "b", "params": {"x": "c"}},
+    ]
+    assert problem_lines(doc) == [
+        "aggregations.1.field: 'b' is not one of input.fields (a)",
+        "aggregations.1.params.x: 'c' is not one of input.fields (a)",
+    ]
+
+
+def test_duplicate_aggregation_names() -> None:
+    doc = minimal()
+    doc["aggregations"] = [
+        {"name": "n", "op": "count"},
+        {"name": "m", "op": "max", "field": "v"},
+        {"name": "n", "op": "min", "field": "v"},
+    ]
+    assert one_problem(doc) == (
+        "aggregations.2.name",
+        "duplicate aggregation name 'n' (also used by aggregations.0); names must be unique",
+    )
+
+
+def test_op_is_not_checked_against_a_catalogue() -> None:
+    doc = minimal()
+    doc["aggregations"] = [
+        {"name": "a", "op": "no_such_op"},
+        {"name": "b", "op": "my.pkg:MyOp", "params": {"k": [1, 2]}},
+        {"name": "c", "op": "my.pkg.MyOp", "params": None},
+    ]
+    aggs = parse_config(doc, base_dir=ROOT).aggregations
+    assert [a.op for a in aggs] == ["no_such_op", "my.pkg:MyOp", "my.pkg.MyOp"]
+    assert aggs[1] == AggregationConfig(name="b", op="my.pkg:MyOp", params={"k": [1, 2]})
+    assert aggs[2].params == {}

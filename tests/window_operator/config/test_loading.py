@@ -1,0 +1,127 @@
+"""Loading job files: the examples, unreadable files, YAML problems, non-mapping documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from configkit import CONFIG_DIR, ROOT, write
+
+from window_operator.config import (
+    ConfigError,
+    ConfigProblem,
+    HoppingWindow,
+    TumblingWindow,
+    load_config,
+    parse_config,
+)
+
+
+def test_clicks_example_loads() -> None:
+    cfg = load_config(CONFIG_DIR / "clicks.yaml")
+    assert cfg.job == "clicks"
+    assert cfg.input.format == "json"
+    assert cfg.input.key == "page"
+    assert (cfg.input.timestamp, cfg.input.timestamp_unit) == ("ts", "ms")
+    assert isinstance(cfg.window, HoppingWindow)
+    assert (cfg.window.size, cfg.window.step) == (60_000, 10_000)
+    assert [(a.name, a.op, a.field) for a in cfg.aggregations] == [
+        ("clicks", "count", None),
+        ("mean_latency_ms", "mean", "latency_ms"),
+        ("max_latency_ms", "max", "latency_ms"),
+        ("p95_latency_ms", "percentile", "latency_ms"),
+    ]
+    assert cfg.aggregations[3].params == {"q": 0.95}
+    assert cfg.watermark.allowed_lateness == 5_000
+    assert (cfg.emit.late_mode, cfg.emit.late_period_ms, cfg.emit.early_ms) == (
+        "period",
+        10_000,
+        None,
+    )
+    assert cfg.retention.time == 3_600_000
+    assert cfg.output.topic == "clicks-windows"
+    assert cfg.output.errors_topic == "clicks-errors"
+    assert cfg.value_fields() == ("latency_ms",)
+
+
+def test_orders_max_example_loads() -> None:
+    cfg = load_config(str(CONFIG_DIR / "orders-max.yaml"))
+    assert cfg.input.key is None
+    assert cfg.input.timestamp == "time"
+    assert isinstance(cfg.window, TumblingWindow)
+    assert (cfg.window.size, cfg.window.step) == (60_000, 60_000)
+    assert [(a.name, a.op, a.field) for a in cfg.aggregations] == [("max_value", "max", "value")]
+    assert cfg.watermark.allowed_lateness == 0
+    assert (cfg.emit.late_mode, cfg.emit.late_period_ms) == ("per_arrival", 0)
+    assert cfg.retention.time == 3_600_000
+    assert cfg.value_fields() == ("value",)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"invalid job config {path}:\n  - file not found: {path}"
+
+
+def test_directory_is_not_a_job_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+
+
+def test_yaml_syntax_error_names_path_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "job: j\ninput:\n  timestamp: ts\n   key: [\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    header, line = str(info.value).splitlines()
+    assert header == f"invalid job config {path}:"
+    assert line.startswith("  - line 4, column 7: YAML syntax error: ")
+
+
+def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "job: j\nwindow: {type: tumbling, size: 1m}\njob: k\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == (
+        ConfigProblem("", "line 3, column 1: found duplicate key 'job' (first at line 1)"),
+    )
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        job: j
+        input: {timestamp: ts}
+        window: {type: tumbling, size: 1m}
+        aggregations:
+          - &max {name: a, op: max, field: v}
+          - <<: *max
+            name: b
+        """,
+    )
+    assert [a.name for a in load_config(path).aggregations] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "got"), [("- a\n- b\n", "a list"), ("just text\n", "'just text'")]
+)
+def test_document_must_be_a_mapping(tmp_path: Path, text: str, got: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    (problem,) = info.value.problems
+    assert problem.path == ""
+    assert problem.message.startswith("expected a mapping with the keys job, input, window")
+    assert problem.message.endswith(f"(got {got})")
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="the file is empty"):
+        load_config(write(tmp_path, "# nothing\n"))
+
+
+def test_parse_config_rejects_non_mapping() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(["job"], base_dir=ROOT)  # type: ignore[arg-type]
+    assert str(info.value).startswith("invalid job config:\n  - expected a mapping")

@@ -1,0 +1,147 @@
+"""The optional sections: defaults, derived names, durations in ms, emit and spark forms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from configkit import ROOT, minimal, problem_lines, write
+
+from window_operator.config import EmitConfig, LateEmit, load_config, parse_config
+
+
+def test_defaults_are_as_documented() -> None:
+    cfg = parse_config(minimal(), base_dir=ROOT)
+    assert cfg.input.topic == "j-input"
+    assert cfg.input.format == "json"
+    assert cfg.input.avro_schema is None
+    assert cfg.input.avro_wire == "schemaless"
+    assert cfg.input.key is None
+    assert cfg.input.timestamp_unit == "ms"
+    assert cfg.input.fields is None
+    assert cfg.aggregations[0].field is None
+    assert cfg.aggregations[0].params == {}
+    assert cfg.watermark.allowed_lateness == 0
+    assert cfg.watermark.idle_timeout is None
+    assert cfg.emit.early is None
+    assert cfg.emit.late == LateEmit(mode="period", period_ms=10_000)
+    assert cfg.retention.time == 3_600_000
+    assert cfg.retention.size is None
+    assert cfg.output.topic == "j-windows"
+    assert cfg.output.format == "json"
+    assert cfg.output.avro_schema is None
+    assert cfg.output.errors_topic == "j-errors"
+    assert cfg.state.dir == Path("./state")
+    assert cfg.kafka.bootstrap_servers is None
+    assert (cfg.kafka.consumer, cfg.kafka.producer) == ({}, {})
+    assert cfg.spark.master is None
+    assert cfg.spark.trigger == 5_000
+    assert cfg.spark.max_offsets_per_trigger is None
+    assert cfg.spark.checkpoint_dir == Path("state/j/spark-checkpoint")
+    assert cfg.spark.conf == {}
+
+
+def test_null_sections_take_defaults() -> None:
+    doc = minimal()
+    for section in ("watermark", "emit", "retention", "output", "state", "kafka", "spark"):
+        doc[section] = None
+    assert parse_config(doc, base_dir=ROOT) == parse_config(minimal(), base_dir=ROOT)
+
+
+def test_checkpoint_dir_follows_state_dir_and_can_be_set() -> None:
+    doc = minimal() | {"state": {"dir": "/var/lib/wo"}}
+    assert parse_config(doc, base_dir=ROOT).spark.checkpoint_dir == Path(
+        "/var/lib/wo/j/spark-checkpoint"
+    )
+    doc["spark"] = {"checkpoint_dir": "ckpt"}
+    assert parse_config(doc, base_dir=ROOT).spark.checkpoint_dir == Path("ckpt")
+
+
+def test_state_dir_is_not_resolved_against_the_yaml(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        job: j
+        input: {timestamp: ts}
+        window: {type: tumbling, size: 1m}
+        aggregations: [{name: n, op: count}]
+        state: {dir: data/state}
+        """,
+    )
+    assert load_config(path).state.dir == Path("data/state")
+
+
+def test_duration_fields_are_milliseconds_with_ms_properties() -> None:
+    doc = minimal() | {
+        "window": {"type": "hopping", "size": "1m", "step": "15s"},
+        "watermark": {"allowed_lateness": "2s", "idle_timeout": "30s"},
+        "emit": {"early": "5s", "late": "1m"},
+        "retention": {"time": "2h", "size": 100},
+        "spark": {"trigger": 2500},
+    }
+    cfg = parse_config(doc, base_dir=ROOT)
+    assert (cfg.window.size, cfg.window.size_ms) == (60_000, 60_000)
+    assert (cfg.window.step, cfg.window.step_ms) == (15_000, 15_000)
+    assert cfg.watermark.allowed_lateness_ms == 2_000
+    assert cfg.watermark.idle_timeout_ms == 30_000
+    assert (cfg.emit.early, cfg.emit.early_ms) == (5_000, 5_000)
+    assert (cfg.emit.late_mode, cfg.emit.late_period_ms) == ("period", 60_000)
+    assert (cfg.retention.time_ms, cfg.retention.size) == (7_200_000, 100)
+    assert (cfg.spark.trigger_ms, cfg.spark.available_now) == (2_500, False)
+
+
+@pytest.mark.parametrize(
+    ("late", "mode", "period"),
+    [
+        ("10s", "period", 10_000),
+        (250, "period", 250),
+        ("per_arrival", "per_arrival", 0),
+        ("off", "off", 0),
+        (False, "off", 0),  # YAML 1.1 reads a bare `off` as false
+    ],
+)
+def test_emit_late_forms(late: Any, mode: str, period: int) -> None:
+    cfg = parse_config(minimal() | {"emit": {"late": late}}, base_dir=ROOT)
+    assert (cfg.emit.late_mode, cfg.emit.late_period_ms) == (mode, period)
+
+
+def test_bare_off_in_yaml_disables_early_and_late(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        job: j
+        input: {timestamp: ts}
+        window: {type: tumbling, size: 1m}
+        aggregations: [{name: n, op: count}]
+        watermark: {idle_timeout: off}
+        emit:
+          early: off
+          late: off
+        """,
+    )
+    cfg = load_config(path)
+    assert cfg.emit == EmitConfig(early=None, late=LateEmit(mode="off", period_ms=0))
+    assert cfg.watermark.idle_timeout is None
+
+
+def test_spark_trigger_available_now_and_settings() -> None:
+    doc = minimal() | {
+        "spark": {"trigger": "available_now", "conf": {"a.b": 4, "c": True, "d": "x"}},
+        "kafka": {"consumer": {"fetch.min.bytes": 1, "enable.auto.commit": False, "x": "y"}},
+    }
+    cfg = parse_config(doc, base_dir=ROOT)
+    assert (cfg.spark.trigger, cfg.spark.trigger_ms, cfg.spark.available_now) == (
+        "available_now",
+        None,
+        True,
+    )
+    assert cfg.spark.conf == {"a.b": "4", "c": "true", "d": "x"}
+    assert cfg.kafka.consumer == {"fetch.min.bytes": 1, "enable.auto.commit": False, "x": "y"}
+
+
+def test_invalid_job_name_is_reported_once() -> None:
+    # The derived topic names must not repeat the job name's problem.
+    lines = problem_lines(minimal() | {"job": "my job"})
+    assert len(lines) == 1
+    assert lines[0].startswith("job: ")

@@ -1,0 +1,217 @@
+"""The error messages users see: dotted field paths and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from configkit import ROOT, minimal, one_problem, problem_lines
+
+from window_operator.config import ConfigError, ConfigProblem, parse_config
+
+
+def test_error_message_format_is_exact() -> None:
+    doc = minimal()
+    doc["window"] = {"type": "tumblng", "size": "1m"}
+    doc["input"]["format"] = "xml"
+    doc["windw"] = {}
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, base_dir=ROOT, source="jobs/clicks.yaml")
+    assert str(info.value) == "\n".join(
+        [
+            "invalid job config jobs/clicks.yaml:",
+            "  - input.format: must be one of json, avro (got 'xml')",
+            "  - window.type: must be one of tumbling, hopping, session, count, offsets"
+            " (got 'tumblng')",
+            "  - windw: unknown key (allowed keys: job, input, window, aggregations, watermark,"
+            " emit, retention, output, state, kafka, spark); did you mean 'window'?",
+        ]
+    )
+    assert info.value.source == "jobs/clicks.yaml"
+    assert info.value.problems[0] == ConfigProblem(
+        "input.format", "must be one of json, avro (got 'xml')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "message"),
+    [
+        pytest.param(
+            lambda d: d["window"].update(size="5x"),
+            "window.size",
+            "'5x' is not a duration: use a number with a unit, e.g. 250ms, 30s, 5m, 1h, 1d",
+            id="bad-duration",
+        ),
+        pytest.param(
+            lambda d: d["window"].update(size="0s"),
+            "window.size",
+            "'0s' is not a positive duration: it must be longer than 0",
+            id="zero-size",
+        ),
+        pytest.param(
+            lambda d: d["window"].pop("type"),
+            "window.type",
+            "required: one of tumbling, hopping, session, count, offsets",
+            id="window-type-missing",
+        ),
+        pytest.param(
+            lambda d: d.update(window=None),
+            "window",
+            "must be a mapping (got null)",
+            id="window-not-mapping",
+        ),
+        pytest.param(
+            lambda d: d["window"].update(step="10s"),
+            "window.step",
+            "unknown key (allowed keys: type, size)",
+            id="tumbling-step",
+        ),
+        pytest.param(
+            lambda d: d["input"].update(timestamp_unit="sec"),
+            "input.timestamp_unit",
+            "must be one of ms, s, us, ns, iso8601 (got 'sec')",
+            id="literal",
+        ),
+        pytest.param(
+            lambda d: d["input"].update(avro_wire="raw"),
+            "input.avro_wire",
+            "must be one of schemaless, confluent (got 'raw')",
+            id="avro-wire",
+        ),
+        pytest.param(
+            lambda d: d["input"].pop("timestamp"),
+            "input.timestamp",
+            "required key is missing",
+            id="missing-nested",
+        ),
+        pytest.param(lambda d: d.pop("input"), "input", "required key is missing", id="missing"),
+        pytest.param(
+            lambda d: d["input"].update(tiemstamp="t"),
+            "input.tiemstamp",
+            "unknown key (allowed keys: topic, format, avro_schema, avro_wire, key, timestamp,"
+            " timestamp_unit, fields); did you mean 'timestamp'?",
+            id="nested-unknown-key",
+        ),
+        pytest.param(
+            lambda d: d["aggregations"].append({"name": "m", "op": ""}),
+            "aggregations.1.op",
+            "must not be empty",
+            id="empty-op",
+        ),
+        pytest.param(
+            lambda d: d["aggregations"].append({"name": "m"}),
+            "aggregations.1.op",
+            "required key is missing",
+            id="missing-op",
+        ),
+        pytest.param(
+            lambda d: d["aggregations"].append({"name": "m", "op": 7}),
+            "aggregations.1.op",
+            "must be a string (got 7)",
+            id="op-type",
+        ),
+        pytest.param(
+            lambda d: d["aggregations"].append({"name": "m", "op": "max", "feild": "x"}),
+            "aggregations.1.feild",
+            "unknown key (allowed keys: name, op, field, params); did you mean 'field'?",
+            id="aggregation-unknown-key",
+        ),
+        pytest.param(
+            lambda d: d.update(aggregations=[]),
+            "aggregations",
+            "must list at least one aggregation",
+            id="no-aggregations",
+        ),
+        pytest.param(
+            lambda d: d.update(aggregations={"name": "n"}),
+            "aggregations",
+            "must be a list (got a mapping)",
+            id="aggregations-not-list",
+        ),
+        pytest.param(
+            lambda d: d.update(retention={"size": "many"}),
+            "retention.size",
+            "must be an integer (got 'many')",
+            id="int-type",
+        ),
+        pytest.param(
+            lambda d: d.update(retention={"size": 0}),
+            "retention.size",
+            "must be greater than 0 (got 0)",
+            id="positive-int",
+        ),
+        pytest.param(
+            lambda d: d.update(retention={"time": "-1h"}),
+            "retention.time",
+            "'-1h' is not a duration: durations cannot be negative",
+            id="negative-duration",
+        ),
+        pytest.param(
+            lambda d: d.update(emit={"late": "sometimes"}),
+            "emit.late",
+            "'sometimes' is not a duration: use a number with a unit, e.g. 250ms, 30s, 5m, 1h,"
+            " 1d; or per_arrival, or off",
+            id="emit-late",
+        ),
+        pytest.param(
+            lambda d: d.update(emit={"early": "0s"}),
+            "emit.early",
+            "'0s' is not a positive duration; use null/off to disable",
+            id="emit-early-zero",
+        ),
+        pytest.param(
+            lambda d: d.update(spark={"trigger": "now"}),
+            "spark.trigger",
+            "'now' is not a duration: use a number with a unit, e.g. 250ms, 30s, 5m, 1h, 1d;"
+            " or available_now",
+            id="spark-trigger",
+        ),
+        pytest.param(
+            lambda d: d.update(kafka={"producer": {"linger.ms": 0.5}}),
+            "kafka.producer.linger.ms",
+            "a librdkafka setting must be a string, an integer or a boolean (got 0.5)",
+            id="kafka-setting",
+        ),
+        pytest.param(
+            lambda d: d.update(output={"format": "csv"}),
+            "output.format",
+            "must be one of json, avro (got 'csv')",
+            id="output-format",
+        ),
+        pytest.param(
+            lambda d: d.update(output={"topic": "has space"}),
+            "output.topic",
+            "must be a Kafka topic name: 1 to 249 letters, digits, '.', '_' or '-'"
+            " (got 'has space')",
+            id="topic-name",
+        ),
+        pytest.param(
+            lambda d: d.update(job="-bad/name"),
+            "job",
+            "must start with a letter or digit and contain only letters, digits, '.', '_' and"
+            " '-' (got '-bad/name')",
+            id="job-name",
+        ),
+        pytest.param(
+            lambda d: d.update(state={"dir": ""}),
+            "state.dir",
+            "must be a non-empty path",
+            id="state-dir",
+        ),
+    ],
+)
+def test_error_names_field_and_allowed_values(mutate: Any, path: str, message: str) -> None:
+    doc = copy.deepcopy(minimal())
+    mutate(doc)
+    assert one_problem(doc) == (path, message)
+
+
+def test_every_problem_is_listed() -> None:
+    doc = minimal()
+    doc["window"]["size"] = "5x"
+    doc["aggregations"].append({"name": "n", "op": "max", "field": "v"})
+    doc["emit"] = {"late": "never"}
+    doc["kafka"] = {"bootstrap": "x"}
+    paths = [line.partition(": ")[0] for line in problem_lines(doc)]
+    assert paths == ["window.size", "aggregations.1.name", "emit.late", "kafka.bootstrap"]

@@ -1,0 +1,204 @@
+"""Field types of the job config: names, paths, optional durations and settings.
+
+Each type is an ``Annotated`` pydantic type whose validator says what is allowed; the
+models in the other modules of this package are built from them. :class:`FrozenModel`
+is their common base.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationInfo,
+)
+
+from window_operator.config.errors import show
+from window_operator.durations import DurationError, parse_duration_ms
+
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "OFF",
+    "RESERVED_OUTPUT_NAMES",
+    "AggregationName",
+    "FilePath",
+    "FrozenModel",
+    "JobName",
+    "KafkaSetting",
+    "NonEmptyStr",
+    "OptionalPositiveDuration",
+    "SparkSetting",
+    "StrictPositiveInt",
+    "TopicName",
+    "check_avro_schema",
+    "is_valid_job_name",
+    "none_to_empty_mapping",
+]
+
+#: Names an aggregation may not take: they are the other fields of a window result.
+RESERVED_OUTPUT_NAMES = frozenset({"key", "window_start", "window_end", "kind", "update_seq"})
+
+#: Where task state lives unless ``state.dir`` says otherwise (relative to the working dir).
+DEFAULT_STATE_DIR = Path("./state")
+
+#: The YAML spelling of "disabled" (YAML 1.1 also reads a bare ``off`` as false).
+OFF = "off"
+
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_JOB_NAME_MAX = 200  # leaves room for the "-windows"/"-errors" suffixes in a Kafka topic name
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+class FrozenModel(BaseModel):
+    """The base of every config model: frozen, and unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def is_valid_job_name(value: object) -> bool:
+    """Whether ``value`` is a job name :data:`JobName` accepts."""
+    return (
+        isinstance(value, str)
+        and _JOB_NAME.fullmatch(value) is not None
+        and len(value) <= _JOB_NAME_MAX
+    )
+
+
+def _non_empty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _job_name(value: str) -> str:
+    if not _JOB_NAME.fullmatch(value):
+        raise ValueError(
+            "must start with a letter or digit and contain only letters, digits, "
+            f"'.', '_' and '-' (got {value!r})"
+        )
+    if len(value) > _JOB_NAME_MAX:
+        raise ValueError(f"must be at most {_JOB_NAME_MAX} characters long")
+    return value
+
+
+def _topic_name(value: str) -> str:
+    if not _TOPIC_NAME.fullmatch(value) or value in (".", ".."):
+        raise ValueError(
+            f"must be a Kafka topic name: 1 to 249 letters, digits, '.', '_' or '-' (got {value!r})"
+        )
+    return value
+
+
+def _aggregation_name(value: str) -> str:
+    if value in RESERVED_OUTPUT_NAMES:
+        raise ValueError(
+            f"{value!r} is reserved for the window result; use another name "
+            f"(reserved: {', '.join(sorted(RESERVED_OUTPUT_NAMES))})"
+        )
+    return value
+
+
+def _non_empty_path(value: Path) -> Path:
+    if not str(value).strip() or value == Path():
+        raise ValueError("must be a non-empty path")
+    return value
+
+
+def none_to_empty_mapping(value: object) -> object:
+    """A ``BeforeValidator`` for mapping fields: YAML ``null`` is the empty mapping."""
+    return {} if value is None else value
+
+
+def _optional_positive_duration(value: object) -> object:
+    # ``off`` in YAML 1.1 is the boolean false; accept both spellings of "disabled".
+    if value is None or value is False or value == OFF:
+        return None
+    try:
+        ms = parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
+    except DurationError as exc:
+        raise DurationError(f"{exc}; or null/off to disable") from None
+    if ms == 0:
+        raise DurationError(f"{value!r} is not a positive duration; use null/off to disable")
+    return ms
+
+
+def _kafka_setting(value: object) -> object:
+    if isinstance(value, str | int | bool):
+        return value
+    raise ValueError(
+        f"a librdkafka setting must be a string, an integer or a boolean (got {show(value)})"
+    )
+
+
+def _spark_setting(value: object) -> object:
+    # Spark conf values are strings; accept plain YAML scalars and spell them as Spark does.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+NonEmptyStr = Annotated[str, AfterValidator(_non_empty)]
+JobName = Annotated[str, AfterValidator(_job_name)]
+TopicName = Annotated[str, AfterValidator(_topic_name)]
+AggregationName = Annotated[str, AfterValidator(_non_empty), AfterValidator(_aggregation_name)]
+FilePath = Annotated[Path, AfterValidator(_non_empty_path)]
+OptionalPositiveDuration = Annotated[int | None, BeforeValidator(_optional_positive_duration)]
+StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
+KafkaSetting = Annotated[str | int | bool, BeforeValidator(_kafka_setting)]
+SparkSetting = Annotated[str, BeforeValidator(_spark_setting)]
+
+
+def _base_dir(info: ValidationInfo) -> Path:
+    context = info.context
+    if isinstance(context, Mapping) and context.get("base_dir") is not None:
+        return Path(context["base_dir"])
+    return Path.cwd()
+
+
+def _resolve_existing_file(value: Path, info: ValidationInfo) -> Path:
+    """Resolve ``value`` against the job file's directory and require that it exists."""
+    path = value.expanduser()
+    if not path.is_absolute():
+        path = _base_dir(info) / path
+    path = Path(os.path.abspath(path))
+    if not path.exists():
+        raise ValueError(
+            f"file not found: {path} (relative paths are resolved against the directory "
+            "of the job file)"
+        )
+    if not path.is_file():
+        raise ValueError(f"not a file: {path}")
+    return path
+
+
+def check_avro_schema(
+    section: str, value: Path | None, info: ValidationInfo, *, required: bool
+) -> Path | None:
+    """Validate ``<section>.avro_schema``: set exactly for ``format: avro``, an existing file.
+
+    ``required`` says whether an avro ``<section>`` must name a schema. The path is
+    returned absolute, resolved against the job file's directory.
+    """
+    fmt = info.data.get("format")
+    if value is None:
+        if required and fmt == "avro":
+            raise ValueError(
+                f"required when {section}.format is avro: the path of the Avro schema (.avsc), "
+                "relative to the job file"
+            )
+        return None
+    if fmt is not None and fmt != "avro":
+        raise ValueError(f"only allowed when {section}.format is avro ({section}.format is {fmt})")
+    return _resolve_existing_file(value, info)

@@ -1,0 +1,168 @@
+"""The root of a windowed-aggregation job: ``input``, ``window`` and ``aggregations``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from window_operator.config.errors import FieldProblems, Location
+from window_operator.config.fields import (
+    AggregationName,
+    FilePath,
+    FrozenModel,
+    JobName,
+    NonEmptyStr,
+    TopicName,
+    check_avro_schema,
+    none_to_empty_mapping,
+)
+from window_operator.config.sections import (
+    EmitConfig,
+    KafkaConfig,
+    OutputConfig,
+    RetentionConfig,
+    SparkConfig,
+    StateConfig,
+    WatermarkConfig,
+    fill_defaults,
+)
+from window_operator.config.windows import WindowConfig
+
+__all__ = ["AggregationConfig", "InputConfig", "JobConfig"]
+
+#: Operations whose ``params.x`` names a second input field (linear regression's x).
+_X_PARAM_OPS = frozenset({"linreg"})
+
+
+class InputConfig(FrozenModel):
+    """``input:`` the topic events are read from and how an event is decoded.
+
+    ``key`` is the grouping field; ``None`` puts every event under the one global key
+    ``""``. ``timestamp`` is the event-time field, read in ``timestamp_unit``.
+    ``fields`` lists the value fields to decode (``None``: the fields the aggregations
+    reference, see :meth:`JobConfig.value_fields`). ``avro_schema`` is required exactly
+    when ``format`` is ``avro``; it is resolved against the YAML file's directory and
+    stored as an absolute path to an existing file.
+    """
+
+    topic: TopicName
+    format: Literal["json", "avro"] = "json"
+    avro_schema: FilePath | None = Field(default=None, validate_default=True)
+    avro_wire: Literal["schemaless", "confluent"] = "schemaless"
+    key: NonEmptyStr | None = None
+    timestamp: NonEmptyStr
+    timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = "ms"
+    fields: tuple[NonEmptyStr, ...] | None = None
+
+    @field_validator("avro_schema")
+    @classmethod
+    def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return check_avro_schema("input", value, info, required=True)
+
+
+class AggregationConfig(FrozenModel):
+    """One entry of ``aggregations:``: the result field ``name`` = ``op`` over ``field``.
+
+    ``op`` is a builtin operation name or a dotted path to a class (``pkg.mod:Class`` or
+    ``pkg.mod.Class``); it is not checked against the catalogue here. ``params`` is
+    passed to the operation as keyword settings.
+    """
+
+    name: AggregationName
+    op: NonEmptyStr
+    field: NonEmptyStr | None = None
+    params: Annotated[dict[str, Any], BeforeValidator(none_to_empty_mapping)] = Field(
+        default_factory=dict
+    )
+
+
+class JobConfig(FrozenModel):
+    """The root of a job file: one windowed aggregation from an input topic to an output.
+
+    Sections are documented on their models; see the module docstring for conventions
+    (durations in ms, frozen models, derived defaults).
+    """
+
+    job: JobName
+    input: InputConfig
+    window: WindowConfig
+    aggregations: tuple[AggregationConfig, ...]
+    watermark: WatermarkConfig
+    emit: EmitConfig
+    retention: RetentionConfig
+    output: OutputConfig
+    state: StateConfig
+    kafka: KafkaConfig
+    spark: SparkConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_defaults(cls, data: object) -> object:
+        """Fill absent sections and the defaults that depend on the job name."""
+        return fill_defaults(data, input_sections=("input",))
+
+    @field_validator("aggregations")
+    @classmethod
+    def _unique_names(cls, value: tuple[AggregationConfig, ...]) -> tuple[AggregationConfig, ...]:
+        # Checked here rather than with min_length, which pydantic also reports when
+        # the only entry is invalid.
+        if not value:
+            raise ValueError("must list at least one aggregation")
+        first: dict[str, int] = {}
+        problems: list[tuple[Location, str]] = []
+        for index, agg in enumerate(value):
+            if agg.name in first:
+                problems.append(
+                    (
+                        (index, "name"),
+                        f"duplicate aggregation name {agg.name!r} (also used by "
+                        f"aggregations.{first[agg.name]}); names must be unique",
+                    )
+                )
+            else:
+                first[agg.name] = index
+        if problems:
+            raise FieldProblems(problems)
+        return value
+
+    @model_validator(mode="after")
+    def _fields_cover_aggregations(self) -> Self:
+        declared = self.input.fields
+        if declared is None:
+            return self
+        problems: list[tuple[Location, str]] = []
+        for index, agg in enumerate(self.aggregations):
+            for loc, name in _referenced_fields(agg):
+                if name not in declared:
+                    problems.append(
+                        (
+                            ("aggregations", index, *loc),
+                            f"{name!r} is not one of input.fields ({', '.join(declared)})",
+                        )
+                    )
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+    def value_fields(self) -> tuple[str, ...]:
+        """The value fields to decode from each event, in declaration order, without repeats.
+
+        ``input.fields`` when given; otherwise every aggregation's ``field`` and, for
+        linear regression (``op: linreg``), ``params.x`` when it is a field name.
+        """
+        if self.input.fields is not None:
+            return tuple(dict.fromkeys(self.input.fields))
+        names = [name for agg in self.aggregations for _, name in _referenced_fields(agg)]
+        return tuple(dict.fromkeys(names))
+
+
+def _referenced_fields(agg: AggregationConfig) -> list[tuple[tuple[str, ...], str]]:
+    refs: list[tuple[tuple[str, ...], str]] = []
+    if agg.field is not None:
+        refs.append((("field",), agg.field))
+    x = agg.params.get("x")
+    if agg.op in _X_PARAM_OPS and isinstance(x, str):
+        refs.append((("params", "x"), x))
+    return refs

@@ -1,0 +1,153 @@
+"""The root of a join job: ``join:`` instead of ``input``, ``window`` and ``aggregations``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from window_operator.config.errors import FieldProblems, Location
+from window_operator.config.fields import (
+    FilePath,
+    FrozenModel,
+    JobName,
+    NonEmptyStr,
+    StrictPositiveInt,
+    TopicName,
+    check_avro_schema,
+)
+from window_operator.config.sections import (
+    EmitConfig,
+    KafkaConfig,
+    OutputConfig,
+    RetentionConfig,
+    SparkConfig,
+    StateConfig,
+    WatermarkConfig,
+    fill_defaults,
+)
+from window_operator.durations import Duration, parse_duration_ms
+
+__all__ = ["JoinConfig", "JoinInputConfig", "JoinJobConfig", "SignedDuration"]
+
+
+def _signed_duration(value: object) -> object:
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in "+-":
+            ms = parse_duration_ms(text[1:])
+            return -ms if text[0] == "-" else ms
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
+
+
+#: A duration that may be negative: ``-2m``, ``+5m``, ``30s``.
+SignedDuration = Annotated[int, BeforeValidator(_signed_duration)]
+
+
+class JoinInputConfig(FrozenModel):
+    """One side of a join: ``join.left`` or ``join.right``.
+
+    ``name`` identifies the side (``source`` in ``simulate`` input lines, and the key of
+    the side in join results); ``topic`` defaults to ``name``. ``fields`` limits the
+    fields carried into results (default: the whole record).
+    """
+
+    name: NonEmptyStr
+    topic: TopicName | None = None
+    format: Literal["json", "avro"] = "json"
+    avro_schema: FilePath | None = Field(default=None, validate_default=True)
+    avro_wire: Literal["schemaless", "confluent"] = "schemaless"
+    timestamp: NonEmptyStr
+    timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = "ms"
+    fields: tuple[NonEmptyStr, ...] | None = None
+
+    @field_validator("avro_schema")
+    @classmethod
+    def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return check_avro_schema("join", value, info, required=True)
+
+    @property
+    def topic_name(self) -> str:
+        """The topic to read (``topic``, or ``name`` when unset)."""
+        return self.topic or self.name
+
+
+class JoinConfig(FrozenModel):
+    """``join:`` a windowed stream-stream join of ``left`` and ``right`` on equal fields.
+
+    The time condition is one of: ``range`` (``RANGE d PRECEDING`` over the left
+    stream: ``0 <= right.ts - left.ts <= d``), ``between: [lo, hi]`` (``lo <= right.ts -
+    left.ts <= hi``, signed durations like ``-2m``), or ``rows`` (``ROWS n PRECEDING``: a
+    right message joins the ``n`` most recent left messages with its join key, in
+    arrival order). ``kind`` inner, left or full (outer rows are emitted once the
+    watermark proves no match can come). ``store`` picks the Message Store key layout
+    (``auto`` follows the Samza seed's matrix).
+    """
+
+    left: JoinInputConfig
+    right: JoinInputConfig
+    on: tuple[NonEmptyStr, ...] = ()
+    kind: Literal["inner", "left", "full"] = "inner"
+    range: Duration | None = None
+    between: tuple[SignedDuration, SignedDuration] | None = None
+    rows: StrictPositiveInt | None = None
+    store: Literal["auto", "ts_offset", "fields_ts_offset", "ts_fields_offset"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: object) -> object:
+        # YAML 1.1 reads a bare ``on:`` key as the boolean true: take it as ``on``.
+        if isinstance(data, Mapping) and True in data and "on" not in data:
+            return {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> Self:
+        problems: list[tuple[Location, str]] = []
+        given = [n for n in ("range", "between", "rows") if getattr(self, n) is not None]
+        if len(given) != 1:
+            problems.append(
+                (("range",), "set exactly one of join.range, join.between or join.rows")
+            )
+        if self.between is not None and self.between[0] > self.between[1]:
+            problems.append((("between",), "the lower bound must not exceed the upper bound"))
+        if self.left.name == self.right.name:
+            problems.append((("right", "name"), "must differ from join.left.name"))
+        if self.rows is not None and self.kind != "inner":
+            problems.append((("kind",), "outer joins need a time condition (range or between)"))
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+    @property
+    def bounds(self) -> tuple[int, int] | None:
+        """``(lo, hi)`` of ``right.ts - left.ts`` for time joins, ``None`` for rows joins."""
+        if self.range is not None:
+            return (0, self.range)
+        if self.between is not None:
+            return (self.between[0], self.between[1])
+        return None
+
+
+class JoinJobConfig(FrozenModel):
+    """The root of a join job file: ``join:`` instead of ``input``/``window``/``aggregations``."""
+
+    job: JobName
+    join: JoinConfig
+    watermark: WatermarkConfig
+    emit: EmitConfig
+    retention: RetentionConfig
+    output: OutputConfig
+    state: StateConfig
+    kafka: KafkaConfig
+    spark: SparkConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_defaults(cls, data: object) -> object:
+        """Fill absent sections and the defaults that depend on the job name."""
+        return fill_defaults(data, input_sections=())

@@ -1,0 +1,152 @@
+"""Reading job files: YAML with duplicate-key detection, then validation into a model."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from window_operator.config.errors import ConfigError, ConfigProblem, show
+from window_operator.config.job import JobConfig
+from window_operator.config.join import JoinJobConfig
+from window_operator.config.sections import OPTIONAL_SECTIONS
+from window_operator.config.translate import problems_of
+
+__all__ = ["load_any_config", "load_config", "parse_any_config", "parse_config"]
+
+
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key repeated in one YAML mapping (PyYAML would silently keep the last value)."""
+
+
+class _JobYamlLoader(yaml.SafeLoader):
+    """The safe loader, except that a key repeated in one mapping is an error."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: dict[Hashable, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # the base class reports unhashable keys
+            if key in seen:
+                raise _DuplicateKeyError(
+                    None,
+                    None,
+                    f"found duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+@dataclass(frozen=True, slots=True)
+class _Document:
+    """A job file's parsed YAML, not validated yet."""
+
+    data: Any  # whatever the YAML holds; parse_config reports a non-mapping
+    base_dir: Path  # the file's directory: relative paths in it are resolved against it
+    source: str  # names the file in error messages
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> ConfigProblem:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        if isinstance(exc, _DuplicateKeyError):
+            return ConfigProblem("", f"{where}{exc.problem}")
+        what = exc.problem or exc.context or "cannot be parsed"
+        if exc.problem and exc.context:
+            what += f" ({exc.context})"
+        return ConfigProblem("", f"{where}YAML syntax error: {what}")
+    return ConfigProblem("", f"YAML syntax error: {exc}")
+
+
+def _read_text(file: Path, source: str) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(source, [ConfigProblem("", f"file not found: {file}")]) from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(source, [ConfigProblem("", "is a directory, not a YAML file")]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, [ConfigProblem("", f"not UTF-8 text: {exc}")]) from exc
+    except OSError as exc:
+        raise ConfigError(
+            source, [ConfigProblem("", f"cannot read: {exc.strerror or exc}")]
+        ) from exc
+
+
+def _read_document(path: str | Path) -> _Document:
+    source = str(path)
+    file = Path(path)
+    text = _read_text(file, source)
+    try:
+        data = yaml.load(text, Loader=_JobYamlLoader)  # noqa: S506  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [_yaml_problem(exc)]) from exc
+    if data is None:
+        raise ConfigError(source, [ConfigProblem("", "the file is empty: " + _expected_document())])
+    return _Document(data, file.parent, source)
+
+
+def _expected_document() -> str:
+    required = [name for name, field in JobConfig.model_fields.items() if field.is_required()]
+    required = [n for n in required if n not in OPTIONAL_SECTIONS]
+    return f"expected a mapping with the keys {', '.join(required)} and optionally " + ", ".join(
+        OPTIONAL_SECTIONS
+    )
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """Read and validate the job file at ``path``.
+
+    Relative paths inside the file (``avro_schema``) are resolved against the file's
+    directory. Raises :class:`ConfigError` when the file is missing or unreadable, is not
+    YAML, is not a mapping, or does not describe a valid job.
+    """
+    doc = _read_document(path)
+    return parse_config(doc.data, base_dir=doc.base_dir, source=doc.source)
+
+
+def load_any_config(path: str | Path) -> JobConfig | JoinJobConfig:
+    """Like :func:`load_config`, but a file with a ``join:`` section is a join job."""
+    doc = _read_document(path)
+    return parse_any_config(doc.data, base_dir=doc.base_dir, source=doc.source)
+
+
+def parse_config(
+    data: Mapping[str, Any], *, base_dir: Path, source: str | None = None
+) -> JobConfig:
+    """Validate an already loaded job document.
+
+    ``base_dir`` is the directory relative ``avro_schema`` paths are resolved against
+    (the YAML file's directory). ``source`` names the document in error messages.
+    Raises :class:`ConfigError` listing every problem.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            source,
+            [ConfigProblem("", f"{_expected_document()} (got {show(data)})")],
+        )
+    try:
+        return JobConfig.model_validate(data, context={"base_dir": Path(base_dir)})
+    except ValidationError as exc:
+        raise ConfigError(source, problems_of(exc)) from exc
+
+
+def parse_any_config(
+    data: Mapping[str, Any], *, base_dir: Path, source: str | None = None
+) -> JobConfig | JoinJobConfig:
+    """Like :func:`parse_config`, but a document with a ``join:`` section is a join job."""
+    if isinstance(data, Mapping) and "join" in data:
+        try:
+            return JoinJobConfig.model_validate(data, context={"base_dir": Path(base_dir)})
+        except ValidationError as exc:
+            raise ConfigError(source, problems_of(exc)) from exc
+    return parse_config(data, base_dir=base_dir, source=source)

@@ -1,0 +1,282 @@
+"""The optional sections every job root shares, and the defaults derived from the job name.
+
+``watermark``, ``emit``, ``retention``, ``output``, ``state``, ``kafka`` and ``spark``
+may each be absent or ``null``; :func:`fill_defaults` turns that into ``{}`` and fills
+the topic and directory names that depend on the job name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from window_operator.config.fields import (
+    DEFAULT_STATE_DIR,
+    OFF,
+    FilePath,
+    FrozenModel,
+    KafkaSetting,
+    NonEmptyStr,
+    OptionalPositiveDuration,
+    SparkSetting,
+    StrictPositiveInt,
+    TopicName,
+    check_avro_schema,
+    is_valid_job_name,
+    none_to_empty_mapping,
+)
+from window_operator.durations import Duration, DurationError, parse_duration_ms
+
+__all__ = [
+    "OPTIONAL_SECTIONS",
+    "EmitConfig",
+    "KafkaConfig",
+    "LateEmit",
+    "OutputConfig",
+    "RetentionConfig",
+    "SparkConfig",
+    "StateConfig",
+    "WatermarkConfig",
+    "fill_defaults",
+]
+
+
+class WatermarkConfig(FrozenModel):
+    """``watermark:``: how event time advances.
+
+    ``allowed_lateness`` (ms) bounds out-of-orderness: the watermark is the maximum event
+    time seen minus it. ``idle_timeout`` (ms) lets an input partition that has been idle
+    that long stop holding the watermark back; ``None`` means it holds it back forever.
+    ``max_future`` (ms, default one day; ``off`` = no limit) guards against far-future
+    event times: an event dated more than this ahead of its record's arrival time (the
+    Kafka record timestamp; ``wall_ms`` in ``simulate``) is rejected as
+    ``FUTURE_TIMESTAMP`` and never moves the watermark.
+    """
+
+    allowed_lateness: Duration = 0
+    idle_timeout: OptionalPositiveDuration = None
+    max_future: OptionalPositiveDuration = 86_400_000
+
+    @property
+    def allowed_lateness_ms(self) -> int:
+        """``allowed_lateness`` in milliseconds."""
+        return self.allowed_lateness
+
+    @property
+    def idle_timeout_ms(self) -> int | None:
+        """``idle_timeout`` in milliseconds, ``None`` when idle partitions are waited for."""
+        return self.idle_timeout
+
+
+def _late_emit(value: object) -> object:
+    if value is False or value == OFF:
+        return {"mode": "off", "period_ms": 0}
+    if value == "per_arrival":
+        return {"mode": "per_arrival", "period_ms": 0}
+    if isinstance(value, Mapping | LateEmit):
+        return value
+    try:
+        ms = parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
+    except DurationError as exc:
+        raise DurationError(f"{exc}; or per_arrival, or off") from None
+    if ms == 0:
+        raise DurationError(
+            f"{value!r} is not a positive duration; use per_arrival to re-emit on every late event"
+        )
+    return {"mode": "period", "period_ms": ms}
+
+
+class LateEmit(FrozenModel):
+    """The late-arrival emission policy: how past windows changed by late events re-emit.
+
+    ``mode`` ``period``: changed windows are re-emitted once per ``period_ms``;
+    ``per_arrival``: on every late event; ``off``: never (``period_ms`` is 0 then).
+    """
+
+    mode: Literal["period", "per_arrival", "off"]
+    period_ms: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _period_matches_mode(self) -> Self:
+        if self.mode == "period" and self.period_ms <= 0:
+            raise ValueError("period_ms must be positive when mode is period")
+        if self.mode != "period" and self.period_ms != 0:
+            raise ValueError(f"period_ms must be 0 when mode is {self.mode}")
+        return self
+
+
+class EmitConfig(FrozenModel):
+    """``emit:``: when results are written besides the on-time one at the window end.
+
+    ``early`` (ms) is a wall-clock period for EARLY results of open windows, ``None``
+    (YAML ``null``/``off``) disables them. ``late`` is a duration (late re-emissions batched
+    per period, default 10 s), ``per_arrival`` or ``off``, normalised to :class:`LateEmit`.
+    """
+
+    early: OptionalPositiveDuration = None
+    late: Annotated[LateEmit, BeforeValidator(_late_emit)] = LateEmit(
+        mode="period", period_ms=10_000
+    )
+
+    @property
+    def early_ms(self) -> int | None:
+        """The EARLY emission period in milliseconds, ``None`` when disabled."""
+        return self.early
+
+    @property
+    def late_mode(self) -> Literal["period", "per_arrival", "off"]:
+        """How late updates are re-emitted: ``period``, ``per_arrival`` or ``off``."""
+        return self.late.mode
+
+    @property
+    def late_period_ms(self) -> int:
+        """The late re-emission period in milliseconds (0 unless the mode is ``period``)."""
+        return self.late.period_ms
+
+
+class RetentionConfig(FrozenModel):
+    """``retention:``: how long past windows stay updatable.
+
+    ``time`` (ms, default one hour) after its end a window is dropped; events for dropped
+    windows go to the errors topic. ``size`` additionally bounds how many past windows
+    (window steps) are kept.
+    """
+
+    time: Duration = 3_600_000
+    size: StrictPositiveInt | None = None
+
+    @property
+    def time_ms(self) -> int:
+        """``time`` in milliseconds."""
+        return self.time
+
+
+class OutputConfig(FrozenModel):
+    """``output:``: where window results and rejected events are written.
+
+    ``topic`` defaults to ``<job>-windows`` and ``errors_topic`` to ``<job>-errors``.
+    ``avro_schema`` (only with ``format: avro``) is resolved like
+    :attr:`InputConfig.avro_schema`; without it a schema is derived from the job.
+    """
+
+    topic: TopicName
+    format: Literal["json", "avro"] = "json"
+    avro_schema: FilePath | None = None
+    errors_topic: TopicName
+
+    @field_validator("avro_schema")
+    @classmethod
+    def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return check_avro_schema("output", value, info, required=False)
+
+
+class StateConfig(FrozenModel):
+    """``state:``: ``dir`` holds the RocksDB state, relative to the working directory."""
+
+    dir: FilePath = DEFAULT_STATE_DIR
+
+
+class KafkaConfig(FrozenModel):
+    """``kafka:``: broker address and extra librdkafka settings.
+
+    ``bootstrap_servers`` ``None`` means the ``KAFKA_BOOTSTRAP_SERVERS`` environment
+    variable at run time. ``consumer``/``producer`` are passed to librdkafka as given.
+    """
+
+    bootstrap_servers: NonEmptyStr | None = None
+    consumer: Annotated[dict[str, KafkaSetting], BeforeValidator(none_to_empty_mapping)] = Field(
+        default_factory=dict
+    )
+    producer: Annotated[dict[str, KafkaSetting], BeforeValidator(none_to_empty_mapping)] = Field(
+        default_factory=dict
+    )
+
+
+def _spark_trigger(value: object) -> object:
+    if value == "available_now":
+        return value
+    try:
+        return parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
+    except DurationError as exc:
+        raise DurationError(f"{exc}; or available_now") from None
+
+
+class SparkConfig(FrozenModel):
+    """``spark:``: how the Spark Structured Streaming query runs.
+
+    ``master`` ``None`` lets the driver pick (``local[*]`` when nothing else sets it).
+    ``trigger`` is the processing-time trigger interval in ms (default 5 s) or
+    ``"available_now"`` (process what is there, then stop). ``checkpoint_dir`` defaults
+    to ``<state.dir>/<job>/spark-checkpoint``. ``conf`` is extra Spark configuration.
+    """
+
+    master: NonEmptyStr | None = None
+    trigger: Annotated[int | Literal["available_now"], BeforeValidator(_spark_trigger)] = 5_000
+    max_offsets_per_trigger: StrictPositiveInt | None = None
+    checkpoint_dir: FilePath
+    conf: Annotated[dict[str, SparkSetting], BeforeValidator(none_to_empty_mapping)] = Field(
+        default_factory=dict
+    )
+
+    @field_validator("trigger")
+    @classmethod
+    def _positive_trigger(cls, value: int | str) -> int | str:
+        if value == 0:
+            raise ValueError("must be a positive duration (e.g. 5s) or available_now")
+        return value
+
+    @property
+    def available_now(self) -> bool:
+        """Whether the query processes the available input once and stops."""
+        return self.trigger == "available_now"
+
+    @property
+    def trigger_ms(self) -> int | None:
+        """The trigger interval in milliseconds, ``None`` for ``available_now``."""
+        return self.trigger if isinstance(self.trigger, int) else None
+
+
+#: The sections a job file may leave out (or set to ``null``), in documentation order.
+OPTIONAL_SECTIONS = ("watermark", "emit", "retention", "output", "state", "kafka", "spark")
+
+
+def _with_default(
+    section: Mapping[object, object], key: str, value: object
+) -> dict[object, object]:
+    if section.get(key) is None:
+        return {**section, key: value}
+    return dict(section)
+
+
+def fill_defaults(data: object, *, input_sections: Sequence[str]) -> object:
+    """Fill absent optional sections and the defaults that depend on the job name.
+
+    ``input_sections`` names the sections whose ``topic`` defaults to ``<job>-input``.
+    Anything that is not a mapping is returned unchanged for validation to report.
+    """
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for section in OPTIONAL_SECTIONS:
+        if out.get(section) is None:
+            out[section] = {}
+    job = out.get("job")
+    # An invalid job name is reported on its own, not again through every name
+    # derived from it; the placeholder never escapes since validation fails.
+    name = job if is_valid_job_name(job) and isinstance(job, str) else "job"
+    for section in input_sections:
+        if isinstance(out.get(section), Mapping):
+            out[section] = _with_default(out[section], "topic", f"{name}-input")
+    if isinstance(out["output"], Mapping):
+        output = _with_default(out["output"], "topic", f"{name}-windows")
+        out["output"] = _with_default(output, "errors_topic", f"{name}-errors")
+    state_dir: object = DEFAULT_STATE_DIR
+    if isinstance(out["state"], Mapping) and isinstance(out["state"].get("dir"), str | Path):
+        state_dir = out["state"]["dir"]
+    if isinstance(out["spark"], Mapping) and isinstance(state_dir, str | Path):
+        checkpoint = Path(state_dir) / name / "spark-checkpoint"
+        out["spark"] = _with_default(out["spark"], "checkpoint_dir", checkpoint)
+    return out
