@@ -72,13 +72,13 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from window_operator.timewindows import WindowedAggregator
 from window_operator.config import parse_config
 from window_operator.events import EventBatch
 from window_operator.job import build_runtime
 from window_operator.policies import END_OF_TIME
 from window_operator.results import ResultBatch
 from window_operator.sample_data import ClickStream, click_stream
+from window_operator.timewindows import WindowedAggregator
 
 SIZE_MS = 60_000
 STEP_MS = 10_000

@@ -638,10 +638,10 @@ def _worker_timer() -> PhaseTimer:
     import window_operator.codecs as codecs
     import window_operator.task as task_mod
     from stores.changelog import ChangelogWriter
-    from window_operator.timewindows import WindowedAggregator
     from window_operator.fastjson import ColumnarJsonDecoder
     from window_operator.job import JobRuntime
     from window_operator.task import TaskRunner
+    from window_operator.timewindows import WindowedAggregator
 
     timer: PhaseTimer | None = getattr(task_mod, "_bench_phase_timer", None)
     if timer is not None:
