@@ -183,6 +183,8 @@ class TaskStore:
         self._db: Rdict | None = _open(self.path)
         self._cfs = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
         self._handles = {cf: self._db.get_column_family_handle(cf.value) for cf in ColumnFamily}
+        #: per column family, the range covering every range delete since the last compaction
+        self._deleted: dict[ColumnFamily, tuple[bytes, bytes]] = {}
 
     @property
     def closed(self) -> bool:
@@ -246,7 +248,24 @@ class TaskStore:
             else:
                 assert m.value is not None
                 wb.delete_range(m.key, m.value, handle)
+                lo, hi = self._deleted.get(m.cf, (m.key, m.value))
+                self._deleted[m.cf] = (min(lo, m.key), max(hi, m.value))
         db.write(wb)
+
+    def compact_deleted(self) -> None:
+        """Compact the ranges deleted since the last call, so their data leaves the disk.
+
+        A range delete only writes a tombstone; the deleted records stay in the files until
+        a compaction reaches them, which for old, cold ranges may be never.
+        """
+        self._require_open()
+        for cf, (lo, hi) in self._deleted.items():
+            self._cfs[cf].compact_range(lo, hi)
+        self._deleted.clear()
+
+    def size_on_disk(self) -> int:
+        """Bytes of the store's files (SST, WAL, manifest)."""
+        return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
 
     def close(self) -> None:
         """Flush and close the database; further use raises :class:`StoreClosedError`."""

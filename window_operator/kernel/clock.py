@@ -24,7 +24,7 @@ from window_operator.arrays import IntArray
 from window_operator.kernel.positions import InputPosition
 from window_operator.policies import NO_WATERMARK
 
-__all__ = ["ClockState", "EventClock"]
+__all__ = ["ClockState", "EventClock", "PartitionActivity", "fold_clock"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,3 +155,48 @@ class EventClock:
             return None
         before, self.watermark = self.watermark, candidate
         return before
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionActivity:
+    """What one micro-batch brought of one input partition (from the Spark map side).
+
+    ``max_ts`` is the largest event time among its records that reached an operator
+    (None: none did, e.g. all rejected); ``records`` counts every record read.
+    """
+
+    position: InputPosition
+    records: int
+    max_ts: int | None
+
+
+def fold_clock(
+    before: ClockState,
+    activity: list[PartitionActivity],
+    now: int,
+    *,
+    sources: int,
+    allowed_lateness: int,
+    idle_timeout: int | None,
+) -> ClockState:
+    """The job's clock after a micro-batch: ``before`` plus the batch's activity at ``now``.
+
+    Pure and deterministic: the Spark driver and every state task compute the same
+    clock from the same inputs, and a replayed batch computes it again identically.
+    """
+    clock = EventClock(
+        sources=sources, allowed_lateness=allowed_lateness, idle_timeout=idle_timeout
+    )
+    clock.max_ts = dict(before.max_ts)
+    clock.last_active = dict(before.last_active)
+    clock.first_wall = before.first_wall
+    clock.now = before.now
+    clock.watermark = before.watermark
+    clock.note_now(now)
+    for a in activity:
+        if a.max_ts is not None:
+            clock.observe_one(a.position.source, a.position.partition, a.max_ts)
+        if a.records:
+            clock.note_active(a.position.source, a.position.partition, now)
+    clock.advance(clock.coalesced())
+    return clock.state()

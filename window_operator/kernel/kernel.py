@@ -29,7 +29,10 @@ from window_operator.kernel.records import Admission, StepStats, raw_of
 from window_operator.policies import EmitPolicy
 from window_operator.results import ErrorRecord
 
-__all__ = ["Decoded", "OperatorKernel", "SingleDecoder"]
+__all__ = ["COMPACT_EVERY", "Decoded", "OperatorKernel", "SingleDecoder"]
+
+#: Every this many flushes, the ranges deleted by expiry are compacted off the disk.
+COMPACT_EVERY = 16
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -158,6 +161,8 @@ class OperatorKernel(Generic[R]):
         """Apply ``batch`` to the store unless the caller commits it itself; return it."""
         if commit:
             self.store.commit(batch)
+            if self.batches % COMPACT_EVERY == 0:
+                self.store.compact_deleted()
         return batch
 
     def close(self, flush: Any) -> None:

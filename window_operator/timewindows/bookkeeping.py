@@ -94,6 +94,20 @@ class WindowBook:
         meta = self.meta[w] = WindowMeta(seq, pending)
         return meta
 
+    def live_kids(self) -> IntArray:
+        """Key ids that memory refers to."""
+        return np.fromiter((w[0] for w in self.meta), dtype=np.int64, count=len(self.meta))
+
+    def renumber_keys(self, remap: IntArray) -> None:
+        """Apply a key table compaction (old id -> new id); every id here must be live."""
+
+        def re(w: WindowId) -> WindowId:
+            return int(remap[w[0]]), w[1]
+
+        self.meta = {re(w): m for w, m in self.meta.items()}
+        self.dirty = {re(w) for w in self.dirty}
+        self.pending = {re(w): None for w in self.pending}
+
     # -- persistence --------------------------------------------------------------------
 
     def persist(self, batch: StoreBatch) -> None:

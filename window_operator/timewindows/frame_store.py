@@ -279,6 +279,24 @@ class FrameStore:
                 n += 1
         return n
 
+    def live_kids(self) -> IntArray:
+        """Key ids that memory refers to (frames and messages not yet written)."""
+        kids = self.kid[self.kid >= 0]
+        if self.pending_messages:
+            pending = np.fromiter((m.kid for m in self.pending_messages), dtype=np.int64)
+            kids = np.concatenate([kids, pending])
+        return kids
+
+    def renumber_keys(self, remap: IntArray) -> None:
+        """Apply a key table compaction (old id -> new id) to every reference in memory."""
+        live = self.kid >= 0
+        self.kid[live] = remap[self.kid[live]]
+        self.slot_of = {(int(remap[k]), f): s for (k, f), s in self.slot_of.items()}
+        self.pending_messages = [
+            PendingMessage(int(remap[m.kid]), m.ts, m.partition, m.offset, m.values)
+            for m in self.pending_messages
+        ]
+
     # -- writing back, evicting, expiring -----------------------------------------------
 
     def persist(self, batch: StoreBatch) -> int:

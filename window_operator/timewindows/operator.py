@@ -56,7 +56,11 @@ from window_operator.timewindows.state import FRAMES
 from window_operator.timewindows.trigger import StartRange, TimeTrigger
 from window_operator.windows import TimeWindowing
 
-__all__ = ["WindowedAggregator"]
+__all__ = ["KEY_SLACK", "WindowedAggregator"]
+
+#: Keys interned beyond twice the live ones before the key table is compacted (its
+#: cost is then amortized over the keys released).
+KEY_SLACK = 4096
 
 
 class WindowedAggregator:
@@ -71,6 +75,7 @@ class WindowedAggregator:
         store: TaskStore,
         decoder: RecordDecoder | None = None,
         use_deduct: bool | None = None,
+        key_slack: int = KEY_SLACK,
     ) -> None:
         if use_deduct and not aggregations.deductible:
             raise ValueError("use_deduct=True but not every aggregation has deduct")
@@ -89,6 +94,7 @@ class WindowedAggregator:
             self.frames, aggregations, windowing.size, windowing.step, self.use_deduct
         )
         self.timers = Timers()
+        self.key_slack = key_slack
         self._expired_upto: int | None = None
         self._size = windowing.size
         self._step = windowing.step
@@ -221,7 +227,17 @@ class WindowedAggregator:
         if wm > NO_WATERMARK:
             self.frames.evict_closed(self.trigger.evictable_before(wm))
             self.book.evict(wm, self._size)
+        self._release_keys()
         return batch
+
+    def _release_keys(self) -> None:
+        """Forget keys nothing in memory refers to (their state, if any, is in the store)."""
+        live = np.unique(np.concatenate([self.frames.live_kids(), self.book.live_kids()]))
+        if len(self.keys) <= 2 * len(live) + self.key_slack:
+            return
+        remap = self.keys.compact(live)
+        self.frames.renumber_keys(remap)
+        self.book.renumber_keys(remap)
 
     def close(self) -> None:
         """Flush and close the store (a second call does nothing)."""

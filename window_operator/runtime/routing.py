@@ -1,0 +1,43 @@
+"""Which state task owns a record: a stable hash of the operator's key, mod the task count.
+
+State is partitioned by key, not by where a record happened to arrive (Flink's key groups,
+Kafka Streams' repartition topics, Spark's hash partitioning before a stateful operator).
+The hash must be identical in every process, host and Python version, so it is CRC-32
+(IEEE) of the key's bytes, never Python's ``hash()``:
+
+* a grouping key (aggregations, sessions, count windows): its UTF-8 bytes;
+* a join key: its store encoding (the equal fields, as in the Message Store keys);
+* operators whose windows are defined per input partition (offset windows, tuple
+  sessions): the partition number itself, ``partition mod N``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from window_operator.arrays import IntArray
+
+__all__ = ["task_of_bytes", "task_of_keys", "task_of_partitions"]
+
+
+def task_of_bytes(keys: Sequence[bytes], n_tasks: int) -> IntArray:
+    """The state task of each key given as bytes (CRC-32 mod ``n_tasks``)."""
+    crc = zlib.crc32
+    tasks = {k: crc(k) % n_tasks for k in dict.fromkeys(keys)}
+    return np.fromiter(map(tasks.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+
+def task_of_keys(keys: Sequence[str], n_tasks: int) -> IntArray:
+    """The state task of each grouping key (CRC-32 of its UTF-8 bytes mod ``n_tasks``)."""
+    crc = zlib.crc32
+    tasks = {k: crc(k.encode("utf-8", "surrogatepass")) % n_tasks for k in dict.fromkeys(keys)}
+    return np.fromiter(map(tasks.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+
+def task_of_partitions(partitions: IntArray, n_tasks: int) -> IntArray:
+    """The state task of records whose operator is keyed by input partition."""
+    out: IntArray = np.asarray(partitions, dtype=np.int64) % n_tasks
+    return out

@@ -1,0 +1,96 @@
+"""The driver's log of the job clock, one entry per micro-batch, in the checkpoint dir.
+
+A state task sees only its keys of every input partition, so the watermark (the minimum
+over all input partitions of their largest event time, minus the allowed lateness) is
+the driver's to compute: from the map side's reports of batch ``b`` it folds the clock
+that batch ``b + 1`` uses, and writes it here *before* batch ``b + 1`` runs. A replayed
+batch (Spark re-runs a batch its commit log does not list) reads its entry back, so it
+decides lateness and retention exactly as the first run did.
+
+Entry ``<dir>/<batch id>.json``: the clock before the batch (max event time and last
+activity per input partition, the wall clock ``now`` the batch runs at, the watermark).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import orjson
+
+from window_operator.kernel import ClockState, InputPosition
+
+__all__ = ["ClockLog"]
+
+_ENTRY = re.compile(r"^(\d+)\.json$")
+#: Entries kept behind the newest (Spark keeps 100 batches of its own logs by default).
+_KEEP = 100
+
+
+def _encode(state: ClockState) -> bytes:
+    return orjson.dumps(
+        {
+            "max_ts": [[p.source, p.partition, t] for p, t in sorted(state.max_ts.items())],
+            "last_active": [
+                [p.source, p.partition, t] for p, t in sorted(state.last_active.items())
+            ],
+            "now": state.now,
+            "first_wall": state.first_wall,
+            "watermark": state.watermark,
+        }
+    )
+
+
+def _decode(data: bytes) -> ClockState:
+    doc = orjson.loads(data)
+    return ClockState(
+        max_ts={InputPosition(s, p): t for s, p, t in doc["max_ts"]},
+        last_active={InputPosition(s, p): t for s, p, t in doc["last_active"]},
+        now=int(doc["now"]),
+        first_wall=doc["first_wall"],
+        watermark=int(doc["watermark"]),
+    )
+
+
+class ClockLog:
+    """Clock entries per batch id under ``directory`` (a local or shared file system path)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, batch_id: int) -> Path:
+        return self.directory / f"{batch_id}.json"
+
+    def read(self, batch_id: int) -> ClockState | None:
+        """The entry of ``batch_id`` (None if the batch never ran)."""
+        try:
+            return _decode(self._path(batch_id).read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def latest_before(self, batch_id: int) -> tuple[int, ClockState] | None:
+        """The newest entry of a batch before ``batch_id`` (after a driver restart)."""
+        ids = [i for i in self._ids() if i < batch_id]
+        if not ids:
+            return None
+        state = self.read(max(ids))
+        return None if state is None else (max(ids), state)
+
+    def write(self, batch_id: int, state: ClockState) -> None:
+        """Write the entry of ``batch_id`` atomically (write, fsync, rename)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".{batch_id}.json.tmp"
+        with open(tmp, "wb") as f:
+            f.write(_encode(state))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path(batch_id))
+        for old in self._ids():
+            if old < batch_id - _KEEP:
+                self._path(old).unlink(missing_ok=True)
+
+    def _ids(self) -> list[int]:
+        if not self.directory.is_dir():
+            return []
+        return [int(m.group(1)) for f in os.listdir(self.directory) if (m := _ENTRY.match(f))]
