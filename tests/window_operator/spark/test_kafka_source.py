@@ -17,7 +17,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from jobkit import create_topic  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
 from window_operator.spark.kafka_source import (  # noqa: E402
@@ -38,13 +38,6 @@ Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | No
 
 # ---------------------------------------------------------------------------------------
 # helpers
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 4) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config={"retention.ms": "-1"})])
-    for f in futures.values():
-        f.result(timeout=30)
 
 
 def produce(
