@@ -30,6 +30,7 @@ __all__ = [
     "BrokerUnreachableError",
     "KafkaAdmin",
     "KafkaAdminError",
+    "OffsetQueryError",
     "TopicCreationError",
     "TopicNotFoundError",
     "TopicSpec",
@@ -85,6 +86,14 @@ class TopicCreationError(KafkaAdminError):
         self.topic = topic
         self.code = code
         super().__init__(f"cannot create topic {topic!r}: {reason}")
+
+
+class OffsetQueryError(KafkaAdminError):
+    """The cluster did not tell the offsets of some partitions."""
+
+    def __init__(self, bootstrap_servers: str, reason: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        super().__init__(f"listing offsets on {bootstrap_servers} failed: {reason}")
 
 
 @dataclass(frozen=True)
@@ -204,6 +213,45 @@ class KafkaAdmin:
             if time.monotonic() >= deadline:
                 raise TopicNotFoundError(topic, self.bootstrap_servers, hint, kind)
             time.sleep(_POLL_S)
+
+    def list_offsets(
+        self,
+        partitions: Sequence[tuple[str, int]],
+        *,
+        earliest: bool,
+        read_committed: bool = True,
+    ) -> dict[tuple[str, int], int]:
+        """The earliest or the latest offset of each ``(topic, partition)``.
+
+        Under ``read_committed`` the latest offset is the last stable offset (an open
+        transaction's records are not counted yet). Raises :class:`OffsetQueryError`.
+        """
+        if not partitions:
+            return {}
+        import confluent_kafka.admin as kafka_admin
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+
+        offset_spec: Any = getattr(kafka_admin, "OffsetSpec")  # noqa: B009 - untyped export
+        spec = offset_spec.earliest() if earliest else offset_spec.latest()
+        isolation = (
+            IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        )
+        futures = self._client.list_offsets(
+            {TopicPartition(t, p): spec for t, p in partitions},
+            isolation_level=isolation,
+            request_timeout=self.request_timeout_s,
+        )
+        try:
+            return {
+                (tp.topic, tp.partition): int(f.result(timeout=self.request_timeout_s).offset)
+                for tp, f in futures.items()
+            }
+        except KafkaException as exc:
+            raise OffsetQueryError(self.bootstrap_servers, str(exc.args[0].str())) from None
+        except TimeoutError:
+            raise OffsetQueryError(
+                self.bootstrap_servers, f"no answer in {self.request_timeout_s:g}s"
+            ) from None
 
     # -- creation ------------------------------------------------------------------------
 
