@@ -33,6 +33,8 @@ from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 if TYPE_CHECKING:
     from window_operator.task import TaskSettings
 
+    _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
 __all__ = ["main"]
 
 #: A bad config or a setup the job cannot start with (no broker, a missing topic).
@@ -354,12 +356,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if printed > 0 else 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="window-operator",
-        description="Stateful event-time window operators on RocksDB, over Kafka and Spark.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_simulate(sub: _Subparsers) -> None:
     sim = sub.add_parser(
         "simulate",
         help="run a job config over a JSONL file of events and print the window results",
@@ -377,6 +374,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(func=_cmd_simulate)
 
+
+def _add_run(sub: _Subparsers) -> None:
     run = sub.add_parser("run", help="run the Spark Structured Streaming job of a config")
     run.add_argument("--config", required=True, help="job YAML file")
     run.add_argument(
@@ -394,11 +393,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--report", help="append one JSON line of task reports per micro-batch")
     run.set_defaults(func=_cmd_run)
 
-    brk = sub.add_parser("broker", help="run a local Kafka-protocol broker (noida-db)")
-    brk.add_argument("--port", type=int, help="port (default: a free one)")
-    brk.add_argument("--data-dir", help="data directory (default: a temporary one)")
-    brk.set_defaults(func=_cmd_broker)
 
+def _add_state_commands(sub: _Subparsers) -> None:
     rst = sub.add_parser("restore", help="rebuild local task stores from the changelog")
     rst.add_argument("--config", required=True, help="job YAML file")
     rst.add_argument("--task", type=int, help="only this task (input partition)")
@@ -414,6 +410,15 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
     ins.set_defaults(func=_cmd_inspect)
 
+
+def _add_broker(sub: _Subparsers) -> None:
+    brk = sub.add_parser("broker", help="run a local Kafka-protocol broker (noida-db)")
+    brk.add_argument("--port", type=int, help="port (default: a free one)")
+    brk.add_argument("--data-dir", help="data directory (default: a temporary one)")
+    brk.set_defaults(func=_cmd_broker)
+
+
+def _add_produce_and_demo(sub: _Subparsers) -> None:
     prod = sub.add_parser("produce", help="produce a JSONL file to a job's input topic")
     prod.add_argument("--config", required=True, help="job YAML file")
     prod.add_argument("--input", required=True, help="JSONL events")
@@ -430,6 +435,19 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--events", type=int, default=3000, help="clicks to produce")
     demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
     demo.set_defaults(func=_cmd_demo)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="window-operator",
+        description="Stateful event-time window operators on RocksDB, over Kafka and Spark.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_simulate(sub)
+    _add_run(sub)
+    _add_broker(sub)
+    _add_state_commands(sub)
+    _add_produce_and_demo(sub)
     return parser
 
 
