@@ -78,6 +78,25 @@ def test_create_topics_creates_only_the_missing_ones(
 
 
 @kafka
+def test_list_offsets_earliest_and_latest(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    from confluent_kafka import Producer
+
+    admin = KafkaAdmin(kafka_bootstrap)
+    name = unique_name("offsets")
+    admin.create_topic(name, 2, {"retention.ms": "-1"})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(5):
+        producer.produce(name, value=b"v", partition=i % 2)
+    assert producer.flush(30) == 0
+    tps = [(name, 0), (name, 1)]
+    assert admin.list_offsets(tps, earliest=True) == {(name, 0): 0, (name, 1): 0}
+    assert admin.list_offsets(tps, earliest=False) == {(name, 0): 3, (name, 1): 2}
+    assert admin.list_offsets([], earliest=False) == {}
+
+
+@kafka
 def test_an_invalid_topic_is_a_creation_error_with_the_broker_code(kafka_bootstrap: str) -> None:
     with pytest.raises(TopicCreationError) as info:
         KafkaAdmin(kafka_bootstrap).create_topic("no spaces allowed", 1)
