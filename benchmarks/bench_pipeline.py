@@ -83,10 +83,10 @@ from typing import Any
 import numpy as np
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig, parse_config
+from window_operator.kafka_admin import KafkaAdmin, wait_for_broker
 from window_operator.sample_data import ClickStream, click_stream
 
 SIZE_MS = 60_000
@@ -130,12 +130,8 @@ class Run:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    from confluent_kafka.cimpl import NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config={"retention.ms": "-1"})])
-    for f in futures.values():
-        f.result(30)
+    # retention.ms=-1: the events carry historical event times
+    KafkaAdmin(bootstrap).create_topic(name, partitions, {"retention.ms": "-1"})
 
 
 def make_stream(n: int, keys: int) -> ClickStream:
@@ -204,8 +200,10 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 300.0) -> Iterato
     """Every record of ``topic`` (all partitions) to the end, in chunks of messages."""
     c = _reader(bootstrap)
     try:
-        meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-        parts = sorted(meta.topics[topic].partitions)
+        count = KafkaAdmin(bootstrap).partition_count(topic)
+        if count is None:
+            raise CheckFailed(f"topic {topic} does not exist")
+        parts = list(range(count))
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
         eof = {p for p, end in ends.items() if end == 0}
         c.assign([TopicPartition(topic, p, 0) for p in parts if p not in eof])
@@ -985,7 +983,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from window_operator.broker import LocalBroker, wait_for_broker
+    from window_operator.broker import LocalBroker
     from window_operator.spark.session import build_session
 
     log = functools.partial(print, file=sys.stderr, flush=True)

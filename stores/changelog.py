@@ -35,6 +35,7 @@ __all__ = [
     "LOCAL_POSITION_KEY",
     "RestoreResult",
     "changelog_key",
+    "changelog_topic",
     "local_position",
     "restore_from_changelog",
     "set_local_position",
@@ -51,6 +52,11 @@ _TAG_CF = {v[0]: k for k, v in CF_TAGS.items()}
 #: Local-only key (checkpoint family): next changelog offset to read.
 LOCAL_POSITION_KEY = b"\x00changelog-position"
 _I64 = struct.Struct(">q")
+
+
+def changelog_topic(job: str, store: str = "state") -> str:
+    """The changelog topic of a job's store: ``<job>-<store>-changelog``."""
+    return f"{job}-{store}-changelog"
 
 
 class ChangelogError(StoreError):

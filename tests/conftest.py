@@ -52,7 +52,7 @@ def kafka_bootstrap() -> Iterator[str]:
                 os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
         return
     if existing:
-        from window_operator.broker import wait_for_broker
+        from window_operator.kafka_admin import wait_for_broker
 
         wait_for_broker(existing)
         yield existing

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig, parse_config
+from window_operator.kafka_admin import KafkaAdmin
 from window_operator.sample_data import click_stream
 
 SENTINEL_KEY = "__end__"
@@ -37,15 +37,9 @@ class Stream:
         ]
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, **config: str) -> None:
-    from confluent_kafka.cimpl import NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics(
-        [NewTopic(name, partitions, 1, config={"retention.ms": "-1", **config})]
-    )
-    for f in fut.values():
-        f.result(30)
+def create_topic(bootstrap: str, name: str, partitions: int = 4, **config: str) -> None:
+    """A test input topic: kept forever (test data carries historical event times)."""
+    KafkaAdmin(bootstrap).create_topic(name, partitions, {"retention.ms": "-1", **config})
 
 
 def produce(
@@ -105,8 +99,9 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Any]
             "isolation.level": "read_committed",
         }
     )
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    parts = list(meta.topics[topic].partitions)
+    count = KafkaAdmin(bootstrap).partition_count(topic)
+    assert count is not None, f"topic {topic} does not exist"
+    parts = list(range(count))
     c.assign([TopicPartition(topic, p, 0) for p in parts])
     out: list[Any] = []
     eof: set[int] = set()

@@ -18,12 +18,13 @@ import socket
 import stat
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["BrokerError", "LocalBroker", "free_port", "wait_for_broker"]
+from window_operator.kafka_admin import BrokerUnreachableError, wait_for_broker
+
+__all__ = ["BrokerError", "LocalBroker", "free_port"]
 
 
 class BrokerError(RuntimeError):
@@ -52,23 +53,6 @@ def _binary() -> Path:
     if not mode & stat.S_IXUSR:
         path.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
-
-
-def wait_for_broker(bootstrap: str, timeout_s: float = 20.0) -> None:
-    """Block until the broker answers a metadata request (or raise :class:`BrokerError`)."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000})
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            admin.list_topics(timeout=2)
-            return
-        except Exception as exc:  # noqa: BLE001 - librdkafka raises KafkaException variants
-            last = exc
-            time.sleep(0.05)
-    raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s: {last}")
 
 
 @dataclass
@@ -118,9 +102,12 @@ class LocalBroker:
         log.close()
         try:
             wait_for_broker(self.bootstrap_servers, timeout_s)
-        except BrokerError:
+        except BrokerUnreachableError as exc:
             self.stop()
-            raise
+            raise BrokerError(
+                f"the local broker on {self.bootstrap_servers} did not answer within "
+                f"{timeout_s:g}s ({exc.cause})"
+            ) from None
         if self.process.poll() is not None:
             raise BrokerError(f"broker exited with status {self.process.returncode}")
         return self

@@ -4,7 +4,8 @@ Sub-commands: ``simulate`` (a job config over a JSONL file), ``run`` (the Spark
 streaming job), ``broker`` (a local Kafka-protocol broker), ``restore`` (rebuild local
 stores from the changelog), ``inspect`` (print the stored windows of a key) and
 ``demo``. Configuration mistakes are reported as a list of field problems on stderr
-with exit status 2, never as a traceback.
+with exit status 2, never as a traceback; so are startup failures (no broker
+configured or answering, a missing input or changelog topic), each as one line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from window_operator.broker import BrokerError
 from window_operator.config import (
     ConfigError,
     JobConfig,
@@ -25,13 +27,17 @@ from window_operator.config import (
     load_config,
 )
 from window_operator.job import JobRuntime, build_runtime
+from window_operator.join import JoinRuntime, build_join_runtime
+from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 
 if TYPE_CHECKING:
     from window_operator.task import TaskSettings
-from window_operator.join import JoinRuntime, build_join_runtime
+
+    _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = ["main"]
 
+#: A bad config or a setup the job cannot start with (no broker, a missing topic).
 EXIT_CONFIG = 2
 EXIT_INPUT = 3
 
@@ -109,7 +115,8 @@ def _bootstrap(args: argparse.Namespace, config: JobConfig | None) -> str:
     if not servers:
         raise CliError(
             "no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, pass --bootstrap-servers, "
-            "or start a local one with `window-operator broker`"
+            "or start a local one with `window-operator broker`",
+            EXIT_CONFIG,
         )
     return servers
 
@@ -141,12 +148,15 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from window_operator.spark.driver import StreamingJob
+    from window_operator.spark.driver import StreamingJob, ensure_topics
     from window_operator.spark.session import build_session
 
     runtime = _load_runtime(args.config)
     config = runtime.config
     bootstrap = _bootstrap(args, config)
+    # before Spark starts (seconds): an unreachable broker or a missing input topic
+    # is reported at once, not after the session is up
+    ensure_topics(config, bootstrap)
     conf = {**config.spark.conf, **_spark_conf(args.conf)}
     if os.environ.get("WINDOW_OPERATOR_CRASH_AT"):
         # recovery tests: let the armed task kill this whole job (see task.crash_point)
@@ -228,21 +238,22 @@ def _task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSet
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import AdminClient
-
     from window_operator.task import TaskRunner
 
     settings = _task_settings(args)
-    if args.task is not None:
-        tasks = [args.task]
-    else:
-        meta = AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(
-            settings.changelog_topic, timeout=10
+    count = KafkaAdmin(settings.bootstrap_servers).require_topic(
+        settings.changelog_topic,
+        hint="run the job first (it creates its changelog), or check the job name in the config",
+        kind="changelog topic",
+        wait_s=0,
+    )
+    if args.task is not None and not 0 <= args.task < count:
+        raise CliError(
+            f"--task {args.task}: the changelog {settings.changelog_topic!r} has tasks "
+            f"0 to {count - 1}",
+            EXIT_CONFIG,
         )
-        topic = meta.topics.get(settings.changelog_topic)
-        if topic is None or topic.error is not None:
-            raise CliError(f"changelog topic {settings.changelog_topic!r} does not exist")
-        tasks = sorted(topic.partitions)
+    tasks = [args.task] if args.task is not None else list(range(count))
     for task in tasks:
         result = TaskRunner(settings, task).restore()
         print(
@@ -295,19 +306,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_produce(args: argparse.Namespace) -> int:
     import orjson
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
 
     runtime = _load_runtime(args.config)
     config = runtime.config
     bootstrap = _bootstrap(args, config)
     topic = config.input.topic
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic not in admin.list_topics(timeout=10).topics:
-        # retention.ms=-1: sample data carries historical event times
-        new = NewTopic(topic, args.partitions, 1, config={"retention.ms": "-1"})
-        for fut in admin.create_topics([new]).values():
-            fut.result(30)
+    # retention.ms=-1: sample data carries historical event times
+    KafkaAdmin(bootstrap).create_topic(topic, args.partitions, {"retention.ms": "-1"})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     key_field = config.input.key
     n = 0
@@ -351,12 +356,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if printed > 0 else 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="window-operator",
-        description="Stateful event-time window operators on RocksDB, over Kafka and Spark.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_simulate(sub: _Subparsers) -> None:
     sim = sub.add_parser(
         "simulate",
         help="run a job config over a JSONL file of events and print the window results",
@@ -374,6 +374,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(func=_cmd_simulate)
 
+
+def _add_run(sub: _Subparsers) -> None:
     run = sub.add_parser("run", help="run the Spark Structured Streaming job of a config")
     run.add_argument("--config", required=True, help="job YAML file")
     run.add_argument(
@@ -391,11 +393,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--report", help="append one JSON line of task reports per micro-batch")
     run.set_defaults(func=_cmd_run)
 
-    brk = sub.add_parser("broker", help="run a local Kafka-protocol broker (noida-db)")
-    brk.add_argument("--port", type=int, help="port (default: a free one)")
-    brk.add_argument("--data-dir", help="data directory (default: a temporary one)")
-    brk.set_defaults(func=_cmd_broker)
 
+def _add_state_commands(sub: _Subparsers) -> None:
     rst = sub.add_parser("restore", help="rebuild local task stores from the changelog")
     rst.add_argument("--config", required=True, help="job YAML file")
     rst.add_argument("--task", type=int, help="only this task (input partition)")
@@ -411,6 +410,15 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
     ins.set_defaults(func=_cmd_inspect)
 
+
+def _add_broker(sub: _Subparsers) -> None:
+    brk = sub.add_parser("broker", help="run a local Kafka-protocol broker (noida-db)")
+    brk.add_argument("--port", type=int, help="port (default: a free one)")
+    brk.add_argument("--data-dir", help="data directory (default: a temporary one)")
+    brk.set_defaults(func=_cmd_broker)
+
+
+def _add_produce_and_demo(sub: _Subparsers) -> None:
     prod = sub.add_parser("produce", help="produce a JSONL file to a job's input topic")
     prod.add_argument("--config", required=True, help="job YAML file")
     prod.add_argument("--input", required=True, help="JSONL events")
@@ -427,6 +435,19 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--events", type=int, default=3000, help="clicks to produce")
     demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
     demo.set_defaults(func=_cmd_demo)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="window-operator",
+        description="Stateful event-time window operators on RocksDB, over Kafka and Spark.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_simulate(sub)
+    _add_run(sub)
+    _add_broker(sub)
+    _add_state_commands(sub)
+    _add_produce_and_demo(sub)
     return parser
 
 
@@ -441,6 +462,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return exc.code
+    except (KafkaAdminError, BrokerError) as exc:
+        print(f"window-operator: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
     return code

@@ -15,11 +15,15 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
 from window_operator.config import JobConfig, load_config
+from window_operator.kafka_admin import KafkaAdmin
+
+if TYPE_CHECKING:
+    from window_operator.spark.driver import StreamingJob
 
 __all__ = ["run_demo"]
 
@@ -119,30 +123,10 @@ def _produce_stream(bootstrap: str, topic: str, events: int, seconds: float) -> 
     return produced
 
 
-def run_demo(
-    *,
-    config_path: Path = DEFAULT_CONFIG,
-    events: int = 3000,
-    seconds: float = 30.0,
-    out: TextIO,
-    err: TextIO,
-) -> int:
-    """Run the demo; returns the number of window results printed."""
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
+def _demo_config(base: JobConfig, config_path: Path, tmp: str) -> JobConfig:
+    """``base`` with topics, state and checkpoint of its own for this run."""
+    from window_operator.config import parse_config
 
-    from window_operator.broker import LocalBroker
-    from window_operator.spark.driver import StreamingJob
-    from window_operator.spark.session import build_session
-
-    base = load_config(config_path)
-    broker: LocalBroker | None = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        print("demo: starting a local Kafka-protocol broker (noida-db) ...", file=err)
-        broker = LocalBroker().start()
-        bootstrap = broker.bootstrap_servers
-    tmp = tempfile.mkdtemp(prefix="window-operator-demo-")
     run_id = str(int(time.time()))
     data = orjson.loads(base.model_dump_json())
     data["input"]["topic"] = f"clicks-demo-{run_id}"
@@ -152,14 +136,62 @@ def run_demo(
     data["state"] = {"dir": f"{tmp}/state"}
     data["spark"] = {"trigger": "2s", "checkpoint_dir": f"{tmp}/checkpoint"}
     data["job"] = f"clicks-demo-{run_id}"
-    from window_operator.config import parse_config
+    return parse_config(data, base_dir=config_path.parent)
 
-    config = parse_config(data, base_dir=config_path.parent)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics(
-        [NewTopic(config.input.topic, 4, 1, config={"retention.ms": "-1"})]
-    ).values():
-        fut.result(30)
+
+def _stream_and_wait(
+    job: StreamingJob, config: JobConfig, bootstrap: str, events: int, seconds: float
+) -> None:
+    """Produce the click stream, wait until the job has taken every record, then a bit."""
+    produced = _produce_stream(bootstrap, config.input.topic, events, seconds)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        t = job.run_totals.totals
+        if t.get("applied", 0) + t.get("rejected", 0) >= produced:
+            break
+        time.sleep(0.5)
+    # let the late-update period (10 s) pass so batched LATE results go out too
+    time.sleep(config.emit.late.period_ms / 1000 + 4)
+
+
+def run_demo(
+    *,
+    config_path: Path = DEFAULT_CONFIG,
+    events: int = 3000,
+    seconds: float = 30.0,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Run the demo; returns the number of window results printed.
+
+    With ``KAFKA_BOOTSTRAP_SERVERS`` set, a broker there that does not answer raises
+    :class:`~window_operator.kafka_admin.BrokerUnreachableError` within seconds.
+    """
+    from window_operator.broker import LocalBroker
+
+    base = load_config(config_path)
+    broker: LocalBroker | None = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if not bootstrap:
+        print("demo: starting a local Kafka-protocol broker (noida-db) ...", file=err)
+        broker = LocalBroker().start()
+        bootstrap = broker.bootstrap_servers
+    try:
+        config = _demo_config(base, config_path, tempfile.mkdtemp(prefix="window-operator-demo-"))
+        KafkaAdmin(bootstrap).create_topic(config.input.topic, 4, {"retention.ms": "-1"})
+        return _run_job(config, bootstrap, events, seconds, out, err)
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def _run_job(
+    config: JobConfig, bootstrap: str, events: int, seconds: float, out: TextIO, err: TextIO
+) -> int:
+    """Start Spark and the job, stream the clicks, print the results; the printed count."""
+    from window_operator.spark.driver import StreamingJob
+    from window_operator.spark.session import build_session
+
     stop = threading.Event()
     seen = [0]
     printer = threading.Thread(
@@ -177,15 +209,7 @@ def run_demo(
             file=err,
         )
         print("kind     key        window               seq values", file=out, flush=True)
-        produced = _produce_stream(bootstrap, config.input.topic, events, seconds)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            t = job.run_totals.totals
-            if t.get("applied", 0) + t.get("rejected", 0) >= produced:
-                break
-            time.sleep(0.5)
-        # let the late-update period (10 s) pass so batched LATE results go out too
-        time.sleep(config.emit.late.period_ms / 1000 + 4)
+        _stream_and_wait(job, config, bootstrap, events, seconds)
         totals = job.run_totals.totals
         print(
             f"demo: {totals.get('applied', 0)} events applied, {totals.get('rejected', 0)} "
@@ -198,6 +222,4 @@ def run_demo(
         job.stop()
         printer.join(5)
         spark.stop()
-        if broker is not None:
-            broker.stop()
     return seen[0]

@@ -35,6 +35,7 @@ import numpy as np
 from stores.changelog import (
     ChangelogWriter,
     RestoreResult,
+    changelog_topic,
     restore_from_changelog,
     set_local_position,
 )
@@ -63,11 +64,6 @@ __all__ = [
     "close_producers",
     "crash_point",
 ]
-
-
-def changelog_topic(job: str, store: str = "state") -> str:
-    """The changelog topic of a job's store."""
-    return f"{job}-{store}-changelog"
 
 
 #: Overrides ``state.dir`` on a host (set it in a Spark worker's environment).

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from stores.changelog import (
     CF_TAGS,
@@ -19,17 +18,15 @@ from stores.changelog import (
     set_local_position,
 )
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from window_operator.kafka_admin import KafkaAdmin
 
 pytestmark = pytest.mark.kafka
 
 
 def make_topic(bootstrap: str, name: str, partitions: int = 2) -> str:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(name, partitions, 1, config={"cleanup.policy": "compact", "retention.ms": "-1"})]
+    KafkaAdmin(bootstrap).create_topic(
+        name, partitions, {"cleanup.policy": "compact", "retention.ms": "-1"}
     )
-    for f in futures.values():
-        f.result(30)
     return name
 
 

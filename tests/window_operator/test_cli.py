@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import pytest
+
+from window_operator.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Generous: a startup failure is reported in seconds (a bounded metadata request);
+#: the bound only catches a return of the old minute-long waits.
+STARTUP_FAILURE_S = 20.0
 
 
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "window_operator", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -100,3 +112,97 @@ def test_simulate_meta_fields_partitions_offsets_and_replays(tmp_path: Path) -> 
     results = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert {(r["window_start"], r["values"]["n"]) for r in results} == {(0, 3), (10000, 1)}
     assert "1 replayed" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# startup failures: exit 2 in seconds, one line naming the topic or the brokers
+
+
+def job_file(tmp_path: Path, topic: str, job: str = "startup") -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        f"job: {job}\ninput: {{topic: {topic}, key: k, timestamp: ts}}\n"
+        "window: {type: tumbling, size: 10s}\n"
+        "aggregations: [{name: n, op: count}]\n"
+        f"state: {{dir: {tmp_path / 'state'}}}\n"
+    )
+    return path
+
+
+def timed_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    start = time.monotonic()
+    proc = cli(*args, env=env)
+    return time.monotonic() - start, proc
+
+
+def assert_startup_failure(
+    seconds: float, proc: subprocess.CompletedProcess[str], *names: str
+) -> None:
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr  # no librdkafka connection log either
+    assert lines[0].startswith("window-operator: ")
+    for name in names:
+        assert name in lines[0]
+    assert seconds < STARTUP_FAILURE_S
+
+
+@pytest.mark.kafka
+def test_run_against_a_missing_input_topic_exits_2_naming_it(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("missing")
+    seconds, proc = timed_cli(
+        "run", "--config", str(job_file(tmp_path, topic)), "--bootstrap-servers", kafka_bootstrap
+    )
+    assert_startup_failure(seconds, proc, repr(topic), kafka_bootstrap, "window-operator produce")
+
+
+@pytest.mark.parametrize("command", ["run", "produce", "restore"])
+def test_commands_against_an_unreachable_broker_exit_2_naming_it(
+    tmp_path: Path, command: str
+) -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"  # nothing listens there
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1}\n')
+    extra = ["--input", str(events)] if command == "produce" else []
+    seconds, proc = timed_cli(
+        command, "--config", str(job_file(tmp_path, "in")), "--bootstrap-servers", bootstrap, *extra
+    )
+    assert_startup_failure(seconds, proc, bootstrap, "KAFKA_BOOTSTRAP_SERVERS")
+
+
+def test_demo_against_an_unreachable_broker_exits_2_naming_it() -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"
+    seconds, proc = timed_cli("demo", env={"KAFKA_BOOTSTRAP_SERVERS": bootstrap})
+    assert_startup_failure(seconds, proc, bootstrap)
+
+
+def test_no_broker_configured_exits_2(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "window_operator", "run", "--config", str(job_file(tmp_path, "in"))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "KAFKA_BOOTSTRAP_SERVERS" in proc.stderr
+
+
+@pytest.mark.kafka
+def test_restore_without_a_changelog_exits_2_naming_it(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    job = unique_name("job")
+    seconds, proc = timed_cli(
+        "restore",
+        "--config", str(job_file(tmp_path, "in", job=job)),
+        "--bootstrap-servers", kafka_bootstrap,
+    )  # fmt: skip
+    assert_startup_failure(seconds, proc, repr(f"{job}-state-changelog"), "run the job first")

@@ -17,7 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stores.changelog import changelog_topic
 from window_operator.config import JobConfig
+from window_operator.kafka_admin import KafkaAdmin, TopicSpec
 from window_operator.task import InputRecords, TaskReport, TaskRunner, TaskSettings
 
 __all__ = ["JobRun", "StreamingJob", "ensure_topics"]
@@ -39,50 +41,33 @@ REPORT_FIELDS = (
 REPORT_SCHEMA = ", ".join(f"{n} {t}" for n, t in REPORT_FIELDS)
 
 
+#: What to do about a missing input topic (the job does not create it: its partition
+#: count is the job's parallelism, and the records must be keyed by the key field).
+_INPUT_TOPIC_HINT = (
+    "create it with one partition per task, keyed by the key field "
+    "(`window-operator produce --config JOB --input FILE` creates it and loads a JSONL file)"
+)
+_KEEP_FOREVER = {"retention.ms": "-1"}
+_COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
+
+
 def ensure_topics(config: JobConfig, bootstrap: str, *, timeout_s: float = 30.0) -> int:
     """Create the job's changelog, output and error topics if needed.
 
     Returns the input topic's partition count (the number of tasks); the changelog
-    gets the same count (partition = task).
+    gets the same count (partition = task). Raises ``BrokerUnreachableError`` within
+    seconds when no broker answers, and ``TopicNotFoundError`` when the input topic
+    does not exist; ``timeout_s`` bounds the topic creation.
     """
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
-
-    from window_operator.task import changelog_topic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout_s
-    while True:
-        meta = admin.list_topics(timeout=10)
-        topic = meta.topics.get(config.input.topic)
-        if topic is not None and topic.error is None and topic.partitions:
-            partitions = len(topic.partitions)
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"input topic {config.input.topic!r} does not exist on {bootstrap}; "
-                "create it (partitioned by the key field) or produce to it first"
-            )
-        time.sleep(0.5)
-    wanted = {
-        changelog_topic(config.job): {"cleanup.policy": "compact", "retention.ms": "-1"},
-        config.output.topic: {"cleanup.policy": "compact", "retention.ms": "-1"},
-        config.output.errors_topic: {"retention.ms": "-1"},
-    }
-    missing = [
-        NewTopic(name, partitions, 1, config=cfg)
-        for name, cfg in wanted.items()
-        if name not in meta.topics
-    ]
-    if missing:
-        for name, fut in admin.create_topics(missing).items():
-            try:
-                fut.result(timeout_s)
-            except Exception as exc:  # noqa: BLE001 - a concurrent creator is fine
-                if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(
-                    exc
-                ):
-                    raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
+    admin = KafkaAdmin(bootstrap, request_timeout_s=timeout_s)
+    partitions = admin.require_topic(config.input.topic, hint=_INPUT_TOPIC_HINT, kind="input topic")
+    admin.create_topics(
+        [
+            TopicSpec(changelog_topic(config.job), partitions, _COMPACTED),
+            TopicSpec(config.output.topic, partitions, _COMPACTED),
+            TopicSpec(config.output.errors_topic, partitions, _KEEP_FOREVER),
+        ]
+    )
     return partitions
 
 

@@ -1,0 +1,65 @@
+"""The driver-side reader: read limits, AvailableNow, partition planning."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
+from sourcekit import produce, simple_items  # noqa: E402
+
+from window_operator.spark.kafka_source import KafkaStreamReader, kafka_end_offsets  # noqa: E402
+from window_operator.spark.kafka_source.options import parse_options  # noqa: E402
+
+
+def test_reader_respects_read_limits_and_available_now_target(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    produce(kafka_bootstrap, topic, simple_items(400))
+    reader = KafkaStreamReader(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": kafka_bootstrap,
+                "subscribe": topic,
+                "maxOffsetsPerTrigger": "40",
+            }
+        )
+    )
+    start = reader.initialOffset()
+    assert start == {topic: {str(p): 0 for p in range(4)}}
+    assert reader.getDefaultReadLimit() == ReadMaxRows(40)
+    everything = {topic: {str(p): 100 for p in range(4)}}
+    # ReadAllAvailable ignores maxOffsetsPerTrigger.
+    assert reader.latestOffset(start, ReadAllAvailable()) == everything
+    limited = reader.latestOffset(start, ReadMaxRows(40))
+    assert limited == {topic: {str(p): 10 for p in range(4)}}
+    parts = reader.partitions(start, limited)
+    assert [(p.partition, p.start, p.until) for p in parts] == [(p, 0, 10) for p in range(4)]
+    assert reader.partitions(limited, limited) == []
+
+    reader.prepareForTriggerAvailableNow()
+    produce(kafka_bootstrap, topic, simple_items(40, tag="late"))
+    assert reader.latestOffset(start, ReadAllAvailable()) == everything
+    assert reader.latestOffset(everything, ReadMaxRows(40)) == everything
+    assert kafka_end_offsets(kafka_bootstrap, [topic]) == {topic: {str(p): 110 for p in range(4)}}
+
+
+def test_min_partitions_splits_ranges() -> None:
+    reader = KafkaStreamReader(
+        parse_options({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "minPartitions": "8"})
+    )
+    start = {"t": {"0": 0, "1": 10, "2": 7}}
+    end = {"t": {"0": 300, "1": 110, "2": 7}}
+    parts = reader.partitions(start, end)
+    assert len(parts) >= 8
+    for p in (0, 1):
+        ranges = sorted((x.start, x.until) for x in parts if x.partition == p)
+        assert ranges[0][0] == int(start["t"][str(p)]) and ranges[-1][1] == end["t"][str(p)]
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    # Off by default: one input partition per Kafka partition with data.
+    reader = KafkaStreamReader(parse_options({"kafka.bootstrap.servers": "x:1", "subscribe": "t"}))
+    assert [(x.partition, x.start, x.until) for x in reader.partitions(start, end)] == [
+        (0, 0, 300),
+        (1, 10, 110),
+    ]

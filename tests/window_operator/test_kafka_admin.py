@@ -1,0 +1,142 @@
+"""Topic administration against the real broker, and against a port where none listens."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from stores.changelog import changelog_topic
+from window_operator.broker import free_port
+from window_operator.kafka_admin import (
+    BrokerUnreachableError,
+    KafkaAdmin,
+    TopicCreationError,
+    TopicNotFoundError,
+    TopicSpec,
+    wait_for_broker,
+)
+
+kafka = pytest.mark.kafka
+
+
+@kafka
+def test_create_topic_is_create_if_missing(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    admin = KafkaAdmin(kafka_bootstrap)
+    name = unique_name("t")
+    assert admin.partition_count(name) is None
+    assert admin.create_topic(name, 3, {"retention.ms": "-1"}) is True
+    assert admin.partition_count(name) == 3
+    # again, even with another partition count: the existing topic is left as it is
+    assert admin.create_topic(name, 5) is False
+    assert admin.partition_count(name) == 3
+    assert admin.require_topic(name, hint="unused") == 3
+
+
+@kafka
+def test_concurrent_creators_all_succeed_and_exactly_one_creates(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("race")
+    admins = [KafkaAdmin(kafka_bootstrap) for _ in range(6)]
+    start = threading.Barrier(len(admins))
+    created: list[bool] = []
+    failures: list[BaseException] = []
+
+    def create(admin: KafkaAdmin) -> None:
+        start.wait()
+        try:
+            created.append(admin.create_topic(name, 2))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=create, args=(a,)) for a in admins]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert failures == []
+    assert sorted(created) == [False] * 5 + [True]
+    assert admins[0].partition_count(name) == 2
+
+
+@kafka
+def test_create_topics_creates_only_the_missing_ones(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    admin = KafkaAdmin(kafka_bootstrap)
+    job = unique_name("job")
+    old, new = unique_name("old"), changelog_topic(job)
+    admin.create_topic(old, 1)
+    specs = [TopicSpec(old, 4), TopicSpec(new, 4, {"cleanup.policy": "compact"})]
+    assert admin.create_topics(specs) == [new]
+    assert (admin.partition_count(old), admin.partition_count(new)) == (1, 4)
+
+
+@kafka
+def test_list_offsets_earliest_and_latest(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    from confluent_kafka import Producer
+
+    admin = KafkaAdmin(kafka_bootstrap)
+    name = unique_name("offsets")
+    admin.create_topic(name, 2, {"retention.ms": "-1"})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(5):
+        producer.produce(name, value=b"v", partition=i % 2)
+    assert producer.flush(30) == 0
+    tps = [(name, 0), (name, 1)]
+    assert admin.list_offsets(tps, earliest=True) == {(name, 0): 0, (name, 1): 0}
+    assert admin.list_offsets(tps, earliest=False) == {(name, 0): 3, (name, 1): 2}
+    assert admin.list_offsets([], earliest=False) == {}
+
+
+@kafka
+def test_an_invalid_topic_is_a_creation_error_with_the_broker_code(kafka_bootstrap: str) -> None:
+    with pytest.raises(TopicCreationError) as info:
+        KafkaAdmin(kafka_bootstrap).create_topic("no spaces allowed", 1)
+    assert info.value.topic == "no spaces allowed"
+    assert info.value.code is not None
+    assert "no spaces allowed" in str(info.value)
+
+
+@kafka
+def test_a_missing_required_topic_names_it_and_the_hint(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("absent")
+    start = time.monotonic()
+    with pytest.raises(TopicNotFoundError) as info:
+        KafkaAdmin(kafka_bootstrap).require_topic(
+            name, hint="produce to it first", kind="input topic", wait_s=0.5
+        )
+    assert time.monotonic() - start < 10
+    assert info.value.topic == name
+    assert str(info.value) == (
+        f"input topic {name!r} does not exist on {kafka_bootstrap}: produce to it first"
+    )
+
+
+def test_an_unreachable_broker_is_reported_in_bounded_time_and_silently(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"  # nothing listens there
+    admin = KafkaAdmin(bootstrap, metadata_timeout_s=1.5)
+    start = time.monotonic()
+    with pytest.raises(BrokerUnreachableError) as info:
+        admin.topics()
+    assert time.monotonic() - start < 10
+    assert info.value.bootstrap_servers == bootstrap
+    assert bootstrap in str(info.value) and "Connection refused" in info.value.cause
+    with pytest.raises(BrokerUnreachableError):
+        admin.create_topic("t", 1)
+    with pytest.raises(BrokerUnreachableError):
+        wait_for_broker(bootstrap, timeout_s=1.0)
+    del admin
+    # librdkafka's connection failures went to the Python logger, not to stderr
+    assert capfd.readouterr().err == ""

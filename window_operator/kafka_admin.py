@@ -1,0 +1,304 @@
+"""Kafka administration in one place: reachability, topic metadata, idempotent creation.
+
+Everything in the project that checks or creates topics (the command line, the demo,
+the streaming driver, the tests and the benchmarks) goes through :class:`KafkaAdmin`,
+so that:
+
+* creating a topic is create-if-missing: a topic that already exists, or that a
+  concurrent creator made first (``TOPIC_ALREADY_EXISTS``), is not an error;
+* a cluster that does not answer is one :class:`BrokerUnreachableError` after a bounded
+  metadata request (seconds, not the minutes of librdkafka's own retries), naming the
+  bootstrap servers and the reason of the last failed connection;
+* a topic the caller needs but cannot create is a :class:`TopicNotFoundError` naming it.
+
+librdkafka logs every failed connection attempt to stderr by default. The clients made
+here log through the ``window_operator.kafka_admin`` Python logger instead (silent
+unless the application configures logging), so a command line that cannot reach its
+broker prints one line, not a screenful.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "METADATA_TIMEOUT_S",
+    "BrokerUnreachableError",
+    "KafkaAdmin",
+    "KafkaAdminError",
+    "OffsetQueryError",
+    "TopicCreationError",
+    "TopicNotFoundError",
+    "TopicSpec",
+    "wait_for_broker",
+]
+
+log = logging.getLogger(__name__)
+# librdkafka's messages go to this logger; without a handler of the application's they
+# would reach logging's last-resort stderr handler, the very noise this module avoids.
+log.addHandler(logging.NullHandler())
+
+METADATA_TIMEOUT_S = 5.0
+"""How long a metadata request may take before the cluster counts as unreachable."""
+REQUEST_TIMEOUT_S = 30.0
+"""How long a topic creation may take."""
+TOPIC_WAIT_S = 2.0
+"""How long a required topic may take to appear (metadata propagation after creation)."""
+_POLL_S = 0.25
+
+
+class KafkaAdminError(Exception):
+    """Base of this module's errors: the cluster cannot do what was asked."""
+
+
+class BrokerUnreachableError(KafkaAdminError):
+    """No broker of ``bootstrap_servers`` answered a metadata request in time."""
+
+    def __init__(self, bootstrap_servers: str, timeout_s: float, cause: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout_s = timeout_s
+        self.cause = cause
+        super().__init__(
+            f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:g}s ({cause}); "
+            "check that it is running and that the bootstrap servers are right "
+            "(KAFKA_BOOTSTRAP_SERVERS, --bootstrap-servers or kafka.bootstrap_servers), "
+            "or start a local one with `window-operator broker`"
+        )
+
+
+class TopicNotFoundError(KafkaAdminError):
+    """A topic the caller needs does not exist (and is not the caller's to create)."""
+
+    def __init__(self, topic: str, bootstrap_servers: str, hint: str, kind: str = "topic") -> None:
+        self.topic = topic
+        self.bootstrap_servers = bootstrap_servers
+        super().__init__(f"{kind} {topic!r} does not exist on {bootstrap_servers}: {hint}")
+
+
+class TopicCreationError(KafkaAdminError):
+    """The cluster refused to create a topic (invalid name or settings, no permission)."""
+
+    def __init__(self, topic: str, reason: str, code: int | None = None) -> None:
+        self.topic = topic
+        self.code = code
+        super().__init__(f"cannot create topic {topic!r}: {reason}")
+
+
+class OffsetQueryError(KafkaAdminError):
+    """The cluster did not tell the offsets of some partitions."""
+
+    def __init__(self, bootstrap_servers: str, reason: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        super().__init__(f"listing offsets on {bootstrap_servers} failed: {reason}")
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create: name, partition count and topic-level settings."""
+
+    name: str
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+    replication_factor: int = 1
+
+
+class _LastError:
+    """Keeps the last client error librdkafka reported (the reason a request failed)."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+
+    def __call__(self, error: Any) -> None:
+        # the first error after a reset says why (later ones: "1/1 brokers are down")
+        if self.text is None:
+            self.text = str(error.str())
+
+
+class KafkaAdmin:
+    """Topic administration against one cluster, over one confluent-kafka AdminClient.
+
+    The client lives as long as this object, so every future it hands out resolves
+    (an AdminClient collected early leaves its futures hanging).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_config: Mapping[str, Any] | None = None,
+        metadata_timeout_s: float = METADATA_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap_servers = bootstrap_servers
+        self.metadata_timeout_s = metadata_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self._last_error = _LastError()
+        conf: dict[str, Any] = {
+            **(client_config or {}),
+            "bootstrap.servers": bootstrap_servers,
+            "logger": log,
+            "error_cb": self._last_error,
+        }
+        self._client = AdminClient(conf)
+
+    # -- metadata ------------------------------------------------------------------------
+
+    def topics(self, timeout_s: float | None = None) -> dict[str, int]:
+        """Partition count of every topic the cluster reports without error.
+
+        Lists all topics rather than asking for one by name: a metadata request naming
+        a missing topic may create it on a cluster with ``auto.create.topics.enable``.
+        Raises :class:`BrokerUnreachableError` if no broker answers within
+        ``timeout_s`` (default: the ``metadata_timeout_s`` given to the constructor).
+        """
+        from confluent_kafka import KafkaException
+
+        wait = self.metadata_timeout_s if timeout_s is None else timeout_s
+        self._client.poll(0)  # drop errors of earlier requests
+        self._last_error.text = None
+        try:
+            meta = self._client.list_topics(timeout=wait)
+        except KafkaException as exc:
+            self._client.poll(0)  # delivers the connection errors to _last_error
+            cause = self._last_error.text or str(exc.args[0].str())
+            raise BrokerUnreachableError(self.bootstrap_servers, wait, cause) from None
+        return {
+            name: len(t.partitions)
+            for name, t in meta.topics.items()
+            if t.error is None and t.partitions
+        }
+
+    def wait_until_reachable(self, timeout_s: float) -> None:
+        """Block until a broker answers a metadata request, for at most ``timeout_s``.
+
+        Unlike :meth:`topics` this keeps asking, for a broker that is still starting.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self.topics(timeout_s=max(0.1, min(remaining, 2.0)))
+                return
+            except BrokerUnreachableError as exc:
+                if time.monotonic() + 0.05 >= deadline:
+                    raise BrokerUnreachableError(
+                        self.bootstrap_servers, timeout_s, exc.cause
+                    ) from None
+                time.sleep(0.05)
+
+    def partition_count(self, topic: str) -> int | None:
+        """The number of partitions of ``topic``, or ``None`` if it does not exist."""
+        return self.topics().get(topic)
+
+    def require_topic(
+        self, topic: str, *, hint: str, kind: str = "topic", wait_s: float = TOPIC_WAIT_S
+    ) -> int:
+        """The partition count of ``topic``, which must exist.
+
+        Waits up to ``wait_s`` for a topic created a moment ago to show up, then raises
+        :class:`TopicNotFoundError` naming it as ``kind`` (``"input topic"``), with
+        ``hint`` (what the user should do) in its message.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            count = self.partition_count(topic)
+            if count is not None:
+                return count
+            if time.monotonic() >= deadline:
+                raise TopicNotFoundError(topic, self.bootstrap_servers, hint, kind)
+            time.sleep(_POLL_S)
+
+    def list_offsets(
+        self,
+        partitions: Sequence[tuple[str, int]],
+        *,
+        earliest: bool,
+        read_committed: bool = True,
+    ) -> dict[tuple[str, int], int]:
+        """The earliest or the latest offset of each ``(topic, partition)``.
+
+        Under ``read_committed`` the latest offset is the last stable offset (an open
+        transaction's records are not counted yet). Raises :class:`OffsetQueryError`.
+        """
+        if not partitions:
+            return {}
+        import confluent_kafka.admin as kafka_admin
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+
+        offset_spec: Any = getattr(kafka_admin, "OffsetSpec")  # noqa: B009 - untyped export
+        spec = offset_spec.earliest() if earliest else offset_spec.latest()
+        isolation = (
+            IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        )
+        futures = self._client.list_offsets(
+            {TopicPartition(t, p): spec for t, p in partitions},
+            isolation_level=isolation,
+            request_timeout=self.request_timeout_s,
+        )
+        try:
+            return {
+                (tp.topic, tp.partition): int(f.result(timeout=self.request_timeout_s).offset)
+                for tp, f in futures.items()
+            }
+        except KafkaException as exc:
+            raise OffsetQueryError(self.bootstrap_servers, str(exc.args[0].str())) from None
+        except TimeoutError:
+            raise OffsetQueryError(
+                self.bootstrap_servers, f"no answer in {self.request_timeout_s:g}s"
+            ) from None
+
+    # -- creation ------------------------------------------------------------------------
+
+    def create_topics(self, specs: Sequence[TopicSpec]) -> list[str]:
+        """Create the topics of ``specs`` that do not exist yet; returns the ones it created.
+
+        A topic that exists already is left as it is (its partition count and settings
+        are not compared). Safe against a concurrent creator: a topic another client
+        creates between the metadata check and the request counts as existing.
+        """
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.cimpl import NewTopic
+
+        existing = self.topics()
+        missing = [s for s in specs if s.name not in existing]
+        if not missing:
+            return []
+        futures = self._client.create_topics(
+            [
+                NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config))
+                for s in missing
+            ],
+            request_timeout=self.request_timeout_s,
+        )
+        created: list[str] = []
+        for name, future in futures.items():
+            try:
+                future.result(timeout=self.request_timeout_s + METADATA_TIMEOUT_S)
+            except TimeoutError:
+                raise TopicCreationError(
+                    name, f"no answer from {self.bootstrap_servers} in {self.request_timeout_s:g}s"
+                ) from None
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                raise TopicCreationError(name, str(error.str()), int(error.code())) from None
+            created.append(name)
+        return sorted(created)
+
+    def create_topic(
+        self, name: str, partitions: int, config: Mapping[str, str] | None = None
+    ) -> bool:
+        """Create one topic if it does not exist; returns whether this call created it."""
+        return bool(self.create_topics([TopicSpec(name, partitions, dict(config or {}))]))
+
+
+def wait_for_broker(bootstrap_servers: str, timeout_s: float = 20.0) -> None:
+    """Block until a broker answers a metadata request (or raise BrokerUnreachableError)."""
+    KafkaAdmin(bootstrap_servers).wait_until_reachable(timeout_s)
