@@ -1,0 +1,70 @@
+"""Changelog record keys, the topic name and the local position of a store."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+from stores.errors import StoreError
+from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+
+__all__ = [
+    "CF_TAGS",
+    "LOCAL_POSITION_KEY",
+    "ChangelogError",
+    "changelog_key",
+    "changelog_topic",
+    "is_marker",
+    "local_position",
+    "set_local_position",
+    "split_changelog_key",
+]
+
+#: One byte per column family in changelog keys (stable: they are on the wire).
+CF_TAGS: Mapping[ColumnFamily, bytes] = {
+    ColumnFamily.WINDOW_META: b"\x01",
+    ColumnFamily.MESSAGES: b"\x02",
+    ColumnFamily.CHECKPOINT: b"\x03",
+}
+_TAG_CF = {v[0]: k for k, v in CF_TAGS.items()}
+#: Local-only key (checkpoint family): next changelog offset to read.
+LOCAL_POSITION_KEY = b"\x00changelog-position"
+_I64 = struct.Struct(">q")
+
+
+def changelog_topic(job: str, store: str = "state") -> str:
+    """The changelog topic of a job's store: ``<job>-<store>-changelog``."""
+    return f"{job}-{store}-changelog"
+
+
+class ChangelogError(StoreError):
+    """A changelog record could not be written or read."""
+
+
+def changelog_key(cf: ColumnFamily, key: bytes) -> bytes:
+    """The changelog record key of a store key."""
+    return CF_TAGS[cf] + key
+
+
+def split_changelog_key(data: bytes) -> tuple[ColumnFamily, bytes]:
+    """Inverse of :func:`changelog_key`."""
+    try:
+        return _TAG_CF[data[0]], data[1:]
+    except (KeyError, IndexError):
+        raise ChangelogError(f"not a changelog key: {data[:16]!r}") from None
+
+
+def is_marker(cf: ColumnFamily, key: bytes) -> bool:
+    """Whether a record is a commit marker (the logged checkpoint)."""
+    return cf is ColumnFamily.CHECKPOINT and key != LOCAL_POSITION_KEY
+
+
+def local_position(store: TaskStore) -> int:
+    """Next changelog offset the local store has not applied (0 for a fresh store)."""
+    raw = store.get(ColumnFamily.CHECKPOINT, LOCAL_POSITION_KEY)
+    return 0 if raw is None else int(_I64.unpack(raw)[0])
+
+
+def set_local_position(batch: StoreBatch, position: int) -> None:
+    """Record in ``batch`` that the store reflects the changelog up to ``position``."""
+    batch.put(ColumnFamily.CHECKPOINT, LOCAL_POSITION_KEY, _I64.pack(position))

@@ -1,0 +1,205 @@
+"""Restoring a task store from its changelog partition."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stores.changelog.records import (
+    ChangelogError,
+    is_marker,
+    local_position,
+    set_local_position,
+    split_changelog_key,
+)
+from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+
+__all__ = ["RestoreResult", "restore_from_changelog"]
+
+Record = tuple[ColumnFamily, bytes, bytes | None]
+
+
+@dataclass
+class RestoreResult:
+    """What a restore applied, and the keys of an uncommitted tail (if any)."""
+
+    applied: int = 0
+    batches: int = 0
+    position: int = 0
+    uncommitted: list[tuple[ColumnFamily, bytes]] = field(default_factory=list)
+    #: The local store claims more than the changelog holds (the topic was recreated,
+    #: or the store belongs to another run): it cannot be trusted.
+    ahead: bool = False
+    seconds: float = 0.0
+
+
+def _consumer_config(topic: str, partition: int, isolation: str, extra: Mapping[str, Any]) -> Any:
+    return {
+        "group.id": f"window-operator-restore-{topic}-{partition}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": isolation,
+        "fetch.wait.max.ms": 10,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        **extra,
+    }
+
+
+class _Reader:
+    """Reads one partition from an offset to its end (partition EOF from the fetch side)."""
+
+    def __init__(self, conf: Mapping[str, Any], topic: str, partition: int, timeout_s: float):
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(dict(conf))
+        self.topic = topic
+        self.partition = partition
+        self.timeout_s = timeout_s
+        #: the offset the partition ended at (the last stable offset under read_committed)
+        self.end = -1
+
+    def watermarks(self) -> tuple[int, int]:
+        from confluent_kafka import TopicPartition
+
+        low, high = self.consumer.get_watermark_offsets(
+            TopicPartition(self.topic, self.partition), timeout=10
+        )
+        return int(low), int(high)
+
+    def records(self, start: int) -> Iterator[tuple[int, Record]]:
+        """``(offset, record)`` from ``start`` to the end of the partition."""
+        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+        first = start if start > 0 else OFFSET_BEGINNING
+        self.consumer.assign([TopicPartition(self.topic, self.partition, first)])
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            msgs = self.consumer.consume(10_000, timeout=0.5)
+            if not msgs:
+                if time.monotonic() > deadline:
+                    raise ChangelogError(
+                        f"restore of {self.topic}[{self.partition}] stalled after offset {start}"
+                    )
+                continue
+            deadline = time.monotonic() + self.timeout_s
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        self.end = int(msg.offset() or 0)
+                        return
+                    raise ChangelogError(f"restore of {self.topic}[{self.partition}]: {err}")
+                offset, raw_key = msg.offset(), msg.key()
+                if offset is None or raw_key is None:
+                    raise ChangelogError(
+                        f"{self.topic}[{self.partition}]: a record without offset or key"
+                    )
+                cf, key = split_changelog_key(raw_key)
+                yield offset, (cf, key, msg.value())
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class _Applier:
+    """Applies whole batches (up to each commit marker), several per WriteBatch."""
+
+    def __init__(self, store: TaskStore, result: RestoreResult, chunk_records: int) -> None:
+        self.store = store
+        self.result = result
+        self.chunk_records = chunk_records
+        self.pending: list[Record] = []
+        self.chunk = StoreBatch()
+        self.chunk_size = 0
+
+    def add(self, offset: int, record: Record) -> None:
+        self.pending.append(record)
+        cf, key, _ = record
+        if not is_marker(cf, key):
+            return
+        for pcf, pkey, pval in self.pending:
+            if pval is None:
+                self.chunk.delete(pcf, pkey)
+            else:
+                self.chunk.put(pcf, pkey, pval)
+        self.chunk_size += len(self.pending)
+        self.result.applied += len(self.pending)
+        self.result.batches += 1
+        self.result.position = offset + 1
+        self.pending = []
+        if self.chunk_size >= self.chunk_records:
+            self.commit()
+
+    def commit(self) -> None:
+        if self.chunk_size:
+            set_local_position(self.chunk, self.result.position)
+            self.store.commit(self.chunk)
+            self.chunk, self.chunk_size = StoreBatch(), 0
+
+
+def restore_from_changelog(
+    store: TaskStore,
+    consumer_config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    *,
+    chunk_records: int = 50_000,
+    timeout_s: float = 60.0,
+) -> RestoreResult:
+    """Replay ``topic[partition]`` (``read_committed``) from the store's local position.
+
+    Whole batches are applied, ``chunk_records`` at a time per WriteBatch; the keys of
+    the tail after the last marker, and of records beyond the last stable offset (an
+    open transaction), are returned in ``uncommitted``, not applied.
+    """
+    started = time.perf_counter()
+    result = RestoreResult()
+    start = result.position = local_position(store)
+    reader = _Reader(
+        _consumer_config(topic, partition, "read_committed", consumer_config),
+        topic,
+        partition,
+        timeout_s,
+    )
+    try:
+        _, high = reader.watermarks()
+        if high < start:
+            result.ahead = True
+            return result
+        if high == start:
+            return result
+        applier = _Applier(store, result, chunk_records)
+        for offset, record in reader.records(start):
+            applier.add(offset, record)
+        applier.commit()
+        tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
+        if reader.end < high:
+            tail.update(
+                dict.fromkeys(
+                    _open_transaction_keys(consumer_config, topic, partition, reader.end, timeout_s)
+                )
+            )
+        result.uncommitted = list(tail)
+        return result
+    finally:
+        reader.close()
+        result.seconds = time.perf_counter() - started
+
+
+def _open_transaction_keys(
+    consumer_config: Mapping[str, Any], topic: str, partition: int, start: int, timeout_s: float
+) -> list[tuple[ColumnFamily, bytes]]:
+    """Keys of the records from ``start`` that ``read_committed`` does not show yet."""
+    peek = _Reader(
+        _consumer_config(topic, partition, "read_uncommitted", consumer_config),
+        topic,
+        partition,
+        timeout_s,
+    )
+    try:
+        return [(cf, key) for _, (cf, key, _) in peek.records(start)]
+    finally:
+        peek.close()
