@@ -22,6 +22,7 @@ from window_operator.config.sections import (
     EmitConfig,
     KafkaConfig,
     OutputConfig,
+    ProcessingConfig,
     RetentionConfig,
     SparkConfig,
     StateConfig,
@@ -94,6 +95,7 @@ class JobConfig(FrozenModel):
     retention: RetentionConfig
     output: OutputConfig
     state: StateConfig
+    processing: ProcessingConfig
     kafka: KafkaConfig
     spark: SparkConfig
 

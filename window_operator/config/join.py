@@ -22,6 +22,7 @@ from window_operator.config.sections import (
     EmitConfig,
     KafkaConfig,
     OutputConfig,
+    ProcessingConfig,
     RetentionConfig,
     SparkConfig,
     StateConfig,
@@ -143,6 +144,7 @@ class JoinJobConfig(FrozenModel):
     retention: RetentionConfig
     output: OutputConfig
     state: StateConfig
+    processing: ProcessingConfig
     kafka: KafkaConfig
     spark: SparkConfig
 

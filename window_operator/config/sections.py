@@ -1,7 +1,7 @@
 """The optional sections every job root shares, and the defaults derived from the job name.
 
-``watermark``, ``emit``, ``retention``, ``output``, ``state``, ``kafka`` and ``spark``
-may each be absent or ``null``; :func:`fill_defaults` turns that into ``{}`` and fills
+``watermark``, ``emit``, ``retention``, ``output``, ``state``, ``processing``, ``kafka``
+and ``spark`` may each be absent or ``null``; :func:`fill_defaults` turns that into ``{}`` and fills
 the topic and directory names that depend on the job name.
 """
 
@@ -36,6 +36,7 @@ __all__ = [
     "KafkaConfig",
     "LateEmit",
     "OutputConfig",
+    "ProcessingConfig",
     "RetentionConfig",
     "SparkConfig",
     "StateConfig",
@@ -174,9 +175,36 @@ class OutputConfig(FrozenModel):
 
 
 class StateConfig(FrozenModel):
-    """``state:``: ``dir`` holds the RocksDB state, relative to the working directory."""
+    """``state:``: where and how the operator state is kept.
+
+    ``dir`` holds the RocksDB state, relative to the working directory. ``tasks`` is the
+    number of state tasks (hash ranges of the operator's key; each owns one RocksDB and
+    one changelog partition); ``None`` means the input's partition count when the job
+    first starts. Once the changelog topic exists its partition count fixes it.
+    """
 
     dir: FilePath = DEFAULT_STATE_DIR
+    tasks: StrictPositiveInt | None = None
+
+
+class ProcessingConfig(FrozenModel):
+    """``processing:``: the delivery guarantee of results and how long a broker may be away.
+
+    ``exactly_once`` writes each state task's results, error records and changelog
+    records of a micro-batch in one Kafka transaction (readers with
+    ``isolation.level=read_committed`` see every result once); ``at_least_once`` writes
+    them without transactions (a crash may re-send a batch's identical results).
+    ``broker_timeout`` is how long the job waits for an unreachable broker before it
+    stops with a clear message (nothing is lost; a restart continues).
+    """
+
+    guarantee: Literal["exactly_once", "at_least_once"] = "exactly_once"
+    broker_timeout: Duration = 300_000
+
+    @property
+    def exactly_once(self) -> bool:
+        """Whether results go out in transactions."""
+        return self.guarantee == "exactly_once"
 
 
 class KafkaConfig(FrozenModel):
@@ -240,7 +268,16 @@ class SparkConfig(FrozenModel):
 
 
 #: The sections a job file may leave out (or set to ``null``), in documentation order.
-OPTIONAL_SECTIONS = ("watermark", "emit", "retention", "output", "state", "kafka", "spark")
+OPTIONAL_SECTIONS = (
+    "watermark",
+    "emit",
+    "retention",
+    "output",
+    "state",
+    "processing",
+    "kafka",
+    "spark",
+)
 
 
 def _with_default(
