@@ -9,12 +9,15 @@ decides lateness and retention exactly as the first run did.
 
 Entry ``<dir>/<batch id>.json``: the clock before the batch (max event time and last
 activity per input partition, the wall clock ``now`` the batch runs at, the watermark).
+An entry is *prepared* when the previous batch ends (its clock after that batch) and
+*final* once its batch began at a wall clock; a final entry is never rewritten.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -28,9 +31,10 @@ _ENTRY = re.compile(r"^(\d+)\.json$")
 _KEEP = 100
 
 
-def _encode(state: ClockState) -> bytes:
+def _encode(state: ClockState, final: bool) -> bytes:
     return orjson.dumps(
         {
+            "final": final,
             "max_ts": [[p.source, p.partition, t] for p, t in sorted(state.max_ts.items())],
             "last_active": [
                 [p.source, p.partition, t] for p, t in sorted(state.last_active.items())
@@ -42,15 +46,16 @@ def _encode(state: ClockState) -> bytes:
     )
 
 
-def _decode(data: bytes) -> ClockState:
+def _decode(data: bytes) -> tuple[ClockState, bool]:
     doc = orjson.loads(data)
-    return ClockState(
+    state = ClockState(
         max_ts={InputPosition(s, p): t for s, p, t in doc["max_ts"]},
         last_active={InputPosition(s, p): t for s, p, t in doc["last_active"]},
         now=int(doc["now"]),
         first_wall=doc["first_wall"],
         watermark=int(doc["watermark"]),
     )
+    return state, bool(doc["final"])
 
 
 class ClockLog:
@@ -62,27 +67,45 @@ class ClockLog:
     def _path(self, batch_id: int) -> Path:
         return self.directory / f"{batch_id}.json"
 
-    def read(self, batch_id: int) -> ClockState | None:
-        """The entry of ``batch_id`` (None if the batch never ran)."""
+    def read(self, batch_id: int) -> tuple[ClockState, bool] | None:
+        """The entry of ``batch_id`` and whether it is final (None: no entry)."""
         try:
             return _decode(self._path(batch_id).read_bytes())
         except FileNotFoundError:
             return None
 
-    def latest_before(self, batch_id: int) -> tuple[int, ClockState] | None:
-        """The newest entry of a batch before ``batch_id`` (after a driver restart)."""
-        ids = [i for i in self._ids() if i < batch_id]
-        if not ids:
-            return None
-        state = self.read(max(ids))
-        return None if state is None else (max(ids), state)
+    def begin(
+        self, batch_id: int, now: int, advance: Callable[[ClockState, int], ClockState]
+    ) -> ClockState:
+        """The clock batch ``batch_id`` runs with: its final entry, or one made final now.
 
-    def write(self, batch_id: int, state: ClockState) -> None:
+        A replayed batch gets its final entry back unchanged. Otherwise the prepared entry
+        (or the newest earlier one, or an empty clock) is moved to ``now`` by ``advance``
+        (idle partitions may stop holding the watermark back) and written final.
+        """
+        found = self.read(batch_id)
+        if found is not None and found[1]:
+            return found[0]
+        if found is None:
+            earlier = [i for i in self._ids() if i < batch_id]
+            prior = self.read(max(earlier)) if earlier else None
+            found = prior if prior is not None else (ClockState(), False)
+        state = advance(found[0], now)
+        self.write(batch_id, state, final=True)
+        return state
+
+    def prepare(self, batch_id: int, state: ClockState) -> None:
+        """Write the clock a coming batch starts from (unless that batch already began)."""
+        found = self.read(batch_id)
+        if found is None or not found[1]:
+            self.write(batch_id, state, final=False)
+
+    def write(self, batch_id: int, state: ClockState, *, final: bool) -> None:
         """Write the entry of ``batch_id`` atomically (write, fsync, rename)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f".{batch_id}.json.tmp"
         with open(tmp, "wb") as f:
-            f.write(_encode(state))
+            f.write(_encode(state, final))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path(batch_id))

@@ -1,0 +1,103 @@
+"""The commit protocol of a state task: restore, log, commit.
+
+A task's local RocksDB is a cache of its changelog partition:
+
+1. **open**: the store is opened and caught up from the changelog (``read_committed``)
+   from the position it records; a store ahead of its changelog (the topic was
+   recreated, or the store belongs to another run) is rebuilt from scratch;
+2. **log**: the batch's state changes go to the changelog, preceded by the store's true
+   values of every key an earlier, unfinished batch left in the log (the uncommitted
+   tail), with the checkpoint last as the commit marker;
+3. **commit**: once Kafka has the batch (transaction committed, or records
+   acknowledged), the same changes are committed to RocksDB with the changelog position.
+
+A crash before 3 leaves the local store behind its changelog: the next run restores it
+and recognises the input as a replay.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from stores.changelog import (
+    ChangelogDelivery,
+    ChangelogWriter,
+    RestoreResult,
+    restore_from_changelog,
+    set_local_position,
+)
+from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from window_operator.runtime.settings import TaskSettings
+
+__all__ = ["TaskState"]
+
+
+@dataclass
+class TaskState:
+    """A task's open store and what its restore found."""
+
+    settings: TaskSettings
+    task: int
+    store: TaskStore
+    restored: RestoreResult
+
+    @classmethod
+    def open(cls, settings: TaskSettings, task: int) -> TaskState:
+        """Open the task's store and catch it up with its changelog (step 1)."""
+        path = settings.task_path(task)
+        store = TaskStore(path)
+        result = cls._restore(settings, task, store)
+        if result.ahead:
+            store.close()
+            shutil.rmtree(path, ignore_errors=True)
+            store = TaskStore(path)
+            result = cls._restore(settings, task, store)
+        return cls(settings, task, store, result)
+
+    @staticmethod
+    def _restore(settings: TaskSettings, task: int, store: TaskStore) -> RestoreResult:
+        return restore_from_changelog(
+            store,
+            settings.consumer_config(),
+            settings.changelog_topic,
+            task,
+            timeout_s=settings.broker_timeout_s,
+        )
+
+    def compensation(self) -> list[tuple[ColumnFamily, bytes, bytes | None]]:
+        """The store's true values of the keys an unfinished batch left in the log."""
+        return [(cf, key, self.store.get(cf, key)) for cf, key in self.restored.uncommitted]
+
+    def log(
+        self,
+        producer: Any,
+        batch: StoreBatch,
+        *,
+        batch_number: int,
+        offsets: Iterable[tuple[tuple[int, int], int]],
+    ) -> ChangelogDelivery:
+        """Produce the batch's changelog records, compensation first (step 2)."""
+        writer = ChangelogWriter(producer, self.settings.changelog_topic, self.task)
+        return writer.write(
+            batch,
+            self.store,
+            batch_number=batch_number,
+            source_offsets=offsets,
+            extra=self.compensation(),
+        )
+
+    def commit(self, batch: StoreBatch, marker: int) -> None:
+        """Commit the batch locally with the changelog position after it (step 3).
+
+        Under exactly-once the transaction's commit marker follows the checkpoint, so
+        the next record is two offsets on.
+        """
+        set_local_position(batch, marker + (2 if self.settings.exactly_once else 1))
+        self.store.commit(batch)
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()

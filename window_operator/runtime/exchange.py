@@ -1,0 +1,119 @@
+"""What crosses the keyed exchange between the map side and the state tasks.
+
+The map side reads one input partition range of a micro-batch, decodes it and sends
+every state task (a stable hash range of the operator's key) its rows, as Arrow IPC;
+rejected records go to the task of their input partition's error lane. It sends every
+task, and the driver, a :class:`MapReport` of the range: every task marks every range
+of the batch handled (so replays are recognised per task) and folds the same job clock
+from the reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from window_operator.kernel import ClockState, InputPosition
+from window_operator.kernel.clock import PartitionActivity
+from window_operator.results import ErrorRecord
+
+__all__ = [
+    "InputRange",
+    "MapReport",
+    "Rejected",
+    "Rows",
+    "TaskInput",
+    "from_ipc",
+    "to_ipc",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class InputRange:
+    """Offsets ``[start, end)`` of one input partition in one micro-batch."""
+
+    source: int
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def position(self) -> InputPosition:
+        """The input partition."""
+        return InputPosition(self.source, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class MapReport:
+    """What the map side did with one range (to every state task and the driver).
+
+    ``max_ts`` is the largest event time of its records that reached the exchange
+    (None: none did); ``rejected`` counts error records by code.
+    """
+
+    range: InputRange
+    records: int
+    max_ts: int | None
+    rejected: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def activity(self) -> PartitionActivity:
+        """The range as clock input."""
+        return PartitionActivity(self.range.position, self.records, self.max_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Decoded rows of one source for one state task (an Arrow IPC stream)."""
+
+    source: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """Error records of a range for the state task of its error lane."""
+
+    errors: tuple[ErrorRecord, ...]
+
+
+@dataclass
+class TaskInput:
+    """A state task's share of one micro-batch (or of a timer-only pass).
+
+    ``clock_before`` decides lateness and retention; ``clock_after`` (folded from every
+    range's report) is the watermark the task fires with at the end of the batch.
+    """
+
+    task: int
+    batch_id: int
+    clock_before: ClockState
+    clock_after: ClockState
+    rows: list[Rows] = field(default_factory=list)
+    errors: list[ErrorRecord] = field(default_factory=list)
+    ranges: list[InputRange] = field(default_factory=list)
+
+    @property
+    def now(self) -> int:
+        """The wall clock the batch runs at."""
+        return self.clock_before.now
+
+
+def to_ipc(batch: pa.RecordBatch) -> bytes:
+    """An Arrow record batch as IPC stream bytes."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def from_ipc(data: bytes) -> pa.RecordBatch:
+    """Inverse of :func:`to_ipc`."""
+    batches: Sequence[pa.RecordBatch] = list(pa.ipc.open_stream(data))
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]

@@ -1,0 +1,51 @@
+"""Fault injection and progress tracing for the recovery tests and the crash harness.
+
+Both are inactive unless their environment variables are set; they cost one dictionary
+lookup per call otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+__all__ = ["crash_point", "trace"]
+
+#: A file the task appends ``<time> <phase> <task> <batch>`` lines to (harness only).
+TRACE_ENV = "WINDOW_OPERATOR_TRACE"
+
+
+def crash_point(name: str, records: int) -> None:
+    """Kill the whole job here, once (recovery tests).
+
+    Active only when ``WINDOW_OPERATOR_CRASH_AT`` names this point and the file
+    ``WINDOW_OPERATOR_CRASH_ONCE`` exists (it is removed first, so one crash only). The
+    driver's process group ``WINDOW_OPERATOR_CRASH_PGID`` (driver and JVM; ``run`` sets
+    it) gets SIGKILL, and so does this Python worker. Only batches with input count, so
+    the crash is mid-batch.
+    """
+    if os.environ.get("WINDOW_OPERATOR_CRASH_AT") != name or records == 0:
+        return
+    marker = os.environ.get("WINDOW_OPERATOR_CRASH_ONCE")
+    if not marker:
+        return
+    try:
+        os.remove(marker)
+    except FileNotFoundError:
+        return
+    os.killpg(int(os.environ["WINDOW_OPERATOR_CRASH_PGID"]), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def trace(phase: str, task: int, batch_id: int) -> None:
+    """Record that a task reached a phase of a batch (when ``WINDOW_OPERATOR_TRACE`` is set)."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return
+    line = f"{time.time():.3f} {phase} {task} {batch_id}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)

@@ -1,0 +1,248 @@
+"""A state task's micro-batch: its rows through the operator, out to Kafka, committed.
+
+Per batch (:meth:`TaskRunner.run`):
+
+1. open the task's store, caught up from its changelog (:class:`TaskState`);
+2. check that the store's input positions meet the batch's start offsets: a store
+   behind Spark's checkpoint (the broker lost the changelog's tail) would skip input
+   silently, so the task stops with the partitions and offsets instead;
+3. drop replayed error records; adopt the job clock of the batch's start (lateness and
+   retention are decided with it); add the rows of each source in (partition, offset)
+   order (the operator drops replays); mark every range of the batch handled; adopt the
+   clock after the batch (windows fire); run the wall-clock timers;
+4. send results and error records, log the changelog, commit (one transaction under
+   exactly-once), then commit the local store.
+
+A failure talking to Kafka discards the producer and runs the batch again from step 1
+(nothing of it was committed), until ``processing.broker_timeout`` has passed.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any, Generic, TypeVar
+
+from stores.changelog import ChangelogError
+from window_operator.errors import OutputSendError, WindowOperatorError
+from window_operator.kernel import InputPosition, WindowOperator
+from window_operator.results import ErrorRecord
+from window_operator.runtime.commit import TaskState
+from window_operator.runtime.exchange import TaskInput, from_ipc
+from window_operator.runtime.faults import crash_point, trace
+from window_operator.runtime.plan import JobPlan
+from window_operator.runtime.producers import (
+    discard_producer,
+    plain_producer,
+    transactional_id,
+    transactional_producer,
+)
+from window_operator.runtime.settings import TaskSettings
+from window_operator.runtime.sink import OutputSink, SinkTopics
+
+__all__ = ["BrokerUnavailableError", "InputGapError", "TaskReport", "TaskRunner"]
+
+B = TypeVar("B")
+R = TypeVar("R")
+
+
+def _kafka_failures() -> tuple[type[BaseException], ...]:
+    from confluent_kafka import KafkaException
+
+    return (OutputSendError, ChangelogError, KafkaException)
+
+
+_KAFKA_FAILURES = _kafka_failures()
+
+
+class InputGapError(WindowOperatorError):
+    """A task's state ends before the batch starts: input would be skipped."""
+
+
+class BrokerUnavailableError(WindowOperatorError):
+    """Kafka stayed unreachable for longer than ``processing.broker_timeout``."""
+
+
+@dataclass
+class TaskReport:
+    """What a task did in one micro-batch (sent back to the driver)."""
+
+    task: int
+    batch_id: int = -1
+    rows: int = 0
+    applied: int = 0
+    replayed: int = 0
+    rejected: int = 0
+    late: int = 0
+    results: int = 0
+    restored_records: int = 0
+    compensated: int = 0
+    changelog_records: int = 0
+    watermark: int = 0
+    attempts: int = 0
+    seconds: float = 0.0
+    seconds_restore: float = 0.0
+    seconds_operator: float = 0.0
+    seconds_commit: float = 0.0
+    location: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+class TaskRunner(Generic[B, R]):
+    """Runs the micro-batches of one state task (see module doc)."""
+
+    def __init__(self, settings: TaskSettings, plan: JobPlan[B, R], task: int) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.task = task
+        self.topics = SinkTopics(settings.config.output.topic, settings.config.output.errors_topic)
+
+    def run(self, inp: TaskInput) -> TaskReport:
+        """Process one batch (or a timer-only pass) and commit it; retry while Kafka is away."""
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                report = self._run_once(inp)
+                report.attempts = attempt
+                return report
+            except _KAFKA_FAILURES as exc:
+                waited = time.monotonic() - started
+                if waited > self.settings.broker_timeout_s:
+                    raise BrokerUnavailableError(
+                        f"task {self.task}: Kafka at {self.settings.bootstrap_servers} did not "
+                        f"take batch {inp.batch_id} for {waited:.0f} s ({exc}); nothing of it "
+                        "was committed: restart the job once the broker is back"
+                    ) from exc
+                time.sleep(min(2.0**attempt, 10.0))
+
+    def _producer(self) -> Any:
+        s = self.settings
+        if s.exactly_once:
+            txn = transactional_id(s.job, self.task)
+            return transactional_producer(s.producer_config(), txn, s.broker_timeout_s)
+        return plain_producer(s.producer_config())
+
+    def _run_once(self, inp: TaskInput) -> TaskReport:
+        t0 = time.perf_counter()
+        report = TaskReport(task=self.task, batch_id=inp.batch_id)
+        report.location = f"{socket.gethostname()}:{self.settings.task_path(self.task)}"
+        producer = self._producer()
+        state = TaskState.open(self.settings, self.task)
+        try:
+            report.restored_records = state.restored.applied
+            report.seconds_restore = time.perf_counter() - t0
+            op = self.plan.operator(state.store)
+            self._check_positions(op, inp)
+            errors = self._apply(op, inp, report)
+            report.seconds_operator = time.perf_counter() - t0 - report.seconds_restore
+            self._send(producer, state, op, errors, inp, report)
+        except _KAFKA_FAILURES:
+            discard_producer(producer)
+            raise
+        finally:
+            state.close()
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def _check_positions(self, op: WindowOperator[B, R, Any], inp: TaskInput) -> None:
+        if op.batches == 0 and inp.batch_id > 0 and inp.ranges:
+            # Every task runs (and commits) every batch: a task without a checkpoint
+            # after the first batch has lost its state.
+            first = min((r for r in inp.ranges), key=lambda r: (r.source, r.partition))
+            raise InputGapError(
+                f"task {self.task} has no state, but the job is at batch {inp.batch_id} "
+                f"(input {first.topic}[{first.partition}] from offset {first.start}): its "
+                f"changelog {self.settings.changelog_topic} lost what it held; restart the "
+                "job from a fresh checkpoint and changelog, or restore them"
+            )
+        offsets = op.offsets
+        gaps = [
+            (r, offsets[r.position])
+            for r in inp.ranges
+            if r.position in offsets and offsets[r.position] + 1 < r.start
+        ]
+        if gaps:
+            text = ", ".join(
+                f"{r.topic}[{r.partition}] {last + 1}..{r.start - 1}" for r, last in gaps
+            )
+            raise InputGapError(
+                f"task {self.task}: its state ends before batch {inp.batch_id} starts "
+                f"(offsets never applied: {text}); the changelog lost its tail (a broker "
+                "that lost acknowledged writes?). Restart from a Spark checkpoint that "
+                "matches, or reprocess those offsets"
+            )
+
+    def _apply(
+        self, op: WindowOperator[B, R, Any], inp: TaskInput, report: TaskReport
+    ) -> list[ErrorRecord]:
+        offsets = op.offsets
+        errors = [e for e in inp.errors if not _replayed(e, offsets, self.plan)]
+        op.adopt_clock(inp.clock_before)
+        by_source: dict[int, list[Any]] = defaultdict(list)
+        for rows in inp.rows:
+            by_source[rows.source].append(from_ipc(rows.data))
+        for source in sorted(by_source):
+            batch = self.plan.from_arrow(source, by_source[source])
+            stats = op.add_batch(batch)
+            report.rows += stats.applied + stats.replayed + stats.rejected
+            report.applied += stats.applied
+            report.replayed += stats.replayed
+            report.late += stats.late
+        for r in inp.ranges:
+            op.mark_consumed(r.partition, r.end - 1, source=r.source)
+        op.adopt_clock(inp.clock_after)
+        op.timeout(inp.now)
+        report.watermark = op.watermark
+        return errors
+
+    def _send(
+        self,
+        producer: Any,
+        state: TaskState,
+        op: WindowOperator[B, R, Any],
+        errors: list[ErrorRecord],
+        inp: TaskInput,
+        report: TaskReport,
+    ) -> None:
+        batch = op.flush(commit=False)
+        errors += op.get_errors()
+        report.rejected = len(errors)
+        t0 = time.perf_counter()
+        sink = OutputSink(
+            producer,
+            self.topics,
+            transactional=self.settings.exactly_once,
+            timeout_s=self.settings.broker_timeout_s,
+        )
+        sink.begin()
+        for results in op.take_result_batches():
+            report.results += sink.results(self.plan.encode_results(results))
+        sink.errors(errors)
+        sink.acknowledge_outputs()
+        trace("outputs", self.task, inp.batch_id)
+        crash_point("after_outputs", report.rows)
+        positions = [((p.source, p.partition), o) for p, o in op.offsets.items()]
+        delivery = state.log(producer, batch, batch_number=op.batches, offsets=positions)
+        report.compensated = len(state.restored.uncommitted)
+        report.changelog_records = delivery.records
+        marker = sink.commit(delivery)
+        trace("changelog", self.task, inp.batch_id)
+        crash_point("after_changelog", report.rows)
+        state.commit(batch, marker)
+        trace("committed", self.task, inp.batch_id)
+        report.seconds_commit = time.perf_counter() - t0
+
+
+def _replayed(err: ErrorRecord, offsets: dict[InputPosition, int], plan: JobPlan[Any, Any]) -> bool:
+    """Whether an error record was already handled (its offset is at or below the position)."""
+    if err.partition is None or err.offset is None:
+        return False
+    source = next((s.index for s in plan.sources if s.topic == err.topic), 0)
+    return err.offset <= offsets.get(InputPosition(source, err.partition), -1)
