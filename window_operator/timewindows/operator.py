@@ -32,7 +32,7 @@ import numpy as np
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
-from window_operator.arrays import BoolArray, FloatArray, IntArray
+from window_operator.arrays import FloatArray, IntArray
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
@@ -47,13 +47,14 @@ from window_operator.kernel import (
 )
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
-from window_operator.results import ErrorRecord, Kind, ResultBatch
+from window_operator.results import ErrorRecord, ResultBatch
 from window_operator.timewindows.bookkeeping import WindowBook
+from window_operator.timewindows.emission import WindowEmitter
 from window_operator.timewindows.evaluator import WindowEvaluator
 from window_operator.timewindows.frame_store import FrameStore
 from window_operator.timewindows.grouping import group_by_key_frame
 from window_operator.timewindows.state import FRAMES
-from window_operator.timewindows.trigger import StartRange, TimeTrigger
+from window_operator.timewindows.trigger import TimeTrigger
 from window_operator.windows import TimeWindowing
 
 __all__ = ["KEY_SLACK", "WindowedAggregator"]
@@ -93,7 +94,16 @@ class WindowedAggregator:
         self.evaluator = WindowEvaluator(
             self.frames, aggregations, windowing.size, windowing.step, self.use_deduct
         )
-        self.timers = Timers()
+        self.emitter = WindowEmitter(
+            keys=self.keys,
+            aggs=aggregations,
+            policy=policy,
+            frames=self.frames,
+            book=self.book,
+            trigger=self.trigger,
+            evaluator=self.evaluator,
+            outputs=self.kernel.outputs,
+        )
         self.key_slack = key_slack
         self._expired_upto: int | None = None
         self._size = windowing.size
@@ -183,11 +193,11 @@ class WindowedAggregator:
         clock.note_now(now_ms)
         if self.policy.idle_timeout is not None and clock.max_ts:
             self._advance_watermark(clock.coalesced())
-        action = due(self.policy, self.timers, clock.now, bool(self.book.pending))
+        action = due(self.policy, self.emitter.timers, clock.now, bool(self.book.pending))
         if TimerAction.LATE in action:
             self._emit_late()
         if TimerAction.EARLY in action:
-            self._emit_early()
+            self.emitter.early(self.watermark)
 
     def take_result_batches(self) -> list[ResultBatch]:
         """Hand over the pending results in columnar form, in emission order."""
@@ -220,7 +230,7 @@ class WindowedAggregator:
             self.book.expire(batch, cutoff)
             self._expired_upto = cutoff
         self.kernel.write_checkpoint(
-            batch, {**self.timers.to_json(), "expired_upto": self._expired_upto}
+            batch, {**self.emitter.timers.to_json(), "expired_upto": self._expired_upto}
         )
         self.kernel.commit(batch, commit=commit)
         # Frames whose every window has fired are in the store now; keep memory small.
@@ -418,73 +428,15 @@ class WindowedAggregator:
     def _advance_watermark(self, candidate: int) -> None:
         before = self.kernel.clock.advance(candidate)
         if before is not None:
-            fired = self.trigger.on_time(before, self.watermark)
-            if fired is not None:
-                self._emit_range(fired, Kind.ON_TIME, None)
+            self.emitter.on_time(before, self.watermark)
 
-    def _emit_early(self) -> None:
-        if not self.frames.early_dirty.any():
-            return
-        self._emit_range(
-            self.trigger.open_windows(self.watermark), Kind.EARLY, self.frames.early_dirty
-        )
-        self.frames.clear_early()
-
-    def _emit_range(self, starts: StartRange, kind: Kind, mark: BoolArray | None) -> None:
-        for ev in self.evaluator.dense(starts, mark):
-            self._emit(kind, ev.kids, ev.starts, ev.acc, ev.objs)
-
-    def _emit(
-        self,
-        kind: Kind,
-        kids: IntArray,
-        starts: IntArray,
-        acc: FloatArray,
-        objs: list[list[Any]] | None,
-    ) -> None:
-        names = self.keys.names
-        starts = starts.astype(np.int64)
-        self.kernel.outputs.emit(
-            ResultBatch(
-                kind=kind,
-                keys=[names[k] for k in kids.tolist()],
-                window_start=starts,
-                window_end=starts + self._size,
-                update_seq=self.book.seqs(kind, kids, starts),
-                values=self.aggs.finish(acc, objs),
-            )
-        )
+    def _emit_late(self, only_upto: int | None = None) -> None:
+        self.emitter.late(only_upto)
 
     def _mark_late(
         self, kid: int, frame: int, wm_before: int, created: set[tuple[int, int]]
     ) -> None:
-        """Mark the fired, retained windows containing ``frame`` for a LATE re-emission."""
-        emit = self.policy.late_mode is not LateMode.OFF
-        for w in self.trigger.late_windows(frame, wm_before):
-            # Without bookkeeping the window fired ON_TIME (seq 0) iff it had a frame
-            # before this step; otherwise this is its first emission.
-            def existed(w: int = w) -> bool:
-                return any(
-                    (kid, f) not in created and self.frames.exists(kid, f)
-                    for f in range(w, w + self._size, self._step)
-                )
-
-            self.book.mark_late((kid, w), existed, emit)
-            if emit:
-                self.timers.late_marked(self.policy, self.kernel.clock.now)
-
-    def _emit_late(self, only_upto: int | None = None) -> None:
-        if not self.book.pending:
-            return
-        due_windows = self.book.take_pending(only_upto)
-        if not due_windows:
-            return
-        if not self.book.pending:
-            self.timers.late_flushed()
-        acc, objs, _ = self.evaluator.gather(due_windows)
-        kids = np.array([w[0] for w in due_windows], dtype=np.int64)
-        starts = np.array([w[1] for w in due_windows], dtype=np.int64)
-        self._emit(Kind.LATE, kids, starts, acc, objs)
+        self.emitter.mark_late(kid, frame, wm_before, created, self.kernel.clock.now)
 
     def _reject_retention(self, ts: int, key: str, partition: int, offset: int) -> None:
         self.kernel.outputs.reject(
@@ -505,7 +457,7 @@ class WindowedAggregator:
         fields = self.kernel.restore()
         if fields is None:
             return
-        self.timers = Timers.from_json(fields)
+        self.emitter.timers = Timers.from_json(fields)
         expired = fields.get("expired_upto")
         self._expired_upto = None if expired is None else int(expired)
         wm = self.watermark
