@@ -639,7 +639,7 @@ def _worker_timer() -> PhaseTimer:
     import window_operator.task as task_mod
     from stores.changelog import ChangelogWriter
     from window_operator.aggregator import WindowedAggregator
-    from window_operator.fastjson import ColumnarJsonDecoder
+    from window_operator.codecs.fastjson import ColumnarJsonDecoder
     from window_operator.job import JobRuntime
     from window_operator.task import TaskRunner
 

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from window_operator.fastjson import ColumnarJsonDecoder
+from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.job import JobRuntime
 from window_operator.join import JoinOperator, JoinRuntime
 from window_operator.operator import WindowOperator

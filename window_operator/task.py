@@ -47,9 +47,9 @@ from window_operator.codecs import (
     payload_decoder_for,
     result_encoder_for,
 )
+from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.config import JobConfig
 from window_operator.events import EventBatch
-from window_operator.fastjson import ColumnarJsonDecoder
 from window_operator.job import JobRuntime, build_runtime, task_state_dir
 from window_operator.operator import WindowOperator
 from window_operator.results import ErrorRecord
