@@ -336,9 +336,13 @@ class TaskRunner:
         report.applied = applied.applied
         # Every input record of the batch is handled now, the rejected ones included.
         applied.operator.mark_consumed(part, max(offsets))
-        kept = set(decoded.kept)
-        failed = [i for i in range(len(keep)) if i not in kept]
-        rejected = [replace(e, key=keys[i]) for i, e in zip(failed, decoded.errors, strict=True)]
+        rejected: list[ErrorRecord] = []
+        if decoded.errors:  # one per input that was not kept, in input order
+            kept = set(decoded.kept)
+            failed = [i for i in range(len(keep)) if i not in kept]
+            rejected = [
+                replace(e, key=keys[i]) for i, e in zip(failed, decoded.errors, strict=True)
+            ]
         for row, exc in applied.failed:
             i = decoded.kept[row]
             err = internal_error(
@@ -367,7 +371,8 @@ class TaskRunner:
         max_future = self.settings.config.watermark.max_future
         if stamps is None or max_future is None:
             return decoded
-        arrival = np.asarray([stamps[keep[i]] for i in decoded.kept], dtype=np.int64)
+        rows = np.asarray(keep, dtype=np.int64)[np.asarray(decoded.kept, dtype=np.int64)]
+        arrival = np.asarray(stamps, dtype=np.int64)[rows]
         return reject_future(decoded, arrival, max_future, raws=values, topic=records.topic)
 
     def _send_outputs(self, producer: Any, agg: WindowOperator, rejected: list[ErrorRecord]) -> int:

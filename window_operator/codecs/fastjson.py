@@ -33,8 +33,18 @@ from window_operator.events import EventBatch, RecordDecoder
 __all__ = ["ColumnarJsonDecoder"]
 
 _INT_UNITS = {"us": 1000, "ns": 1_000_000}
-#: The integer literal -0 (possibly inside a string too: then the check is only cautious).
-_INTEGER_MINUS_ZERO = re.compile(rb"-0(?![.eE0-9])")
+#: A JSON string (group 1 unset) or, outside strings, a literal Arrow reads as a
+#: non-finite number (group 1), or the integer -0 (group 2).
+_LITERALS = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?(?:Infinity|Inf|NaN))|(-0(?![.eE0-9]))', re.DOTALL
+)
+
+
+def _has_literal(data: bytes, group: int) -> bool:
+    """Whether ``data`` holds, outside its strings, what ``group`` of ``_LITERALS`` matches."""
+    return any(m.group(group) is not None for m in _LITERALS.finditer(data))
+
+
 #: orjson's nesting limit: a payload with at most this many ``{`` and ``[`` is within it.
 _MAX_DEPTH = 1024
 
@@ -51,7 +61,7 @@ def _framed_clean(lines: Sequence[bytes], data: bytes) -> bool:
         return False
     if data.count(b"\n") != n - 1 or data.count(b"}\n{") != n - 1:
         return False
-    if b"NaN" in data or b"Inf" in data:
+    if (b"NaN" in data or b"Inf" in data) and _has_literal(data, 1):
         return False
     if not data.isascii():
         try:
@@ -148,7 +158,7 @@ class ColumnarJsonDecoder:
         numeric = {f: table.column(f).to_numpy().astype(np.float64) for f in d.numeric_fields}
         if any(np.any(np.signbit(c) & (c == 0.0)) for c in numeric.values()):
             # Arrow reads the integer -0 as -0.0, orjson as 0 (a float 0.0 here)
-            if _INTEGER_MINUS_ZERO.search(data) is not None:
+            if _has_literal(data, 2):
                 return None
         return EventBatch(
             keys=keys,

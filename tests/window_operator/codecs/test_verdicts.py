@@ -234,6 +234,7 @@ def test_every_payload_gets_the_same_verdict_in_any_batch(
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(clean_record, min_size=1, max_size=20))
+@example([{"k": "NaN", "ts": 1, "v": -0.0}, {"k": "-Infinity", "ts": 2, "v": 1.0, "extra": "a-0"}])
 def test_clean_batches_take_the_columnar_path(records: list[dict[str, Any]]) -> None:
     """So that the property above compares two paths, not one with itself."""
     decoder = DECODERS["ms"]
