@@ -636,7 +636,6 @@ def _worker_timer() -> PhaseTimer:
     import window_operator.codecs as codecs
     import window_operator.task as task_mod
     from stores.changelog import ChangelogWriter
-    from window_operator.fastjson import ColumnarJsonDecoder
     from window_operator.job import JobRuntime
     from window_operator.task import TaskRunner
     from window_operator.timewindows import WindowedAggregator
@@ -648,8 +647,7 @@ def _worker_timer() -> PhaseTimer:
     timer.wrap(rocks.TaskStore, "__init__", "store open")
     timer.wrap(task_mod, "restore_from_changelog", "restore")
     timer.wrap(JobRuntime, "operator", "operator load")
-    timer.wrap(task_mod, "decode_payloads", "decode")
-    timer.wrap(ColumnarJsonDecoder, "decode", "decode")
+    timer.wrap(task_mod, "decode_guarded", "decode")  # columnar or per record
     timer.wrap(WindowedAggregator, "add_batch", "add_batch")
     timer.wrap(WindowedAggregator, "timeout", "timeout")
     timer.wrap(confluent_kafka, "Producer", "producer")

@@ -2,8 +2,9 @@
 
 The decoder is the boundary where bad input becomes an :class:`ErrorRecord` with a
 reason instead of an exception: broken JSON, a record that is not an object, a missing
-or non-numeric timestamp, a missing key, a value of the wrong type. Everything past it
-works on clean columns.
+or non-numeric timestamp, a missing key, a value of the wrong type, a non-finite number
+(NaN, an infinity) where the job reads it. Everything past it works on clean columns:
+finite numbers, keys that encode as UTF-8, object values that serialize.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ TimestampUnit = Literal["ms", "s", "us", "ns", "iso8601"]
 MAX_KEY_BYTES = 4096
 #: Event times must fit comfortably in a signed 64-bit millisecond count.
 _MAX_ABS_TS = 2**61
+#: Values of object-valued fields (``first``, ``collect``, ...) nested deeper than this
+#: are rejected: they could not be stored or written as results.
+MAX_VALUE_DEPTH = 64
 
 
 @dataclass(slots=True)
@@ -105,6 +109,23 @@ class EventBatch:
         for name, length in cols:
             if length != n:
                 raise ValueError(f"column {name} has {length} rows, keys have {n}")
+
+    @classmethod
+    def concat(cls, batches: Sequence[EventBatch]) -> EventBatch:
+        """The rows of ``batches`` one after the other (they must have the same columns)."""
+        if not batches:
+            raise ValueError("concat needs at least one batch")
+        first = batches[0]
+        walls = [b.wall_ms for b in batches]
+        return cls(
+            keys=[k for b in batches for k in b.keys],
+            ts=np.concatenate([b.ts for b in batches]),
+            partition=np.concatenate([b.partition for b in batches]),
+            offset=np.concatenate([b.offset for b in batches]),
+            numeric={f: np.concatenate([b.numeric[f] for b in batches]) for f in first.numeric},
+            objects={f: [v for b in batches for v in b.objects[f]] for f in first.objects},
+            wall_ms=None if any(w is None for w in walls) else np.concatenate(walls),  # type: ignore[arg-type]
+        )
 
     def take(self, idx: IntArray) -> EventBatch:
         """The rows at ``idx`` (in that order)."""
@@ -203,10 +224,13 @@ class RecordDecoder:
             )
         if isinstance(raw, float) and not math.isfinite(raw):
             raise RecordRejected(ErrorCode.BAD_TIMESTAMP, f"timestamp field {name!r} is {raw}")
+        ts: int | float
         if unit == "ms":
             ts = raw if isinstance(raw, int) else math.floor(raw)
         elif unit == "s":
-            ts = raw * 1000 if isinstance(raw, int) else math.floor(raw * 1000)
+            ts = raw * 1000
+            if isinstance(ts, float) and math.isfinite(ts):  # an infinity is out of range below
+                ts = math.floor(ts)
         else:
             div = 1000 if unit == "us" else 1_000_000
             ts = raw // div if isinstance(raw, int) else math.floor(raw / div)
@@ -228,16 +252,33 @@ class RecordDecoder:
             key = raw
         elif raw is None:
             raise RecordRejected(ErrorCode.MISSING_KEY, f"key field {kf!r} is null")
-        elif isinstance(raw, bool | int | float):
+        elif isinstance(raw, bool):
+            key = "true" if raw else "false"
+        elif isinstance(raw, int):
+            key = str(raw)
+        elif isinstance(raw, float) and math.isfinite(raw):
             key = orjson.dumps(raw).decode()
+        elif isinstance(raw, float):
+            raise RecordRejected(
+                ErrorCode.BAD_KEY, f"key field {kf!r} is {raw}, not a finite number"
+            )
         else:
             raise RecordRejected(
                 ErrorCode.BAD_KEY, f"key field {kf!r} must be a string or number, got {_show(raw)}"
             )
-        if len(key) * 4 > self.max_key_bytes and len(key.encode()) > self.max_key_bytes:
+        if key.isascii():
+            size = len(key)
+        else:
+            try:
+                size = len(key.encode())
+            except UnicodeEncodeError:
+                raise RecordRejected(
+                    ErrorCode.BAD_KEY, f"key field {kf!r} is not valid Unicode (a lone surrogate)"
+                ) from None
+        if size > self.max_key_bytes:
             raise RecordRejected(
                 ErrorCode.BAD_KEY,
-                f"key field {kf!r} is {len(key.encode())} bytes; the limit is {self.max_key_bytes}",
+                f"key field {kf!r} is {size} bytes; the limit is {self.max_key_bytes}",
             )
         return key
 
@@ -256,10 +297,16 @@ class RecordDecoder:
         nums: list[float] = []
         for f in self.numeric_fields:
             v = rec.get(f, _MISSING)
-            if v.__class__ is float or v.__class__ is int:
+            cls = v.__class__
+            # v - v is 0.0 for every finite float, NaN for NaN and the infinities
+            if cls is float and v - v == 0.0:
+                nums.append(v)
+            elif cls is int and -_MAX_FLOAT_INT < v < _MAX_FLOAT_INT:
                 nums.append(float(v))
             elif v is None:
-                nums.append(math.nan)
+                nums.append(math.nan)  # NaN is null inside the columns
+            elif cls is float or cls is int:
+                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(f, v))
             elif v is _MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
             else:
@@ -268,9 +315,12 @@ class RecordDecoder:
                 )
         objs: list[Any] = []
         for f in self.object_fields:
-            if f not in rec:
+            v = rec.get(f, _MISSING)
+            if v is _MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
-            objs.append(rec[f])
+            if v.__class__ in _CONTAINERS or v.__class__ is float:
+                _check_object_value(f, v)
+            objs.append(v)
         return key, ts, nums, objs
 
     def decode_one(self, record: Any) -> DecodedEvent:
@@ -326,28 +376,23 @@ class RecordDecoder:
                 col.append(v)
             for (_, ocol), o in zip(obj_items, objs, strict=True):
                 ocol.append(o)
-        idx = kept
-        part = (
-            np.full(len(idx), default_partition, dtype=np.int64)
-            if partitions is None
-            else np.asarray([partitions[i] for i in idx], dtype=np.int64)
-        )
-        off = (
-            np.full(len(idx), -1, dtype=np.int64)
-            if offsets is None
-            else np.asarray([offsets[i] for i in idx], dtype=np.int64)
-        )
-        wall = None if wall_ms is None else np.asarray([wall_ms[i] for i in idx], dtype=np.int64)
         batch = EventBatch(
             keys=keys,
             ts=np.asarray(tss, dtype=np.int64),
-            partition=part,
-            offset=off,
+            partition=_column_of(kept, partitions, default_partition),
+            offset=_column_of(kept, offsets, -1),
             numeric={f: np.asarray(c, dtype=np.float64) for f, c in num_cols.items()},
             objects=obj_cols,
-            wall_ms=wall,
+            wall_ms=None if wall_ms is None else _column_of(kept, wall_ms, -1),
         )
         return DecodeResult(batch, errors, kept)
+
+
+def _column_of(kept: list[int], values: Sequence[int] | None, default: int) -> IntArray:
+    """The int64 column of the kept rows (``default`` everywhere when ``values`` is None)."""
+    if values is None:
+        return np.full(len(kept), default, dtype=np.int64)
+    return np.asarray([values[i] for i in kept], dtype=np.int64)
 
 
 class _Missing:
@@ -355,6 +400,35 @@ class _Missing:
 
 
 _MISSING: Any = _Missing()
+#: Integers of at least this magnitude do not fit a float64.
+_MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
+_CONTAINERS = (dict, list)
+
+
+def _non_finite(name: str, value: float | int) -> str:
+    what = "out of the float64 range" if isinstance(value, int) else f"{value}"
+    return (
+        f"field {name!r} is {what}: non-finite numbers are rejected "
+        "(write null for a missing value)"
+    )
+
+
+def _check_object_value(name: str, value: Any) -> None:
+    """Reject a non-finite number anywhere in ``value``, or nesting deeper than the limit."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        cls = item.__class__
+        if cls is float and item - item != 0.0:
+            raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(name, item))
+        if cls is dict or cls is list:
+            if depth >= MAX_VALUE_DEPTH:
+                raise RecordRejected(
+                    ErrorCode.WRONG_TYPE,
+                    f"field {name!r} is nested more than {MAX_VALUE_DEPTH} levels deep",
+                )
+            children = item.values() if cls is dict else item
+            stack.extend((child, depth + 1) for child in children)
 
 
 def _show(value: Any) -> str:
@@ -363,7 +437,10 @@ def _show(value: Any) -> str:
     )
     if value is None:
         return "null"
-    text = orjson.dumps(value).decode() if not isinstance(value, _Missing) else "?"
+    try:
+        text = orjson.dumps(value).decode() if not isinstance(value, _Missing) else "?"
+    except orjson.JSONEncodeError:  # too deep, surrogates, integers beyond 64 bits...
+        text = "..."
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{kind} {text}"
@@ -372,5 +449,8 @@ def _show(value: Any) -> str:
 def _raw_of(record: Any) -> bytes | None:
     try:
         return orjson.dumps(record)
-    except TypeError:
-        return repr(record).encode()
+    except orjson.JSONEncodeError:
+        try:
+            return repr(record).encode("utf-8", "replace")
+        except RecursionError:
+            return f"<a {type(record).__name__} nested too deeply to show>".encode()

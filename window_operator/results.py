@@ -83,19 +83,30 @@ class ResultBatch:
 
 
 class ErrorCode(enum.StrEnum):
-    """Why an input record was rejected."""
+    """Why an input record was rejected (the README lists the rules behind each code)."""
 
+    #: Not one JSON document: broken or empty text, invalid UTF-8, data after the
+    #: document, nesting deeper than 1024 levels, or a null payload (a tombstone).
     BAD_JSON = "BAD_JSON"
+    #: Not one Avro record of the job's schema (or bad Confluent framing).
     BAD_AVRO = "BAD_AVRO"
     NOT_AN_OBJECT = "NOT_AN_OBJECT"
     MISSING_TIMESTAMP = "MISSING_TIMESTAMP"
+    #: Not a number (or ISO-8601 string) of the configured unit, non-finite, out of range.
     BAD_TIMESTAMP = "BAD_TIMESTAMP"
     MISSING_KEY = "MISSING_KEY"
     BAD_KEY = "BAD_KEY"
     MISSING_FIELD = "MISSING_FIELD"
     WRONG_TYPE = "WRONG_TYPE"
+    #: A value field read by the job holds NaN or an infinity.
+    NON_FINITE_VALUE = "NON_FINITE_VALUE"
+    #: The event time is further ahead of the record's arrival than ``watermark.max_future``.
+    FUTURE_TIMESTAMP = "FUTURE_TIMESTAMP"
     OUT_OF_RETENTION = "OUT_OF_RETENTION"
     UNKNOWN_SOURCE = "UNKNOWN_SOURCE"
+    #: Processing the record raised an unexpected exception (a bug, or a user-defined
+    #: operation that fails on it); the reason names the exception.
+    INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
 @dataclass(frozen=True, slots=True)

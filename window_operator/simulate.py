@@ -22,21 +22,20 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
 import numpy as np
-import numpy.typing as npt
 import orjson
 
-from window_operator.fastjson import ColumnarJsonDecoder
+from window_operator.arrival import ArrivalClock, future_error, future_errors
+from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.job import JobRuntime, TaskOperator
-from window_operator.join import JoinOperator, JoinRuntime
+from window_operator.join import JoinDecoder, JoinOperator, JoinRuntime
 from window_operator.policies import END_OF_TIME
 from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
+from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder
 
 __all__ = ["SimulationSummary", "simulate"]
-
-_META_FIELDS = ("partition", "offset", "wall_ms")
 
 
 @dataclass
@@ -86,12 +85,14 @@ def simulate(
     summary = SimulationSummary()
     with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
         agg = runtime.open_task(state_dir if state_dir is not None else Path(tmp))
-        fast = ColumnarJsonDecoder(runtime.decoder, absent_fields=_META_FIELDS)
+        decoder = LineDecoder(runtime.decoder)
+        clock = ArrivalClock(runtime.config.watermark.max_future)
         try:
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
-                    rejected = _run_chunk(runtime, agg, chunk, summary, fast)
+                    lines = decoder.decode(chunk, _partition_offsets(agg))
+                    rejected = _run_chunk(agg, lines, clock, summary)
                     _drain(agg, rejected, out, errors_out, summary)
             agg.timeout(END_OF_TIME)
             _drain(agg, [], out, errors_out, summary)
@@ -101,90 +102,34 @@ def simulate(
 
 
 def _run_chunk(
-    runtime: JobRuntime,
-    agg: TaskOperator,
-    lines: list[bytes],
-    summary: SimulationSummary,
-    fast: ColumnarJsonDecoder,
+    agg: TaskOperator, lines: DecodedLines, clock: ArrivalClock, summary: SimulationSummary
 ) -> list[ErrorRecord]:
-    """Feed one micro-batch; return the records rejected before reaching the aggregator."""
-    clean = fast.decode(lines)
-    if clean is not None:
-        # a clean chunk: every line is an event of partition 0 with the default offsets
-        clean.wall_ms = clean.ts
-        stats = agg.add_batch(clean)
-        summary.applied += stats.applied
-        agg.timeout(int(clean.ts.max()))
-        return []
-    loads = orjson.loads
-    records: list[Any] = []
-    raws: list[bytes] = []
-    parts: list[int] = []
-    offsets: list[int] = []
-    walls: list[int] = []
-    bad: list[ErrorRecord] = []
-    next_offset = {pos.partition: off for pos, off in agg.offsets.items()}
-    for line in lines:
-        try:
-            rec = loads(line)
-        except orjson.JSONDecodeError as exc:
-            rec = exc
-        meta: dict[str, Any] = {}
-        if isinstance(rec, dict):
-            for f in _META_FIELDS:
-                if f in rec:
-                    meta[f] = rec.pop(f)
-        part = meta.get("partition", 0)
-        if not isinstance(part, int) or isinstance(part, bool) or part < 0:
-            bad.append(
-                ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad partition {part!r}", None, None, line)
-            )
-            continue
-        off = meta.get("offset")
-        if off is None:
-            off = next_offset.get(part, -1) + 1
-        elif not isinstance(off, int) or isinstance(off, bool):
-            bad.append(
-                ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad offset {off!r}", part, None, line)
-            )
-            continue
-        if off <= next_offset.get(part, -1):
-            summary.replayed += 1
-            continue
-        next_offset[part] = off
-        if isinstance(rec, orjson.JSONDecodeError):
-            bad.append(ErrorRecord(ErrorCode.BAD_JSON, f"invalid JSON: {rec}", part, off, line))
-            continue
-        wall = meta.get("wall_ms")
-        records.append(rec)
-        raws.append(line)
-        parts.append(part)
-        offsets.append(off)
-        walls.append(wall if isinstance(wall, int) and not isinstance(wall, bool) else -1)
-    decoded = runtime.decoder.decode_records(records, partitions=parts, offsets=offsets, raws=raws)
-    batch = decoded.batch
-    if len(batch):
-        # The default wall clock is the event time: timers advance with the data.
-        kept_walls = [walls[i] for i in decoded.kept]
-        batch.wall_ms = _wall_column(kept_walls, batch.ts)
+    """Feed one decoded micro-batch; return the records rejected before the aggregator."""
+    batch = lines.batch
+    rejected = list(lines.errors)
+    summary.replayed += lines.replayed
+    future = clock.check(batch.ts, lines.walls)
+    if future.mask.any():
+        rows = np.flatnonzero(future.mask).tolist()
+        raws: list[bytes | None] = [lines.raws[r] for r in rows]
+        assert clock.max_future is not None
+        rejected += future_errors(batch, rows, future.arrival, clock.max_future, raws)
+        keep = np.flatnonzero(~future.mask)
+        batch, walls = batch.take(keep), lines.walls[keep]
+    else:
+        walls = lines.walls
+    # The default wall clock is the event time: timers advance with the data.
+    batch.wall_ms = np.where(walls < 0, batch.ts, walls)
     stats = agg.add_batch(batch)
     summary.applied += stats.applied
     summary.replayed += stats.replayed
     # Rejected records were handled too: a replay must not reject them again.
-    for err in bad + decoded.errors:
+    for err in rejected:
         if err.partition is not None and err.offset is not None:
             agg.mark_consumed(err.partition, err.offset)
-    if len(batch) and batch.wall_ms is not None:
+    if len(batch):
         agg.timeout(int(batch.wall_ms.max()))
-    return bad + decoded.errors
-
-
-def _wall_column(walls: list[int], ts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    wall = np.asarray(walls, dtype=np.int64)
-    missing = wall < 0
-    if missing.any():
-        wall[missing] = ts[missing]
-    return wall
+    return rejected
 
 
 def _drain(
@@ -244,11 +189,12 @@ def _simulate_join(
     summary = SimulationSummary()
     with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
         op = runtime.open_task(state_dir if state_dir is not None else Path(tmp))
+        clock = ArrivalClock(runtime.config.watermark.max_future)
         try:
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
-                    rejected = _run_join_chunk(op, chunk, summary)
+                    rejected = _run_join_chunk(runtime, op, chunk, clock, summary)
                     _drain_join(op, rejected, out, errors_out, summary)
                     # as a task does after each micro-batch: a checkpoint, bounded memory
                     op.flush()
@@ -268,51 +214,35 @@ class _JoinRun:
     partitions: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
     walls: list[int] = field(default_factory=list)
+    raws: list[bytes] = field(default_factory=list)
 
 
 def _run_join_chunk(
-    op: JoinOperator, lines: list[bytes], summary: SimulationSummary
+    runtime: JoinRuntime,
+    op: JoinOperator,
+    lines: list[bytes],
+    clock: ArrivalClock,
+    summary: SimulationSummary,
 ) -> list[ErrorRecord]:
     """Feed one micro-batch; return the records rejected before reaching the operator."""
-    names = op.spec.names
     bad: list[ErrorRecord] = []
     runs: list[_JoinRun] = []
     for line in lines:
-        try:
-            rec = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            bad.append(ErrorRecord(ErrorCode.BAD_JSON, f"invalid JSON: {exc}", None, None, line))
+        parsed = _join_line(line, op.spec.names)
+        if isinstance(parsed, ErrorRecord):
+            bad.append(parsed)
             continue
-        if not isinstance(rec, dict):
-            reason = f"record must be a JSON object, got {type(rec).__name__}"
-            bad.append(ErrorRecord(ErrorCode.NOT_AN_OBJECT, reason, None, None, line))
-            continue
-        source = rec.pop("source", None)
-        if not isinstance(source, str) or source not in names:
-            reason = f"source {source!r} is neither {names[0]!r} nor {names[1]!r}"
-            bad.append(ErrorRecord(ErrorCode.UNKNOWN_SOURCE, reason, None, None, line))
-            continue
-        meta = {f: rec.pop(f) for f in _META_FIELDS if f in rec}
-        part = meta.get("partition", 0)
-        off = meta.get("offset", -1)
-        if not _is_int(part) or part < 0:
-            reason = f"bad partition {part!r}"
-            bad.append(ErrorRecord(ErrorCode.NOT_AN_OBJECT, reason, None, None, line))
-            continue
-        if not _is_int(off) or ("offset" in meta and off < 0):
-            reason = f"bad offset {off!r}"
-            bad.append(ErrorRecord(ErrorCode.NOT_AN_OBJECT, reason, part, None, line))
-            continue
-        wall = meta.get("wall_ms")
+        source, rec, part, off, wall = parsed
         if not runs or runs[-1].source != source:
             runs.append(_JoinRun(source))
         run = runs[-1]
+        run.raws.append(line)
         run.records.append(rec)
         run.partitions.append(part)
         run.offsets.append(off)
-        # -1: the event time stands in for the wall clock, so timers advance with the data
-        run.walls.append(wall if isinstance(wall, int) and not isinstance(wall, bool) else -1)
+        run.walls.append(wall)
     for run in runs:
+        bad += _reject_future_rows(runtime.decoder(run.source), run, clock)
         stats = op.add_batch(
             run.source,
             run.records,
@@ -325,7 +255,75 @@ def _run_join_chunk(
     return bad
 
 
-def _is_int(value: object) -> bool:
+def _join_line(
+    line: bytes, names: tuple[str, str]
+) -> tuple[str, dict[str, Any], int, int, int] | ErrorRecord:
+    """``(source, record, partition, offset, wall)`` of a join line, or its error.
+
+    ``offset`` -1: the next offset of the partition; ``wall`` -1: the event time stands
+    in for the wall clock, so timers advance with the data.
+    """
+    try:
+        rec = parse_json(line)
+    except InvalidJsonError as exc:
+        return ErrorRecord(ErrorCode.BAD_JSON, exc.reason, None, None, line)
+    if not isinstance(rec, dict):
+        reason = f"record must be a JSON object, got {type(rec).__name__}"
+        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, reason, None, None, line)
+    source = rec.pop("source", None)
+    if not isinstance(source, str) or source not in names:
+        reason = f"source {source!r} is neither {names[0]!r} nor {names[1]!r}"
+        return ErrorRecord(ErrorCode.UNKNOWN_SOURCE, reason, None, None, line)
+    meta = {f: rec.pop(f) for f in META_FIELDS if f in rec}
+    part = meta.get("partition", 0)
+    off = meta.get("offset", -1)
+    if not _is_int(part) or part < 0:
+        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad partition {part!r}", None, None, line)
+    if not _is_int(off) or ("offset" in meta and off < 0):
+        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad offset {off!r}", part, None, line)
+    wall = meta.get("wall_ms")
+    return source, rec, part, off, wall if _is_int(wall) else -1
+
+
+def _reject_future_rows(
+    decoder: JoinDecoder, run: _JoinRun, clock: ArrivalClock
+) -> list[ErrorRecord]:
+    """Remove the run's far-future records (see :mod:`window_operator.arrival`).
+
+    Records without a valid event time are left to the operator, which rejects them.
+    """
+    if clock.max_future is None:
+        return []
+    times = [decoder.event_time(r) for r in run.records]
+    timed = [i for i, t in enumerate(times) if t is not None]
+    if not timed:
+        return []
+    ts = np.asarray([times[i] for i in timed], dtype=np.int64)
+    check = clock.check(ts, np.asarray([run.walls[i] for i in timed], dtype=np.int64))
+    if not check.mask.any():
+        return []
+    errors: list[ErrorRecord] = []
+    rejected: set[int] = set()
+    for j in np.flatnonzero(check.mask).tolist():
+        i = timed[j]
+        code, reason = future_error(int(ts[j]), int(check.arrival[j]), clock.max_future)
+        off = run.offsets[i]
+        raw = orjson.dumps({"source": run.source, **run.records[i]})
+        errors.append(
+            ErrorRecord(
+                code, reason, run.partitions[i], off if off >= 0 else None, raw, decoder.topic
+            )
+        )
+        rejected.add(i)
+    keep = [i for i in range(len(run.records)) if i not in rejected]
+    run.records = [run.records[i] for i in keep]
+    run.partitions = [run.partitions[i] for i in keep]
+    run.offsets = [run.offsets[i] for i in keep]
+    run.walls = [run.walls[i] for i in keep]
+    return errors
+
+
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -343,3 +341,8 @@ def _drain_join(
         summary.errors[err.code.value] += 1
         if errors_out is not None:
             errors_out.write(orjson.dumps(err.to_dict()) + b"\n")
+
+
+def _partition_offsets(agg: TaskOperator) -> dict[int, int]:
+    """The operator's last applied offset per partition (of its one input)."""
+    return {pos.partition: off for pos, off in agg.offsets.items()}

@@ -6,7 +6,10 @@ A task runs wherever Spark schedules it. Each micro-batch it:
    or stale local store is rebuilt; a torn tail from a crash is noted);
 2. opens the aggregator from the store (checkpoint, open frames, bookkeeping);
 3. drops replayed records (offset <= the checkpointed offset), decodes the rest
-   (bad ones become error records) and adds them as one batch;
+   (bad ones become error records, and so do far-future events, see
+   :mod:`window_operator.arrival`) and adds them as one batch (a record that makes
+   decoding or the operator raise is isolated and reported, see
+   :mod:`window_operator.task_guard`);
 4. runs the wall-clock timers;
 5. sends window results and error records, and waits until they are acknowledged;
 6. logs the state changes to the changelog, commit marker last, and waits;
@@ -40,20 +43,15 @@ from stores.changelog import (
     set_local_position,
 )
 from stores.rocks import ColumnFamily, TaskStore
-from window_operator.codecs import (
-    PayloadDecoder,
-    ResultEncoder,
-    decode_payloads,
-    encode_error,
-    payload_decoder_for,
-    result_encoder_for,
-)
+from window_operator.arrival import reject_future
+from window_operator.codecs import ResultEncoder, encode_error, result_encoder_for
+from window_operator.codecs.inputs import InputDecoder
 from window_operator.config import JobConfig
-from window_operator.events import EventBatch
-from window_operator.fastjson import ColumnarJsonDecoder
+from window_operator.events import DecodeResult
 from window_operator.job import JobRuntime, TaskOperator, build_runtime, task_state_dir
 from window_operator.kernel import CHECKPOINT_KEY, InputPosition
 from window_operator.results import ErrorRecord
+from window_operator.task_guard import add_guarded, decode_guarded, internal_error
 
 __all__ = [
     "InputRecords",
@@ -137,13 +135,19 @@ class TaskSettings:
 
 @dataclass(frozen=True, slots=True)
 class InputRecords:
-    """One task's input of a micro-batch, columnar (as read from Kafka)."""
+    """One task's input of a micro-batch, columnar (as read from Kafka).
+
+    ``timestamps`` are the Kafka record timestamps in epoch ms (``-1``: the record has
+    none), the arrival times the far-future guard compares event times with; ``None``:
+    not known, no record is checked.
+    """
 
     topic: str
     partition: int
     offsets: list[int]
     keys: list[bytes | None]
     values: list[bytes | None]
+    timestamps: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -169,10 +173,8 @@ class TaskReport:
 
 @dataclass(frozen=True, slots=True)
 class _Codecs:
-    payload_decoder: PayloadDecoder
+    input_decoder: InputDecoder
     result_encoder: ResultEncoder
-    #: Clean JSON micro-batches decode column-wise; others record by record.
-    columnar_json: ColumnarJsonDecoder | None
 
 
 _RUNTIMES: dict[str, tuple[JobRuntime, _Codecs]] = {}
@@ -184,8 +186,9 @@ def _runtime(config: JobConfig) -> tuple[JobRuntime, _Codecs]:
     cached = _RUNTIMES.get(key)
     if cached is None:
         runtime = build_runtime(config)
-        columnar = ColumnarJsonDecoder(runtime.decoder) if config.input.format == "json" else None
-        codecs = _Codecs(payload_decoder_for(config), result_encoder_for(config), columnar)
+        codecs = _Codecs(
+            InputDecoder.for_config(config, runtime.decoder), result_encoder_for(config)
+        )
         cached = _RUNTIMES[key] = (runtime, codecs)
     return cached
 
@@ -274,7 +277,7 @@ class TaskRunner:
             rejected: list[ErrorRecord] = []
             if records is not None and len(records):
                 report.records = len(records)
-                rejected = self._add(agg, records, report)
+                agg, rejected = self._add(store, agg, records, report)
             agg.timeout(now)
             # flush first: expiring windows may still emit their pending LATE results
             batch = agg.flush(commit=False)
@@ -309,47 +312,64 @@ class TaskRunner:
     # -- steps -------------------------------------------------------------------------
 
     def _add(
-        self, agg: TaskOperator, records: InputRecords, report: TaskReport
-    ) -> list[ErrorRecord]:
+        self, store: TaskStore, agg: TaskOperator, records: InputRecords, report: TaskReport
+    ) -> tuple[TaskOperator, list[ErrorRecord]]:
+        """Add the new records; returns the operator holding them and the rejected ones.
+
+        No record's content makes this raise: see :mod:`window_operator.task_guard`.
+        """
         part = records.partition
         last = agg.offsets.get(InputPosition(0, part), -1)
         keep = [i for i, o in enumerate(records.offsets) if o > last]
         report.replayed = len(records) - len(keep)
         if not keep:
-            return []
+            return agg, []
         offsets = [records.offsets[i] for i in keep]
         values = [records.values[i] for i in keep]
         keys = [records.keys[i] for i in keep]
-        fast = self.codecs.columnar_json
-        clean = None
-        payloads = [v for v in values if v is not None]
-        if fast is not None and len(payloads) == len(values):
-            clean = fast.decode(payloads)
-        if clean is not None:
-            clean.partition[:] = part
-            clean.offset = np.asarray(offsets, dtype=np.int64)
-            report.applied = agg.add_batch(clean).applied
-            agg.mark_consumed(part, max(offsets))
-            return []
-        decoded = decode_payloads(
-            values,
-            self.codecs.payload_decoder,
-            self.runtime.decoder,
-            partitions=[part] * len(keep),
-            offsets=offsets,
-            topic=records.topic,
-        )
-        kept = set(decoded.kept)
-        failed = [i for i in range(len(keep)) if i not in kept]
-        rejected = [
-            replace(err, key=keys[i]) for i, err in zip(failed, decoded.errors, strict=True)
-        ]
-        batch: EventBatch = decoded.batch
-        stats = agg.add_batch(batch)
-        report.applied = stats.applied
+        decoded = self._decode(records, keep, values, offsets)
+        applied = add_guarded(lambda: self.runtime.operator(store), agg, decoded.batch)
+        report.applied = applied.applied
         # Every input record of the batch is handled now, the rejected ones included.
-        agg.mark_consumed(part, max(offsets))
-        return rejected
+        applied.operator.mark_consumed(part, max(offsets))
+        rejected: list[ErrorRecord] = []
+        if decoded.errors:  # one per input that was not kept, in input order
+            kept = set(decoded.kept)
+            failed = [i for i in range(len(keep)) if i not in kept]
+            rejected = [
+                replace(e, key=keys[i]) for i, e in zip(failed, decoded.errors, strict=True)
+            ]
+        for row, exc in applied.failed:
+            i = decoded.kept[row]
+            err = internal_error(
+                "the operator",
+                exc,
+                topic=records.topic,
+                partition=part,
+                offset=offsets[i],
+                raw=values[i],
+            )
+            rejected.append(replace(err, key=keys[i]))
+        return applied.operator, rejected
+
+    def _decode(
+        self, records: InputRecords, keep: list[int], values: list[bytes | None], offsets: list[int]
+    ) -> DecodeResult:
+        """Decode the kept records, far-future events (by Kafka timestamp) rejected."""
+        decoded = decode_guarded(
+            self.codecs.input_decoder,
+            values,
+            topic=records.topic,
+            partition=records.partition,
+            offsets=offsets,
+        )
+        stamps = records.timestamps
+        max_future = self.settings.config.watermark.max_future
+        if stamps is None or max_future is None:
+            return decoded
+        rows = np.asarray(keep, dtype=np.int64)[np.asarray(decoded.kept, dtype=np.int64)]
+        arrival = np.asarray(stamps, dtype=np.int64)[rows]
+        return reject_future(decoded, arrival, max_future, raws=values, topic=records.topic)
 
     def _send_outputs(self, producer: Any, agg: TaskOperator, rejected: list[ErrorRecord]) -> int:
         cfg = self.settings.config

@@ -99,3 +99,23 @@ class PowerSumOp(VectorOp):
 
     def finish(self, acc: Any) -> list[Any]:
         return [float(s) if n else None for n, s in np.atleast_2d(acc).tolist()]
+
+
+class FailsOnThirteenOp:
+    """Duck-typed op with a bug: a sum that raises on the value 13 (the task guard tests)."""
+
+    numeric = True
+
+    def create(self) -> float:
+        return 0.0
+
+    def accumulate(self, acc: float, value: float) -> float:
+        if value == 13:
+            raise ValueError("13 is not supported")
+        return acc + value
+
+    def combine(self, a: float, b: float) -> float:
+        return a + b
+
+    def finish(self, acc: float) -> float:
+        return acc

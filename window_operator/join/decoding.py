@@ -141,6 +141,20 @@ class JoinDecoder:
             f"join field {name!r} must be a string or an integer, got {type(v).__name__}",
         )
 
+    def event_time(self, record: Any) -> int | None:
+        """The record's event time in ms, ``None`` when it has no valid one.
+
+        For the far-future guard (:mod:`window_operator.arrival`), which runs before the
+        operator; a record without a valid event time is left to :meth:`decode_one`.
+        """
+        field = self._ts.timestamp_field
+        if not isinstance(record, dict) or field not in record:
+            return None
+        try:
+            return self._ts.timestamp_ms(record[field])
+        except RecordRejected:
+            return None
+
     def decode_one(self, record: Any) -> tuple[Any, int, bytes]:
         """``(join key, event time, record JSON)`` or raise :class:`RecordRejected`."""
         if not isinstance(record, dict):

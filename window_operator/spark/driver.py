@@ -104,9 +104,31 @@ def run_tasks(settings: TaskSettings, batches: Iterator[Any]) -> Iterator[Any]:
             offsets=sub.column("offset").to_pylist(),
             keys=sub.column("key").to_pylist(),
             values=sub.column("value").to_pylist(),
+            timestamps=_timestamps_ms(sub),
         )
         reports.append(TaskRunner(settings, int(part)).run(records))
     yield _report_batch(reports)
+
+
+def _timestamps_ms(table: Any) -> list[int] | None:
+    """The Kafka record timestamps of Spark's Kafka rows in epoch ms (-1: none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "timestamp" not in table.column_names:
+        return None
+    column = table.column("timestamp")
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(column, pa.timestamp("ms", tz=column.type.tz), safe=False)
+        column = pc.cast(column, pa.int64())
+    stamps: list[int] = pc.fill_null(column, -1).to_pylist()
+    return stamps
+
+
+def _timestamp_ms(message: Any) -> int:
+    """A confluent-kafka message's timestamp in epoch ms, -1 when it has none."""
+    kind, value = message.timestamp()
+    return -1 if kind == 0 else int(value)  # 0: TIMESTAMP_NOT_AVAILABLE
 
 
 def run_range_tasks(settings: TaskSettings, batches: Iterator[Any]) -> Iterator[Any]:
@@ -123,6 +145,7 @@ def run_range_tasks(settings: TaskSettings, batches: Iterator[Any]) -> Iterator[
             offsets: list[int] = []
             keys: list[bytes | None] = []
             values: list[bytes | None] = []
+            stamps: list[int] = []
             for msgs in read_range(
                 row["topic"],
                 row["partition"],
@@ -133,9 +156,12 @@ def run_range_tasks(settings: TaskSettings, batches: Iterator[Any]) -> Iterator[
                 offsets += [m.offset() for m in msgs]
                 keys += [m.key() for m in msgs]
                 values += [m.value() for m in msgs]
+                stamps += [_timestamp_ms(m) for m in msgs]
             if not offsets:
                 continue
-            records = InputRecords(row["topic"], int(row["partition"]), offsets, keys, values)
+            records = InputRecords(
+                row["topic"], int(row["partition"]), offsets, keys, values, timestamps=stamps
+            )
             reports.append(TaskRunner(settings, int(row["partition"])).run(records))
     if reports:
         yield _report_batch(reports)
@@ -206,7 +232,8 @@ class StreamingJob:
             if self.ranges:
                 tasks = batch_df.mapInArrow(lambda it: run_range_tasks(settings, it), REPORT_SCHEMA)
             else:
-                tasks = batch_df.select("key", "value", "topic", "partition", "offset").mapInArrow(
+                columns = ("key", "value", "topic", "partition", "offset", "timestamp")
+                tasks = batch_df.select(*columns).mapInArrow(
                     lambda it: run_tasks(settings, it), REPORT_SCHEMA
                 )
             rows = tasks.collect()

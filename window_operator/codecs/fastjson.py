@@ -1,18 +1,25 @@
 """Columnar decoding of clean JSON chunks with Arrow's JSON reader.
 
-The per-record decoder (:class:`~window_operator.events.RecordDecoder`) is exact and
-explains every rejection, but costs a few microseconds a record in Python. Most
-chunks of a real stream are clean, so this module first tries to parse a whole chunk
-at once with an explicit Arrow schema. It gives up (returns ``None``) whenever the
-chunk is not clean in the simple sense the per-record path would accept without
-question: unparseable lines, a field of another type, a null or missing key,
-timestamp or value, object-valued operations, or ISO-8601 timestamps. The caller
-then decodes that chunk record by record, so results and errors are the same
-either way.
+The per-record decoder (:class:`~window_operator.events.RecordDecoder` after
+:func:`~window_operator.codecs.json_input.parse_json`) is exact and explains every
+rejection, but costs a few microseconds a record in Python. Most chunks of a real
+stream are clean, so this module first tries to parse a whole chunk at once with an
+explicit Arrow schema. It gives up (returns ``None``) whenever it cannot prove that the
+per-record path would accept every payload with the same values; the caller then
+decodes that chunk record by record, so results and errors are the same either way.
+
+Arrow's reader is laxer than orjson in a few ways, each checked on the raw bytes before
+it runs: it reads a stream of documents, so a payload holding two objects (or an empty
+one) would shift rows between payloads -- every payload must begin with ``{`` and end
+with ``}`` with no newline inside; it does not validate UTF-8; it accepts ``NaN`` and
+``Inf`` literals; it has no nesting limit. After parsing it declines a field of another
+type, a null or missing key, timestamp or value, a value ``-0`` (an integer 0 to orjson,
+``-0.0`` to Arrow), object-valued operations and ISO-8601 timestamps.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +33,52 @@ from window_operator.events import EventBatch, RecordDecoder
 __all__ = ["ColumnarJsonDecoder"]
 
 _INT_UNITS = {"us": 1000, "ns": 1_000_000}
+#: A JSON string (group 1 unset) or, outside strings, a literal Arrow reads as a
+#: non-finite number (group 1), or the integer -0 (group 2).
+_LITERALS = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?(?:Infinity|Inf|NaN))|(-0(?![.eE0-9]))', re.DOTALL
+)
+
+
+def _has_literal(data: bytes, group: int) -> bool:
+    """Whether ``data`` holds, outside its strings, what ``group`` of ``_LITERALS`` matches."""
+    return any(m.group(group) is not None for m in _LITERALS.finditer(data))
+
+
+_OPEN, _CLOSE, _BRACKET, _NEWLINE = ord("{"), ord("}"), ord("["), ord("\n")
+#: orjson's nesting limit: a payload with at most this many ``{`` and ``[`` is within it.
+_MAX_DEPTH = 1024
+
+
+def _framed_clean(lines: Sequence[bytes], data: bytes) -> bool:
+    """Whether every payload is one object on its own line, within what orjson accepts.
+
+    ``data`` is the payloads joined by newlines. Each must start with ``{`` and end with
+    ``}`` with no newline inside: since a JSON string cannot hold a raw newline, Arrow's
+    rows then map one to one onto the payloads when their count matches. The checks
+    run over a NumPy view of the bytes (a few passes, no copies).
+    """
+    n = len(lines)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if not len(raw) or raw[0] != _OPEN or raw[-1] != _CLOSE:
+        return False
+    newlines = np.flatnonzero(raw == _NEWLINE)
+    if len(newlines) != n - 1:
+        return False
+    if not (np.all(raw[newlines - 1] == _CLOSE) and np.all(raw[newlines + 1] == _OPEN)):
+        return False
+    # outside strings, an N or I can only start a NaN/Inf literal
+    if (b"N" in data or b"I" in data) and _has_literal(data, 1):
+        return False
+    if not data.isascii():
+        try:
+            data.decode()
+        except UnicodeDecodeError:
+            return False
+    # each payload holds at least one brace, so the deepest holds at most this many
+    if int(np.count_nonzero((raw == _OPEN) | (raw == _BRACKET))) - (n - 1) > _MAX_DEPTH:
+        return not any(line.count(b"{") + line.count(b"[") > _MAX_DEPTH for line in lines)
+    return True
 
 
 class ColumnarJsonDecoder:
@@ -58,13 +111,15 @@ class ColumnarJsonDecoder:
         if not self.enabled or not lines:
             return None
         data = b"\n".join(lines)
+        if not _framed_clean(lines, data):
+            return None
         for key_type in list(self._key_types):
             table = self._read(data, key_type)
             if table is not None:
                 # keep the type that worked first for the next chunk
                 self._key_types.remove(key_type)
                 self._key_types.insert(0, key_type)
-                return self._to_batch(table, len(lines))
+                return self._to_batch(table, len(lines), data)
         return None
 
     def _read(self, data: bytes, key_type: pa.DataType) -> pa.Table | None:
@@ -81,7 +136,7 @@ class ColumnarJsonDecoder:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
 
-    def _to_batch(self, table: pa.Table, n: int) -> EventBatch | None:
+    def _to_batch(self, table: pa.Table, n: int, data: bytes) -> EventBatch | None:
         d = self.decoder
         if table.num_rows != n:
             return None
@@ -108,6 +163,10 @@ class ColumnarJsonDecoder:
         if ts is None:
             return None
         numeric = {f: table.column(f).to_numpy().astype(np.float64) for f in d.numeric_fields}
+        if any(np.any(np.signbit(c) & (c == 0.0)) for c in numeric.values()):
+            # Arrow reads the integer -0 as -0.0, orjson as 0 (a float 0.0 here)
+            if _has_literal(data, 2):
+                return None
         return EventBatch(
             keys=keys,
             ts=ts,

@@ -1,14 +1,10 @@
-"""Payload codecs: input events (JSON, Avro schemaless/Confluent), results and errors."""
+"""Result encoders and decoders (JSON, Avro derived or user schema) and result keys."""
 
 from __future__ import annotations
 
-import base64
 import io
 import sys
-import uuid
 from collections.abc import Callable
-from datetime import UTC, date, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,387 +12,33 @@ import fastavro
 import numpy as np
 import orjson
 import pytest
+from codeckit import write_schema
 
 from window_operator.aggregator import WindowedAggregator
 from window_operator.codecs import (
-    DECODE_FAILED,
-    AvroPayloadDecoder,
     AvroResultDecoder,
     AvroResultEncoder,
     AvroSchemaError,
-    JsonPayloadDecoder,
     JsonResultEncoder,
-    decode_payloads,
     decode_result_key,
     decode_result_value,
     derive_result_schema,
-    encode_error,
-    error_json,
-    payload_decoder_for,
     result_decoder_for,
     result_encoder_for,
     result_key,
 )
 from window_operator.config import JobConfig, parse_config
-from window_operator.events import RecordDecoder
 from window_operator.job import build_runtime
 from window_operator.policies import END_OF_TIME
-from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch
+from window_operator.results import Kind, ResultBatch
 
 # The user-defined op of the all-ops job is imported by dotted path ("udf_example:...");
-# pytest's importlib mode does not put this directory on sys.path.
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+# pytest's importlib mode does not put its directory on sys.path.
+_UDF_DIR = str(Path(__file__).resolve().parents[1])
+if _UDF_DIR not in sys.path:
+    sys.path.insert(0, _UDF_DIR)
 
 OpenAgg = Callable[..., WindowedAggregator]
-REPO = Path(__file__).resolve().parents[2]
-
-CLICK_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "Click",
-    "fields": [
-        {"name": "page", "type": "string"},
-        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "latency_ms", "type": ["null", "double"]},
-    ],
-}
-T0 = 1_700_000_000_123  # epoch ms
-T0_DT = datetime.fromtimestamp(T0 / 1000, tz=UTC)
-
-
-def write_schema(tmp_path: Path, schema: Any, name: str = "click.avsc") -> Path:
-    path = tmp_path / name
-    path.write_bytes(orjson.dumps(schema))
-    return path
-
-
-def avro_body(schema: Any, record: Any) -> bytes:
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
-    return out.getvalue()
-
-
-def confluent(schema_id: int, body: bytes) -> bytes:
-    return b"\x00" + schema_id.to_bytes(4, "big") + body
-
-
-def click_decoder() -> RecordDecoder:
-    return RecordDecoder(key_field="page", timestamp_field="ts", numeric_fields=["latency_ms"])
-
-
-# ---------------------------------------------------------------------------------------
-# JSON input
-# ---------------------------------------------------------------------------------------
-
-
-def test_json_payloads_parse_one_by_one_with_failures_as_data() -> None:
-    payloads: list[bytes | None] = [
-        b'{"page": "/a", "ts": 1}',
-        b"[1, 2]",
-        b'{"page": ',
-        None,
-        b"",
-        b'{"page": "/b", "ts": 2, "latency_ms": null}',
-    ]
-    records, failures = JsonPayloadDecoder().decode(payloads)
-    assert records[0] == {"page": "/a", "ts": 1}
-    assert records[1] == [1, 2]  # passed through: the record decoder rejects it
-    assert records[2] is DECODE_FAILED and records[3] is DECODE_FAILED
-    assert records[4] is DECODE_FAILED
-    assert records[5] == {"page": "/b", "ts": 2, "latency_ms": None}
-    assert [i for i, _ in failures] == [2, 3, 4]
-    assert failures[0][1].startswith("invalid JSON: ")
-    assert "null payload" in failures[1][1] and "tombstone" in failures[1][1]
-    assert failures[2][1].startswith("invalid JSON: ")
-
-
-def test_decode_payloads_json_keeps_good_rows_and_orders_errors() -> None:
-    payloads: list[bytes | None] = [
-        b'{"page": "/a", "ts": 1000, "latency_ms": 1.5}',
-        b"[1, 2]",
-        b"{oops",
-        None,
-        b'{"page": "/b", "latency_ms": 2}',
-        b'{"page": "/c", "ts": 3000, "latency_ms": null}',
-    ]
-    result = decode_payloads(
-        payloads,
-        JsonPayloadDecoder(),
-        click_decoder(),
-        partitions=[3] * 6,
-        offsets=[10, 11, 12, 13, 14, 15],
-        topic="clicks",
-    )
-    assert result.kept == [0, 5]
-    assert result.batch.keys == ["/a", "/c"]
-    assert result.batch.ts.tolist() == [1000, 3000]
-    assert result.batch.offset.tolist() == [10, 15]
-    lat = result.batch.numeric["latency_ms"]
-    assert lat[0] == 1.5 and np.isnan(lat[1])
-    errors = result.errors
-    assert [e.code for e in errors] == [
-        ErrorCode.NOT_AN_OBJECT,
-        ErrorCode.BAD_JSON,
-        ErrorCode.BAD_JSON,
-        ErrorCode.MISSING_TIMESTAMP,
-    ]
-    assert [e.offset for e in errors] == [11, 12, 13, 14]
-    assert [e.raw for e in errors] == [payloads[1], payloads[2], None, payloads[4]]
-    assert all(e.partition == 3 and e.topic == "clicks" for e in errors)
-    assert errors[1].reason.startswith("invalid JSON: ")
-    assert "tombstone" in errors[2].reason
-
-
-def test_decode_payloads_without_failures_matches_decode_records() -> None:
-    payloads: list[bytes | None] = [b'{"page": "/a", "ts": 1, "latency_ms": 1}', b"{}"]
-    result = decode_payloads(payloads, JsonPayloadDecoder(), click_decoder())
-    direct = click_decoder().decode_records(
-        [orjson.loads(p) for p in payloads if p is not None], raws=payloads
-    )
-    assert result.kept == direct.kept == [0]
-    assert [e.code for e in result.errors] == [ErrorCode.MISSING_KEY]
-    assert result.errors == direct.errors
-
-
-# ---------------------------------------------------------------------------------------
-# Avro input
-# ---------------------------------------------------------------------------------------
-
-
-def test_avro_schemaless_round_trip_with_timestamp_millis(tmp_path: Path) -> None:
-    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA))
-    events = [
-        {"page": "/home", "ts": T0_DT, "latency_ms": 12.5},  # written from a datetime
-        {"page": "/cart", "ts": T0 + 1, "latency_ms": None},  # written from epoch ms
-        {"page": "/ü", "ts": datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC), "latency_ms": -0.0},
-    ]
-    records, failures = decoder.decode([avro_body(CLICK_SCHEMA, e) for e in events])
-    assert failures == []
-    assert records == [
-        {"page": "/home", "ts": T0, "latency_ms": 12.5},
-        {"page": "/cart", "ts": T0 + 1, "latency_ms": None},
-        {"page": "/ü", "ts": -1000, "latency_ms": -0.0},
-    ]
-    assert all(type(r["ts"]) is int for r in records)
-    assert decoder.schema_id is None
-
-
-def test_avro_confluent_wire_round_trip_records_first_schema_id(tmp_path: Path) -> None:
-    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA), wire="confluent")
-    first = {"page": "/a", "ts": T0_DT, "latency_ms": 1.0}
-    second = {"page": "/b", "ts": T0 + 5, "latency_ms": 2.0}
-    records, failures = decoder.decode(
-        [
-            confluent(42, avro_body(CLICK_SCHEMA, first)),
-            confluent(70000, avro_body(CLICK_SCHEMA, second)),  # another id: still accepted
-        ]
-    )
-    assert failures == []
-    assert records == [
-        {"page": "/a", "ts": T0, "latency_ms": 1.0},
-        {"page": "/b", "ts": T0 + 5, "latency_ms": 2.0},
-    ]
-    assert decoder.schema_id == 42
-
-
-def test_avro_confluent_framing_failures_keep_good_messages(tmp_path: Path) -> None:
-    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA), wire="confluent")
-    good = avro_body(CLICK_SCHEMA, {"page": "/a", "ts": T0, "latency_ms": 3.0})
-    payloads: list[bytes | None] = [
-        b"\x01" + (7).to_bytes(4, "big") + good,  # wrong magic byte
-        confluent(7, good),
-        b"\x00\x00\x01",  # shorter than the header
-        None,
-        confluent(7, good[:-4]),  # truncated body
-        good,  # schemaless on a confluent topic: first byte is the string length
-        confluent(9, good),
-    ]
-    records, failures = decoder.decode(payloads)
-    reasons = dict(failures)
-    assert sorted(reasons) == [0, 2, 3, 4, 5]
-    assert "magic byte is 0x01, expected 0x00" in reasons[0]
-    assert "3 byte(s), shorter than the 5-byte header" in reasons[2]
-    assert "tombstone" in reasons[3]
-    assert reasons[4].startswith("invalid Avro: ") and "truncated" in reasons[4]
-    assert "magic byte" in reasons[5]
-    expected = {"page": "/a", "ts": T0, "latency_ms": 3.0}
-    assert records[1] == expected and records[6] == expected
-    assert all(records[i] is DECODE_FAILED for i in reasons)
-    assert decoder.schema_id == 7
-
-
-def test_avro_corrupt_and_truncated_bodies_are_failures(tmp_path: Path) -> None:
-    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA))
-    good = avro_body(CLICK_SCHEMA, {"page": "/home", "ts": T0, "latency_ms": 1.5})
-    bad_utf8 = avro_body(CLICK_SCHEMA, {"page": "/abc", "ts": T0, "latency_ms": None})
-    bad_utf8 = bad_utf8[:2] + b"\xc3\x28" + bad_utf8[4:]  # same length, invalid UTF-8
-    payloads: list[bytes | None] = [
-        good[:3],
-        good,
-        good[:-3],
-        b"",
-        bad_utf8,
-        good + b"\x00\x00",  # left-over bytes: written with another schema
-        b"\x80" * 12,  # a varint that never ends
-        b"\x7f" + good[1:],  # negative string length
-        good,
-    ]
-    records, failures = decoder.decode(payloads)
-    reasons = dict(failures)
-    assert sorted(reasons) == [0, 2, 3, 4, 5, 6, 7]
-    assert all(reason.startswith("invalid Avro: ") for reason in reasons.values())
-    assert "truncated" in reasons[0] and "truncated" in reasons[2] and "truncated" in reasons[3]
-    assert "UTF-8" in reasons[4]
-    assert "2 byte(s) left over" in reasons[5]
-    expected = {"page": "/home", "ts": T0, "latency_ms": 1.5}
-    assert records[1] == expected and records[8] == expected
-
-
-def test_decode_payloads_avro_builds_bad_avro_errors_with_raw_bytes(tmp_path: Path) -> None:
-    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA), wire="confluent")
-    ok = confluent(1, avro_body(CLICK_SCHEMA, {"page": "/a", "ts": T0, "latency_ms": 2.0}))
-    far = confluent(1, avro_body(CLICK_SCHEMA, {"page": "/b", "ts": 2**62, "latency_ms": 1.0}))
-    payloads: list[bytes | None] = [b"\x05junk", ok, far, None, ok[:-1]]
-    result = decode_payloads(
-        payloads,
-        decoder,
-        click_decoder(),
-        partitions=[0, 1, 2, 3, 4],
-        offsets=[100, 101, 102, 103, 104],
-        topic="clicks",
-    )
-    assert result.kept == [1]
-    assert result.batch.keys == ["/a"]
-    assert result.batch.ts.tolist() == [T0]
-    assert result.batch.partition.tolist() == [1]
-    codes = [(e.offset, e.code) for e in result.errors]
-    assert codes == [
-        (100, ErrorCode.BAD_AVRO),
-        (102, ErrorCode.BAD_TIMESTAMP),
-        (103, ErrorCode.BAD_AVRO),
-        (104, ErrorCode.BAD_AVRO),
-    ]
-    assert [e.raw for e in result.errors] == [payloads[0], payloads[2], None, payloads[4]]
-    assert [e.partition for e in result.errors] == [0, 2, 3, 4]
-    assert all(e.topic == "clicks" for e in result.errors)
-
-
-def test_avro_logical_types_become_json_native_values(tmp_path: Path) -> None:
-    schema = {
-        "type": "record",
-        "name": "Everything",
-        "fields": [
-            {"name": "k", "type": "string"},
-            {"name": "micros", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-            {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
-            {
-                "name": "price",
-                "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
-            },
-            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
-            {"name": "blob", "type": "bytes"},
-            {
-                "name": "nested",
-                "type": {
-                    "type": "array",
-                    "items": {
-                        "type": "record",
-                        "name": "Inner",
-                        "fields": [
-                            {
-                                "name": "at",
-                                "type": [
-                                    "null",
-                                    {"type": "long", "logicalType": "timestamp-millis"},
-                                ],
-                            }
-                        ],
-                    },
-                },
-            },
-        ],
-    }
-    ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
-    record = {
-        "k": "x",
-        "micros": datetime(2023, 11, 14, 22, 13, 20, 123999, tzinfo=UTC),
-        "local": datetime(2023, 11, 14, 22, 13, 20, 123000),
-        "price": Decimal("12.34"),
-        "day": date(2024, 2, 29),
-        "id": ident,
-        "blob": b"\x00\xffA",
-        "nested": [{"at": T0}, {"at": None}],
-    }
-    decoder = AvroPayloadDecoder(write_schema(tmp_path, schema, "everything.avsc"))
-    records, failures = decoder.decode([avro_body(schema, record)])
-    assert failures == []
-    assert records[0] == {
-        "k": "x",
-        "micros": T0,  # floored to milliseconds
-        "local": T0,
-        "price": 12.34,
-        "day": "2024-02-29",
-        "id": str(ident),
-        "blob": "\x00\xffA",
-        "nested": [{"at": T0}, {"at": None}],
-    }
-    orjson.dumps(records[0])  # JSON-native throughout
-
-
-def test_payload_decoder_for_the_job_config(tmp_path: Path) -> None:
-    write_schema(tmp_path, CLICK_SCHEMA)
-    base = {
-        "job": "clicks",
-        "window": {"type": "tumbling", "size": "10s"},
-        "aggregations": [{"name": "n", "op": "count"}],
-    }
-    json_cfg = parse_config(
-        {**base, "input": {"key": "page", "timestamp": "ts"}}, base_dir=tmp_path
-    )
-    assert isinstance(payload_decoder_for(json_cfg), JsonPayloadDecoder)
-    avro_cfg = parse_config(
-        {
-            **base,
-            "input": {
-                "format": "avro",
-                "avro_schema": "click.avsc",
-                "avro_wire": "confluent",
-                "key": "page",
-                "timestamp": "ts",
-            },
-        },
-        base_dir=tmp_path,
-    )
-    decoder = payload_decoder_for(avro_cfg)
-    assert isinstance(decoder, AvroPayloadDecoder)
-    assert decoder.wire == "confluent" and decoder.schema_path == tmp_path / "click.avsc"
-    assert decoder.error_code is ErrorCode.BAD_AVRO
-    body = avro_body(CLICK_SCHEMA, {"page": "/a", "ts": T0, "latency_ms": None})
-    assert decoder.decode([confluent(3, body)]) == (
-        [{"page": "/a", "ts": T0, "latency_ms": None}],
-        [],
-    )
-
-
-def test_example_click_schema_decodes_clicks() -> None:
-    path = REPO / "config" / "schemas" / "click.avsc"
-    decoder = AvroPayloadDecoder(path)
-    assert decoder.schema["name"] == "Click"
-    body = avro_body(decoder.schema, {"page": "/home", "ts": T0_DT, "latency_ms": 42.0})
-    assert decoder.decode([body]) == ([{"page": "/home", "ts": T0, "latency_ms": 42.0}], [])
-
-
-def test_unusable_schema_files_raise_at_construction(tmp_path: Path) -> None:
-    (tmp_path / "broken.avsc").write_text("{not json")
-    with pytest.raises(AvroSchemaError, match="not JSON"):
-        AvroPayloadDecoder(tmp_path / "broken.avsc")
-    write_schema(tmp_path, {"type": "record", "name": "R", "fields": [{"name": "x"}]}, "bad.avsc")
-    with pytest.raises(AvroSchemaError, match="invalid Avro schema"):
-        AvroPayloadDecoder(tmp_path / "bad.avsc")
-    with pytest.raises(AvroSchemaError, match="cannot read"):
-        AvroPayloadDecoder(tmp_path / "missing.avsc")
 
 
 # ---------------------------------------------------------------------------------------
@@ -774,39 +416,3 @@ def test_aggregation_names_must_be_avro_names_for_avro_output(tmp_path: Path) ->
 # ---------------------------------------------------------------------------------------
 # Error records
 # ---------------------------------------------------------------------------------------
-
-
-def test_error_record_follows_the_dead_letter_queue_convention() -> None:
-    err = ErrorRecord(
-        code=ErrorCode.BAD_AVRO,
-        reason="invalid Avro: unexpected end of data (3-byte body)",
-        partition=4,
-        offset=1234,
-        raw=b"\x00\x00\x00\x00\x07\xff",
-        topic="clicks",
-    )
-    key, value, headers = encode_error(err, key=b"page-key")
-    assert key == b"page-key"
-    assert value == err.raw
-    assert headers == [
-        ("error.code", b"BAD_AVRO"),
-        ("error.reason", b"invalid Avro: unexpected end of data (3-byte body)"),
-        ("source.topic", b"clicks"),
-        ("source.partition", b"4"),
-        ("source.offset", b"1234"),
-    ]
-    doc = orjson.loads(error_json(err))
-    assert doc["code"] == "BAD_AVRO" and doc["offset"] == 1234 and doc["topic"] == "clicks"
-    assert base64.b64decode(doc["raw_base64"]) == err.raw
-
-
-def test_error_record_with_unknown_source_and_no_payload() -> None:
-    err = ErrorRecord(code=ErrorCode.BAD_JSON, reason="null payload (a tombstone) ü")
-    key, value, headers = encode_error(err)
-    assert key is None and value is None
-    assert headers == [
-        ("error.code", b"BAD_JSON"),
-        ("error.reason", "null payload (a tombstone) ü".encode()),
-    ]
-    doc = orjson.loads(error_json(err))
-    assert doc["raw"] is None and doc["raw_base64"] is None and doc["partition"] is None

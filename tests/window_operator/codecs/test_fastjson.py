@@ -9,8 +9,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.events import RecordDecoder
-from window_operator.fastjson import ColumnarJsonDecoder
 
 DECODER = RecordDecoder(key_field="k", timestamp_field="ts", numeric_fields=["v"])
 

@@ -1,0 +1,148 @@
+"""``simulate`` with bad input: one verdict per line whatever the batch size, and the
+far-future guard (a year-3000 event must not block its partition)."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from helpers import runtime_for
+
+from window_operator.config import parse_any_config
+from window_operator.join import build_join_runtime
+from window_operator.simulate import SimulationSummary, simulate
+
+S = 1_000
+BASE = 1_700_000_000_000
+YEAR_3000 = 32_503_680_000_000
+
+
+def run(
+    lines: list[bytes], tmp_path: Path, batch_size: int, **overrides: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], SimulationSummary]:
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    cfg: dict[str, Any] = {
+        "window": {"type": "tumbling", "size": "10s"},
+        "aggregations": [{"name": "n", "op": "count"}, {"name": "s", "op": "sum", "field": "v"}],
+        "emit": {"late": "per_arrival"},
+        "retention": {"time": "1m"},
+        **overrides,
+    }
+    out, errors = io.BytesIO(), io.BytesIO()
+    summary = simulate(runtime_for(**cfg), source, out, errors_out=errors, batch_size=batch_size)
+    results = [orjson.loads(x) for x in out.getvalue().splitlines()]
+    return results, [orjson.loads(x) for x in errors.getvalue().splitlines()], summary
+
+
+def final_windows(results: list[dict[str, Any]]) -> dict[tuple[str, int], Any]:
+    latest: dict[tuple[str, int], Any] = {}
+    for r in results:
+        latest[(r["key"], r["window_start"])] = r["values"]
+    return latest
+
+
+def events(n: int, key: str = "a") -> list[dict[str, Any]]:
+    return [{"k": key, "ts": BASE + i * 500, "v": 1} for i in range(n)]
+
+
+BAD_LINES: dict[bytes, str] = {
+    b'{"k":"a","ts":1700000000000,"v":NaN}': "NON_FINITE_VALUE",
+    b'{"k":"a","ts":1700000000000,"v":Infinity}': "NON_FINITE_VALUE",
+    b'{"k":"bad-\xff\xfe","ts":1700000000000,"v":1}': "BAD_JSON",
+    b'{"k":"a","ts":1700000000000,"v":1}{"k":"a","ts":1700000000000,"v":1}': "BAD_JSON",
+    b'{"k":"a","ts":1700000000000,"v":1,"x":' + b"[" * 2000 + b"]" * 2000 + b"}": "BAD_JSON",
+    b'{"k":"a","ts":1700000000000,"v":-Infinity,"x":1}': "NON_FINITE_VALUE",
+}
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 10_000])
+def test_bad_lines_get_one_verdict_whatever_the_batch(tmp_path: Path, batch_size: int) -> None:
+    good = [orjson.dumps(e) for e in events(40)]
+    lines = good[:20] + list(BAD_LINES) + good[20:]
+    results, errors, summary = run(lines, tmp_path, batch_size)
+    assert Counter(e["code"] for e in errors) == Counter(BAD_LINES.values())
+    assert summary.applied == 40
+    assert final_windows(results) == {
+        ("a", BASE): {"n": 20, "s": 20.0},
+        ("a", BASE + 10 * S): {"n": 20, "s": 20.0},
+    }
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 10_000])
+@pytest.mark.parametrize("with_wall", [False, True])
+def test_a_far_future_event_does_not_block_its_partition(
+    tmp_path: Path, batch_size: int, with_wall: bool
+) -> None:
+    normal = events(60)
+    lines = []
+    for i, e in enumerate(normal):
+        if i == 30:
+            bad = {"k": "a", "ts": YEAR_3000, "v": 100}
+            lines.append(orjson.dumps({**bad, "wall_ms": BASE + 15 * S} if with_wall else bad))
+        lines.append(orjson.dumps({**e, "wall_ms": e["ts"]} if with_wall else e))
+    results, errors, summary = run(lines, tmp_path, batch_size)
+    assert [e["code"] for e in errors] == ["FUTURE_TIMESTAMP"]
+    assert errors[0]["offset"] == 30 and "watermark.max_future" in errors[0]["reason"]
+    assert summary.applied == 60
+    assert final_windows(results) == {
+        ("a", BASE + w * 10 * S): {"n": 20, "s": 20.0} for w in range(3)
+    }
+
+
+def test_max_future_off_lets_the_event_through(tmp_path: Path) -> None:
+    lines = [orjson.dumps(e) for e in events(10)]
+    lines.insert(5, orjson.dumps({"k": "a", "ts": YEAR_3000, "v": 1}))
+    _, errors, summary = run(lines, tmp_path, 1, watermark={"max_future": "off"})
+    assert summary.applied == 6  # the watermark jumped: the rest is out of retention
+    assert Counter(e["code"] for e in errors) == {"OUT_OF_RETENTION": 5}
+
+
+def test_an_event_within_max_future_of_its_wall_clock_is_applied(tmp_path: Path) -> None:
+    lines = [
+        orjson.dumps({"k": "a", "ts": BASE, "v": 1, "wall_ms": BASE}),
+        # 12 h ahead of the data, but only 1 h ahead of its own arrival: accepted
+        orjson.dumps(
+            {"k": "a", "ts": BASE + 12 * 3600 * S, "v": 1, "wall_ms": BASE + 11 * 3600 * S}
+        ),
+    ]
+    _, errors, summary = run(lines, tmp_path, 10)
+    assert errors == [] and summary.applied == 2
+
+
+def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:
+    config = parse_any_config(
+        {
+            "job": "orders-shipments",
+            "join": {
+                "left": {"name": "orders", "timestamp": "ts"},
+                "right": {"name": "shipments", "timestamp": "ts"},
+                "on": ["id"],
+                "range": "1h",
+            },
+            "retention": {"time": "1h"},
+        },
+        base_dir=tmp_path,
+    )
+    lines = [
+        {"source": "orders", "id": 1, "ts": BASE},
+        {"source": "orders", "id": 2, "ts": YEAR_3000},
+        {"source": "shipments", "id": 1, "ts": BASE + 60 * S},
+        {"source": "orders", "id": 3, "ts": BASE + 2 * 60 * S},
+        {"source": "shipments", "id": 3, "ts": BASE + 3 * 60 * S},
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    out, errors = io.BytesIO(), io.BytesIO()
+    runtime = build_join_runtime(config)  # type: ignore[arg-type]
+    summary = simulate(runtime, source, out, errors_out=errors, batch_size=2)
+    errs = [orjson.loads(x) for x in errors.getvalue().splitlines()]
+    assert [e["code"] for e in errs] == ["FUTURE_TIMESTAMP"]
+    assert orjson.loads(errs[0]["raw"])["id"] == 2
+    matches = [orjson.loads(x) for x in out.getvalue().splitlines()]
+    assert sorted(m["key"]["id"] for m in matches if m["kind"] == "MATCH") == [1, 3]
+    assert summary.applied == 4

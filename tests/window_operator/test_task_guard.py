@@ -1,0 +1,206 @@
+"""A task never stops on a record: failing records are isolated and reported with their
+source position, far-future events are rejected by their Kafka timestamp."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pytest
+from helpers import runtime_for
+from jobkit import create_topic, read_topic
+
+from stores.rocks import TaskStore
+from window_operator.codecs import JsonPayloadDecoder
+from window_operator.codecs.inputs import InputDecoder
+from window_operator.events import EventBatch
+from window_operator.job import task_state_dir
+from window_operator.results import ErrorCode
+from window_operator.spark.driver import ensure_topics, run_tasks
+from window_operator.task import InputRecords, TaskRunner, TaskSettings
+from window_operator.task_guard import add_guarded, decode_guarded
+
+# the failing op is imported by dotted path ("udf_example:...")
+_UDF_DIR = str(Path(__file__).resolve().parent)
+if _UDF_DIR not in sys.path:
+    sys.path.insert(0, _UDF_DIR)
+
+S = 1_000
+BASE = 1_700_000_000_000
+YEAR_3000 = 32_503_680_000_000
+FAILING_SUM = {"name": "s", "op": "udf_example:FailsOnThirteenOp", "field": "v"}
+
+
+def windows_of(results: list[Any]) -> dict[tuple[str, int], Any]:
+    latest: dict[tuple[str, int], Any] = {}
+    for r in results:
+        latest[(r.key, r.window_start)] = r.values
+    return latest
+
+
+def test_rows_that_make_the_operator_raise_are_isolated(tmp_path: Path) -> None:
+    runtime = runtime_for(aggregations=[{"name": "n", "op": "count"}, FAILING_SUM])
+    store = TaskStore(task_state_dir(tmp_path, "test", 0))
+    values = [1, 2, 13, 4, 5, 6, 13, 8, 9, 10]
+    batch = EventBatch.from_columns(
+        ["a"] * 10,
+        [BASE + i * 100 for i in range(10)],
+        numeric={"v": values},
+        offset=list(range(10)),
+    )
+    try:
+        first = runtime.operator(store)
+        applied = add_guarded(lambda: runtime.operator(store), first, batch)
+        assert applied.operator is not first  # the one that raised is dropped
+        assert [row for row, _ in applied.failed] == [2, 6]
+        assert all(isinstance(exc, ValueError) for _, exc in applied.failed)
+        assert applied.applied == 8
+        applied.operator.timeout(2**62)
+        got = windows_of(applied.operator.get_result())
+        assert got == {("a", BASE): {"n": 8, "s": float(sum(values) - 26)}}
+    finally:
+        store.close()
+
+
+def test_an_operator_that_fails_on_everything_is_not_blamed_on_the_records(
+    tmp_path: Path,
+) -> None:
+    runtime = runtime_for(aggregations=[{"name": "n", "op": "count"}, FAILING_SUM])
+    store = TaskStore(task_state_dir(tmp_path, "test", 0))
+    batch = EventBatch.from_columns(["a", "b"], [BASE, BASE], numeric={"v": [13.0, 13.0]})
+    try:
+        with pytest.raises(ValueError, match="13"):
+            add_guarded(lambda: runtime.operator(store), runtime.operator(store), batch)
+    finally:
+        store.close()
+
+
+class _BuggyPayloads(JsonPayloadDecoder):
+    """A payload decoder with a bug on one payload (the boundary this test isolates)."""
+
+    def decode(self, payloads: Sequence[bytes | None]) -> tuple[list[Any], list[tuple[int, str]]]:
+        if b"poison" in payloads:
+            raise KeyError("a bug")
+        return super().decode(payloads)
+
+
+def test_a_payload_whose_decoding_raises_becomes_an_error_record() -> None:
+    decoder = runtime_for().decoder
+    payloads: list[bytes | None] = [b'{"k":"a","ts":1}', b"poison", b"broken", b'{"k":"b","ts":2}']
+    result = decode_guarded(
+        InputDecoder(_BuggyPayloads(), decoder),
+        payloads,
+        topic="in",
+        partition=2,
+        offsets=[7, 8, 9, 10],
+    )
+    assert result.kept == [0, 3] and result.batch.keys == ["a", "b"]
+    assert result.batch.offset.tolist() == [7, 10]
+    assert [(e.code, e.offset) for e in result.errors] == [
+        (ErrorCode.INTERNAL_ERROR, 8),
+        (ErrorCode.BAD_JSON, 9),
+    ]
+    internal = result.errors[0]
+    assert internal.topic == "in" and internal.partition == 2 and internal.raw == b"poison"
+    assert "KeyError" in internal.reason
+
+
+def _runner(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], **cfg: Any
+) -> tuple[TaskRunner, Any, str]:
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 1)
+    config = runtime_for(
+        job=unique_name("job"), input={"topic": topic, "key": "k", "timestamp": "ts"}, **cfg
+    ).config
+    ensure_topics(config, kafka_bootstrap)
+    return TaskRunner(TaskSettings(config, kafka_bootstrap, str(tmp_path)), 0), config, topic
+
+
+def _input(topic: str, events: list[dict[str, Any]], stamps: list[int] | None) -> InputRecords:
+    return InputRecords(
+        topic=topic,
+        partition=0,
+        offsets=list(range(len(events))),
+        keys=[str(e["k"]).encode() for e in events],
+        values=[orjson.dumps(e) for e in events],
+        timestamps=stamps,
+    )
+
+
+@pytest.mark.kafka
+def test_a_task_reports_a_failing_record_and_applies_the_rest(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    runner, config, topic = _runner(
+        tmp_path,
+        kafka_bootstrap,
+        unique_name,
+        aggregations=[{"name": "n", "op": "count"}, FAILING_SUM],
+    )
+    events = [{"k": "a", "ts": BASE + i * 100, "v": v} for i, v in enumerate([1, 13, 2, 3])]
+    events.append({"k": "a", "ts": BASE + 60 * S, "v": 1})  # fires the first window
+    batch = _input(topic, events, None)
+    report = runner.run(batch, 1_000)
+    assert (report.applied, report.rejected) == (4, 1)
+    again = runner.run(batch, 2_000)  # Spark re-delivers the batch: nothing twice
+    assert (again.applied, again.replayed, again.rejected) == (0, 5, 0)
+    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
+    assert len(errors) == 1
+    headers = {k: v.decode() for k, v in errors[0].headers()}
+    assert headers["error.code"] == "INTERNAL_ERROR" and "ValueError" in headers["error.reason"]
+    assert (headers["source.topic"], headers["source.partition"], headers["source.offset"]) == (
+        topic,
+        "0",
+        "1",
+    )
+    assert errors[0].key() == b"a" and errors[0].value() == batch.values[1]
+    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    assert [(r["window_start"], r["values"]) for r in results] == [(BASE, {"n": 3, "s": 6.0})]
+
+
+@pytest.mark.kafka
+def test_far_future_events_are_rejected_by_their_kafka_timestamp(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    runner, config, topic = _runner(tmp_path, kafka_bootstrap, unique_name)
+    events = [{"k": "a", "ts": BASE + i * S} for i in range(30)]
+    events.insert(10, {"k": "a", "ts": YEAR_3000})
+    stamps = [BASE + 30 * S] * len(events)
+    stamps[20] = -1  # a record without a timestamp is not checked
+    report = runner.run(_input(topic, events, stamps), 1_000)
+    assert (report.applied, report.rejected) == (30, 1)
+    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
+    headers = {k: v.decode() for k, v in errors[0].headers()}
+    assert headers["error.code"] == "FUTURE_TIMESTAMP" and headers["source.offset"] == "10"
+    assert report.watermark < YEAR_3000
+
+
+@pytest.mark.kafka
+def test_spark_rows_carry_their_kafka_timestamps_to_the_task(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """``run_tasks`` over rows as Spark's own Kafka connector delivers them."""
+    runner, config, topic = _runner(tmp_path, kafka_bootstrap, unique_name)
+    events = [{"k": "a", "ts": BASE}, {"k": "a", "ts": YEAR_3000}, {"k": "a", "ts": BASE + S}]
+    micros = np.asarray([BASE * 1000] * 3, dtype=np.int64)
+    table = pa.table(
+        {
+            "key": pa.array([b"a"] * 3, pa.binary()),
+            "value": pa.array([orjson.dumps(e) for e in events], pa.binary()),
+            "topic": pa.array([topic] * 3),
+            "partition": pa.array([0, 0, 0], pa.int32()),
+            "offset": pa.array([0, 1, 2], pa.int64()),
+            "timestamp": pa.array(micros, pa.timestamp("us", tz="UTC")),
+        }
+    )
+    reports = list(run_tasks(runner.settings, iter(table.to_batches())))
+    row = reports[0].to_pylist()[0]
+    assert (row["applied"], row["rejected"]) == (2, 1)
+    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
+    assert [dict(m.headers())["error.code"] for m in errors] == [b"FUTURE_TIMESTAMP"]

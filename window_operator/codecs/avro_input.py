@@ -1,0 +1,119 @@
+"""Avro message values written with the job's schema, bare or in the Confluent wire format.
+
+Because the schema is local, any schema id is accepted; the first one seen is kept in
+:attr:`AvroPayloadDecoder.schema_id`. Values are made JSON-native (see
+:mod:`window_operator.codecs.avro_schema`). A payload with bytes left over after the
+record is rejected: it was written with another schema.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import fastavro
+
+from window_operator.codecs.avro_schema import (
+    CONFLUENT_HEADER,
+    avro_reason,
+    confluent_problem,
+    json_native,
+    keep_raw_millis,
+    load_schema_file,
+    needs_json_native,
+    parse_schema,
+)
+from window_operator.codecs.decoding import DECODE_FAILED, NULL_PAYLOAD
+from window_operator.results import ErrorCode
+
+__all__ = ["AvroPayloadDecoder", "AvroWire"]
+
+AvroWire = Literal["schemaless", "confluent"]
+
+
+class AvroPayloadDecoder:
+    """Avro message values written with the schema in ``schema_path``.
+
+    ``wire`` is ``"schemaless"`` (the bare Avro body) or ``"confluent"`` (magic byte
+    ``0``, 4-byte big-endian schema id, body). The schema is parsed once; each message
+    is read with ``fastavro.schemaless_reader``. See the module docstring for how
+    logical types are converted. Raises :class:`AvroSchemaError` if the schema file
+    cannot be read or is not a valid Avro schema.
+    """
+
+    def __init__(self, schema_path: str | Path, wire: AvroWire = "schemaless") -> None:
+        if wire not in ("schemaless", "confluent"):
+            raise ValueError(f"wire must be 'schemaless' or 'confluent', got {wire!r}")
+        self.schema_path = Path(schema_path)
+        self.wire: AvroWire = wire
+        self.schema: Any = load_schema_file(self.schema_path)
+        self._parsed = parse_schema(keep_raw_millis(self.schema), str(self.schema_path))
+        self._fixup: Callable[[Any], Any] | None = (
+            json_native if needs_json_native(self.schema) else None
+        )
+        self._schema_id: int | None = None
+
+    @property
+    def error_code(self) -> ErrorCode:
+        """``BAD_AVRO``."""
+        return ErrorCode.BAD_AVRO
+
+    @property
+    def schema_id(self) -> int | None:
+        """The schema id of the first Confluent-framed message read (``None``: none yet)."""
+        return self._schema_id
+
+    def decode(self, payloads: Sequence[bytes | None]) -> tuple[list[Any], list[tuple[int, str]]]:
+        """Read one Avro record per payload; see :meth:`PayloadDecoder.decode`.
+
+        Failure reasons: a null payload; for the Confluent wire format a payload shorter
+        than the 5-byte header or with a magic byte other than 0; ``invalid Avro: ...``
+        for a truncated or corrupt body or bytes left over after the record.
+        """
+        records: list[Any] = []
+        failures: list[tuple[int, str]] = []
+        append = records.append
+        read = fastavro.schemaless_reader
+        schema = self._parsed
+        fixup = self._fixup
+        new_buffer = io.BytesIO
+        framed = self.wire == "confluent"
+        start = CONFLUENT_HEADER if framed else 0
+        for i, payload in enumerate(payloads):
+            if payload is None:
+                append(DECODE_FAILED)
+                failures.append((i, NULL_PAYLOAD))
+                continue
+            size = len(payload)
+            if framed:
+                problem = confluent_problem(payload)
+                if problem is not None:
+                    append(DECODE_FAILED)
+                    failures.append((i, problem))
+                    continue
+                if self._schema_id is None:
+                    self._schema_id = int.from_bytes(payload[1:CONFLUENT_HEADER], "big")
+            buffer = new_buffer(payload)
+            if start:
+                buffer.seek(start)
+            try:
+                record = read(buffer, schema, None)
+            except Exception as exc:  # any failure of the reader is a property of the data
+                append(DECODE_FAILED)
+                failures.append((i, avro_reason(exc, size - start)))
+                continue
+            left = size - buffer.tell()
+            if left:
+                append(DECODE_FAILED)
+                failures.append(
+                    (
+                        i,
+                        f"invalid Avro: {left} byte(s) left over after the record "
+                        f"({size - start}-byte body); was it written with another schema?",
+                    )
+                )
+                continue
+            append(record if fixup is None else fixup(record))
+        return records, failures

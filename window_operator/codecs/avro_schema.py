@@ -1,0 +1,181 @@
+"""Avro schema handling: loading and parsing schema files, the Confluent wire framing,
+and the conversion of what fastavro reads into JSON-native values.
+
+Values are made JSON-native so that the rest of the pipeline sees what a JSON input
+would give: ``timestamp-millis`` longs stay epoch-millisecond ints (the logical type is
+removed from the parsed schema by :func:`keep_raw_millis`, which is also the fastest
+path), other timestamps become epoch milliseconds (floored), decimals floats, dates and
+times ISO-8601 strings, UUIDs strings and ``bytes``/``fixed`` strings of code points
+0-255 (the Avro JSON encoding of bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Final
+from uuid import UUID
+
+import fastavro
+import orjson
+
+__all__ = [
+    "CONFLUENT_HEADER",
+    "CONFLUENT_MAGIC",
+    "AvroSchemaError",
+    "avro_reason",
+    "confluent_header",
+    "confluent_problem",
+    "json_native",
+    "keep_raw_millis",
+    "load_schema_file",
+    "needs_json_native",
+    "parse_schema",
+]
+
+#: The Confluent wire format: magic byte 0, then a 4-byte big-endian schema id.
+CONFLUENT_MAGIC: Final = 0
+CONFLUENT_HEADER: Final = 5
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_NAIVE: Final = datetime(1970, 1, 1)
+_ONE_MS: Final = timedelta(milliseconds=1)
+# Logical types whose underlying long already is what the pipeline wants (epoch ms).
+_KEEP_RAW_LOGICAL: Final = frozenset({"timestamp-millis", "local-timestamp-millis"})
+
+
+class AvroSchemaError(ValueError):
+    """An Avro schema that cannot be loaded, derived or used for the job's results."""
+
+
+def confluent_problem(payload: bytes) -> str | None:
+    """Why ``payload`` is not in the Confluent wire format (``None``: it is)."""
+    if len(payload) < CONFLUENT_HEADER:
+        return (
+            f"invalid Confluent wire format: {len(payload)} byte(s), shorter than the 5-byte "
+            "header (magic byte 0 + 4-byte schema id)"
+        )
+    if payload[0] != CONFLUENT_MAGIC:
+        return (
+            f"invalid Confluent wire format: magic byte is 0x{payload[0]:02x}, expected 0x00 "
+            "(is the topic written without a schema registry? use input.avro_wire: schemaless)"
+        )
+    return None
+
+
+def confluent_header(schema_id: int) -> bytes:
+    """The 5-byte Confluent wire-format header of ``schema_id``."""
+    if not 0 <= schema_id < 2**31:
+        raise ValueError(f"a schema id must be in [0, 2**31), got {schema_id}")
+    return bytes([CONFLUENT_MAGIC]) + schema_id.to_bytes(4, "big")
+
+
+def avro_reason(exc: Exception, body_size: int) -> str:
+    """The reason of an error record for a body fastavro could not read."""
+    if isinstance(exc, EOFError | IndexError):
+        # fastavro's readers raise EOFError, or IndexError when a varint runs off the end.
+        what = "unexpected end of data: the payload is truncated or corrupt"
+    elif isinstance(exc, UnicodeDecodeError):
+        what = f"a string is not valid UTF-8 ({exc.reason})"
+    else:
+        detail = str(exc)
+        what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    return f"invalid Avro: {what} ({body_size}-byte body)"
+
+
+def load_schema_file(path: Path) -> Any:
+    """The JSON of an ``.avsc`` file; raises :class:`AvroSchemaError`."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise AvroSchemaError(f"{path}: cannot read the Avro schema: {exc}") from exc
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise AvroSchemaError(f"{path}: the Avro schema is not JSON: {exc}") from exc
+
+
+def parse_schema(schema: Any, source: str) -> Any:
+    """``fastavro.parse_schema``; raises :class:`AvroSchemaError` naming ``source``."""
+    try:
+        return fastavro.parse_schema(schema)
+    except Exception as exc:  # fastavro raises several types for a bad schema
+        raise AvroSchemaError(f"{source}: invalid Avro schema: {exc}") from exc
+
+
+def _schema_children(node: Mapping[str, Any]) -> Iterable[Any]:
+    for key in ("type", "items", "values"):
+        if key in node:
+            yield node[key]
+    for fld in node.get("fields") or ():
+        if isinstance(fld, Mapping):
+            yield fld
+
+
+def keep_raw_millis(schema: Any) -> Any:
+    """A copy of ``schema`` without the millisecond timestamp logical types.
+
+    The binary encoding is the same; without the logical type fastavro reads the
+    epoch-ms long as an int (instead of a datetime) and writes an int without a check.
+    """
+    if isinstance(schema, list):
+        return [keep_raw_millis(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in ("type", "items", "values"):
+            out[key] = keep_raw_millis(value)
+        elif key == "fields" and isinstance(value, list):
+            out[key] = [keep_raw_millis(fld) for fld in value]
+        else:
+            out[key] = value
+    if out.get("type") == "long" and out.get("logicalType") in _KEEP_RAW_LOGICAL:
+        del out["logicalType"]
+    return out
+
+
+def needs_json_native(schema: Any) -> bool:
+    """Whether records of ``schema`` may hold values that are not JSON-native."""
+    if isinstance(schema, list):
+        return any(needs_json_native(item) for item in schema)
+    if isinstance(schema, str):
+        return schema in ("bytes", "fixed")
+    if not isinstance(schema, Mapping):
+        return False
+    logical = schema.get("logicalType")
+    if schema.get("type") in ("bytes", "fixed"):
+        return True
+    if logical is not None and not (schema.get("type") == "long" and logical in _KEEP_RAW_LOGICAL):
+        return True
+    return any(needs_json_native(child) for child in _schema_children(schema))
+
+
+_SCALARS: Final = (str, int, float, bool, type(None))
+
+
+def json_native(value: Any) -> Any:
+    """``value`` with the non-JSON types fastavro returns converted (module docstring)."""
+    cls = value.__class__
+    if cls in _SCALARS:
+        return value
+    if cls is dict:
+        return {k: json_native(v) for k, v in value.items()}
+    if cls is list:
+        return [json_native(v) for v in value]
+    if isinstance(value, datetime):
+        epoch = _EPOCH_NAIVE if value.tzinfo is None else _EPOCH
+        return (value - epoch) // _ONE_MS
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, date | time):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("latin-1")
+    if isinstance(value, tuple):
+        return [json_native(v) for v in value]
+    return value

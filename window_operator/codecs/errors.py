@@ -1,0 +1,66 @@
+"""Error records: the Kafka record of a rejected input, and its one-line JSON form.
+
+:func:`encode_error` follows the Kafka Connect dead-letter-queue convention: the original
+key and value bytes, and the reason in headers. :func:`error_json` is the form for files.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Final
+
+import orjson
+
+from window_operator.results import ErrorRecord
+
+__all__ = [
+    "HEADER_ERROR_CODE",
+    "HEADER_ERROR_REASON",
+    "HEADER_SOURCE_OFFSET",
+    "HEADER_SOURCE_PARTITION",
+    "HEADER_SOURCE_TOPIC",
+    "encode_error",
+    "error_json",
+]
+
+#: Header names of an error record (Kafka Connect dead-letter-queue style), UTF-8 values.
+HEADER_ERROR_CODE: Final = "error.code"
+HEADER_ERROR_REASON: Final = "error.reason"
+HEADER_SOURCE_TOPIC: Final = "source.topic"
+HEADER_SOURCE_PARTITION: Final = "source.partition"
+HEADER_SOURCE_OFFSET: Final = "source.offset"
+
+
+def encode_error(
+    err: ErrorRecord, *, key: bytes | None = None
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """The errors-topic record of a rejected input: ``(key, value, headers)``.
+
+    Key and value are the original message's bytes (``key`` when the caller knows it,
+    ``err.raw``), so the record can be replayed as is. Headers, UTF-8: ``error.code``,
+    ``error.reason`` and, when known, ``source.topic``, ``source.partition``,
+    ``source.offset`` (a header whose value is unknown is left out).
+    """
+    headers: list[tuple[str, bytes]] = [
+        (HEADER_ERROR_CODE, err.code.value.encode()),
+        (HEADER_ERROR_REASON, err.reason.encode()),
+    ]
+    if err.topic is not None:
+        headers.append((HEADER_SOURCE_TOPIC, err.topic.encode()))
+    if err.partition is not None:
+        headers.append((HEADER_SOURCE_PARTITION, str(err.partition).encode()))
+    if err.offset is not None:
+        headers.append((HEADER_SOURCE_OFFSET, str(err.offset).encode()))
+    return key, err.raw, headers
+
+
+def error_json(err: ErrorRecord) -> bytes:
+    """One JSON object for an errors file (no trailing newline).
+
+    :meth:`ErrorRecord.to_dict <window_operator.results.ErrorRecord.to_dict>` plus
+    ``raw_base64``, the exact original bytes (``raw`` is their UTF-8 reading with
+    replacement characters, lossy for binary payloads such as Avro).
+    """
+    doc = err.to_dict()
+    doc["raw_base64"] = None if err.raw is None else base64.b64encode(err.raw).decode()
+    return orjson.dumps(doc)

@@ -1,0 +1,150 @@
+"""Window results as JSON, and the Kafka key of a window (shared by every output format).
+
+Every output record is keyed by the window: the Kafka key is the JSON text
+``{"key":...,"window_start":...,"window_end":...}`` with exactly that field order (see
+:func:`result_key`) for both output formats, so the key bytes of a window are stable and
+equal across EARLY/ON_TIME/LATE updates and the output topic can be compacted (the latest
+record per key is the answer). A ``RETRACT`` result is a tombstone: the key with a null
+value. The key stays JSON even with Avro values so that it needs no schema registry and
+is readable by every consumer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from itertools import repeat
+from typing import Any, Final, Literal, Protocol
+
+import orjson
+
+from window_operator.results import Kind, ResultBatch
+
+__all__ = [
+    "JSON_OPTS",
+    "JsonResultDecoder",
+    "JsonResultEncoder",
+    "ResultDecoder",
+    "ResultEncoder",
+    "batch_keys",
+    "decode_result_key",
+    "dumps_json",
+    "result_key",
+]
+
+JSON_OPTS: Final = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def result_key(key: str, window_start: int, window_end: int) -> bytes:
+    """The Kafka key of a window: ``{"key":...,"window_start":...,"window_end":...}``."""
+    return orjson.dumps({"key": key, "window_start": window_start, "window_end": window_end})
+
+
+def decode_result_key(data: bytes) -> tuple[str, int, int]:
+    """``(key, window_start, window_end)`` of a Kafka key made by :func:`result_key`."""
+    doc = orjson.loads(data)
+    return doc["key"], doc["window_start"], doc["window_end"]
+
+
+def batch_keys(batch: ResultBatch) -> list[bytes]:
+    """The Kafka key (:func:`result_key`) of every row of ``batch``."""
+    dumps = orjson.dumps
+    return [
+        dumps({"key": k, "window_start": s, "window_end": e})
+        for k, s, e in zip(
+            batch.keys, batch.window_start.tolist(), batch.window_end.tolist(), strict=True
+        )
+    ]
+
+
+def dumps_json(value: Any) -> bytes:
+    """orjson, falling back to the stdlib for what orjson refuses (e.g. ints > 64 bits)."""
+    try:
+        return orjson.dumps(value, option=JSON_OPTS)
+    except orjson.JSONEncodeError:
+        text = json.dumps(_finite(value), separators=(",", ":"), ensure_ascii=False, default=repr)
+        return text.encode()
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with non-finite floats as ``None`` (as orjson writes them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+class ResultEncoder(Protocol):
+    """Turns result batches into Kafka records ``(key, value)``; ``value`` ``None`` = tombstone."""
+
+    @property
+    def format(self) -> Literal["json", "avro"]:
+        """The output format."""
+        ...
+
+    def encode_batch(self, batch: ResultBatch) -> list[tuple[bytes, bytes | None]]:
+        """One Kafka record per row of ``batch``, in row order."""
+        ...
+
+
+class ResultDecoder(Protocol):
+    """Reads result values written by the matching :class:`ResultEncoder`."""
+
+    def decode(self, value: bytes | None) -> dict[str, Any] | None:
+        """The result as a :meth:`WindowResult.to_dict`-shaped dict; ``None`` for a tombstone."""
+        ...
+
+
+class JsonResultEncoder:
+    """Window results as JSON values (``WindowResult.to_dict`` documents, orjson).
+
+    Non-finite floats are written as ``null`` (JSON has no NaN or infinity).
+    """
+
+    @property
+    def format(self) -> Literal["json", "avro"]:
+        """``"json"``."""
+        return "json"
+
+    def encode_batch(self, batch: ResultBatch) -> list[tuple[bytes, bytes | None]]:
+        """One ``(key, value)`` per row; a RETRACT batch gives tombstones."""
+        keys = batch_keys(batch)
+        if batch.kind is Kind.RETRACT:
+            return [(key, None) for key in keys]
+        names = list(batch.values)
+        cols = [batch.values[n] for n in names]
+        rows = zip(*cols, strict=True) if cols else repeat((), len(keys))
+        # The key document is the value's prefix: splice it instead of serializing the
+        # window twice. The bytes equal orjson.dumps of the whole to_dict() document.
+        head = b',"kind":' + orjson.dumps(batch.kind.value) + b',"update_seq":'
+        dumps = orjson.dumps
+        out: list[tuple[bytes, bytes | None]] = []
+        for key_bytes, seq, row in zip(keys, batch.update_seq.tolist(), rows, strict=True):
+            values = dict(zip(names, row, strict=True))
+            try:
+                values_json = dumps(values, option=JSON_OPTS)
+            except orjson.JSONEncodeError:
+                values_json = dumps_json(values)
+            out.append(
+                (key_bytes, b'%b%b%d,"values":%b}' % (key_bytes[:-1], head, seq, values_json))
+            )
+        return out
+
+    def decoder(self) -> JsonResultDecoder:
+        """The decoder of this encoder's values."""
+        return JsonResultDecoder()
+
+
+class JsonResultDecoder:
+    """Reads :class:`JsonResultEncoder` values."""
+
+    def decode(self, value: bytes | None) -> dict[str, Any] | None:
+        """The result document, ``None`` for a tombstone."""
+        if value is None:
+            return None
+        doc: dict[str, Any] = orjson.loads(value)
+        return doc

@@ -1,0 +1,172 @@
+"""The Avro schema of window results: derived from the job, or the user's checked against it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from window_operator.codecs.avro_schema import AvroSchemaError
+from window_operator.config import AggregationConfig, JobConfig
+from window_operator.results import Kind
+
+__all__ = ["Column", "check_user_schema", "column_of", "derive_result_schema"]
+
+_LONG_OPS: Final = frozenset({"count", "count_distinct"})
+_DOUBLE_OPS: Final = frozenset({"sum", "mean", "min", "max", "variance", "stddev", "median"})
+_KIND_SYMBOLS: Final = [kind.value for kind in Kind]
+_NAMESPACE: Final = "window_operator"
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: How the derived schema stores one aggregation's values (see derive_result_schema).
+Column = Literal["long", "double", "map", "fit", "text"]
+
+
+def column_of(agg: AggregationConfig) -> Column:
+    """The value column kind of one aggregation in the derived schema."""
+    op = agg.op
+    if op in _LONG_OPS:
+        return "long"
+    if op in _DOUBLE_OPS:
+        return "double"
+    if op == "percentile":
+        q = agg.params.get("q")
+        return "map" if isinstance(q, Sequence) and not isinstance(q, str | bytes) else "double"
+    if op == "linreg":
+        return "fit"
+    return "text"
+
+
+_LINEAR_FIT: Final = {
+    "type": "record",
+    "name": "LinearFit",
+    "doc": "value = slope * x + intercept (least squares)",
+    "fields": [
+        {"name": "slope", "type": "double"},
+        {"name": "intercept", "type": "double"},
+    ],
+}
+
+
+def _avro_type_of(column: Column, defined: set[str]) -> Any:
+    """The Avro type of a value column (a named type is defined once, then referenced)."""
+    if column == "long":
+        return "long"
+    if column == "double":
+        return ["null", "double"]
+    if column == "map":
+        return ["null", {"type": "map", "values": "double"}]
+    if column == "fit":
+        if "LinearFit" in defined:
+            return ["null", "LinearFit"]
+        defined.add("LinearFit")
+        return ["null", dict(_LINEAR_FIT)]
+    return ["null", "string"]
+
+
+def derive_result_schema(
+    aggregations: Sequence[AggregationConfig], *, job: str | None = None
+) -> dict[str, Any]:
+    """The Avro schema of the window results of a job with these aggregations.
+
+    A ``WindowResult`` record (namespace ``window_operator``) with ``key``,
+    ``window_start``/``window_end`` (``long``, ``timestamp-millis``), ``kind`` (enum),
+    ``update_seq`` and ``values``, a ``Values`` record with one field per aggregation in
+    declaration order: ``count``/``count_distinct`` ``long``; the numeric statistics
+    ``["null", "double"]``; ``percentile`` with a list ``q`` a nullable map of doubles
+    keyed ``p50``, ``p95``...; ``linreg`` a nullable ``LinearFit`` record; ``first``,
+    ``last``, ``collect`` and user-defined ops ``["null", "string"]`` with the JSON text
+    of the value. Raises :class:`AvroSchemaError` when an aggregation name is not a
+    valid Avro field name.
+    """
+    bad = [agg.name for agg in aggregations if not _AVRO_NAME.fullmatch(agg.name)]
+    if bad:
+        raise AvroSchemaError(
+            "aggregation names must be valid Avro field names ([A-Za-z_][A-Za-z0-9_]*) for "
+            f"output.format avro: {', '.join(repr(n) for n in bad)}; rename them or set "
+            "output.avro_schema"
+        )
+    defined: set[str] = set()
+    fields: list[dict[str, Any]] = []
+    for agg in aggregations:
+        column = column_of(agg)
+        fld: dict[str, Any] = {"name": agg.name, "type": _avro_type_of(column, defined)}
+        if column == "text":
+            fld["doc"] = f"JSON text of the {agg.op} value"
+        fields.append(fld)
+    timestamp = {"type": "long", "logicalType": "timestamp-millis"}
+    schema: dict[str, Any] = {
+        "type": "record",
+        "name": "WindowResult",
+        "namespace": _NAMESPACE,
+        "fields": [
+            {"name": "key", "type": "string"},
+            {"name": "window_start", "type": timestamp},
+            {"name": "window_end", "type": dict(timestamp)},
+            {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": _KIND_SYMBOLS}},
+            {"name": "update_seq", "type": "long"},
+            {"name": "values", "type": {"type": "record", "name": "Values", "fields": fields}},
+        ],
+    }
+    if job is not None:
+        schema["doc"] = f"Window results of job {job}"
+    return schema
+
+
+def _fields_of(record: Any) -> list[Mapping[str, Any]]:
+    if isinstance(record, Mapping) and record.get("type") == "record":
+        return [f for f in record.get("fields") or () if isinstance(f, Mapping)]
+    return []
+
+
+def _record_in(avro_type: Any) -> Any:
+    """The record schema of a field type that is a record or a union with one."""
+    if isinstance(avro_type, Mapping) and avro_type.get("type") == "record":
+        return avro_type
+    if isinstance(avro_type, list):
+        records = [t for t in avro_type if isinstance(t, Mapping) and t.get("type") == "record"]
+        if len(records) == 1:
+            return records[0]
+    return None
+
+
+def _is_string_type(avro_type: Any) -> bool:
+    if avro_type == "string":
+        return True
+    if isinstance(avro_type, list):
+        return "string" in avro_type and all(t in ("null", "string") for t in avro_type)
+    return isinstance(avro_type, Mapping) and avro_type.get("type") == "string"
+
+
+def check_user_schema(schema: Any, config: JobConfig, source: str) -> set[str]:
+    """Check a user result schema against the job; return its JSON-text value fields."""
+    top = _fields_of(schema)
+    if not top:
+        raise AvroSchemaError(f"{source}: the output schema must be an Avro record")
+    produced = {"key", "window_start", "window_end", "kind", "update_seq", "values"}
+    missing = [f["name"] for f in top if f.get("name") not in produced and "default" not in f]
+    values_field = next((f for f in top if f.get("name") == "values"), None)
+    json_text: set[str] = set()
+    problems: list[str] = []
+    if missing:
+        problems.append(
+            f"fields without a default that a window result does not have: {', '.join(missing)}"
+        )
+    if values_field is not None:
+        values_record = _record_in(values_field.get("type"))
+        names = {agg.name for agg in config.aggregations}
+        inner = _fields_of(values_record)
+        unknown = [f["name"] for f in inner if f.get("name") not in names and "default" not in f]
+        if unknown:
+            problems.append(
+                "values fields without a default that are not aggregations: " + ", ".join(unknown)
+            )
+        types = {f.get("name"): f.get("type") for f in inner}
+        for agg in config.aggregations:
+            if column_of(agg) == "text" and _is_string_type(types.get(agg.name)):
+                json_text.add(agg.name)
+    if problems:
+        raise AvroSchemaError(
+            f"{source}: the output schema does not fit the job: " + "; ".join(problems)
+        )
+    return json_text

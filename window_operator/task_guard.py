@@ -1,0 +1,163 @@
+"""Keeping a task alive through records it cannot handle.
+
+Bad input is data: the decoders turn every payload they cannot use into an error record
+with a code. This module covers what is left, an unexpected exception while decoding
+or inside the operator (a bug, or a user-defined operation that fails on some value).
+Spark would retry the task on the same micro-batch forever, so instead the task finds
+the records that cause it and sends each to the error topic as ``INTERNAL_ERROR`` with
+its source position, and processes the rest:
+
+* decoding: when decoding a batch raises, each payload is decoded on its own, and a
+  payload whose decoding raises becomes an error record;
+* the operator: an operator whose ``add_batch`` raised is in an unknown state, so it is
+  dropped and a fresh one opened from the store (nothing is written to the store before
+  the flush after ``add_batch``). The batch is then bisected: a part that raises is
+  split, a part that succeeds stays applied, and after every failure the operator is
+  rebuilt and the rows applied so far are applied again as one batch. A single row
+  that raises alone is the culprit.
+
+Both searches are deterministic, so a replay of the batch gives the same verdicts and
+state. Failures that are not about a record propagate: ``MemoryError``, ``OSError``, a
+closed store, and a batch of several rows in which every row fails on its own (the
+operator fails whatever it is given).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stores.rocks import StoreClosedError
+from window_operator.codecs.inputs import InputDecoder
+from window_operator.events import DecodeResult, EventBatch
+from window_operator.job import TaskOperator as WindowOperator
+from window_operator.results import ErrorCode, ErrorRecord
+
+__all__ = ["FATAL_ERRORS", "Applied", "add_guarded", "decode_guarded", "internal_error"]
+
+_log = logging.getLogger(__name__)
+
+#: Exceptions never blamed on a record: the task fails and Spark retries it.
+FATAL_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, StoreClosedError)
+
+
+def internal_error(
+    stage: str, exc: BaseException, *, topic: str | None, partition: int, offset: int, raw: Any
+) -> ErrorRecord:
+    """The error record of a record whose ``stage`` raised ``exc`` (also logged)."""
+    _log.warning(
+        "%s raised on %s/%s@%s; the record goes to the error output",
+        stage,
+        topic,
+        partition,
+        offset,
+        exc_info=exc,
+    )
+    detail = str(exc)
+    name = type(exc).__name__
+    return ErrorRecord(
+        code=ErrorCode.INTERNAL_ERROR,
+        reason=f"{stage} raised {name}: {detail}" if detail else f"{stage} raised {name}",
+        partition=partition,
+        offset=offset,
+        raw=raw,
+        topic=topic,
+    )
+
+
+def decode_guarded(
+    decoder: InputDecoder,
+    payloads: Sequence[bytes | None],
+    *,
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+) -> DecodeResult:
+    """``decoder.decode`` of the payloads; a payload whose decoding raises is an error."""
+    try:
+        return decoder.decode(payloads, partition=partition, offsets=offsets, topic=topic)
+    except FATAL_ERRORS:
+        raise
+    except Exception:  # noqa: BLE001 - narrowed down to the payloads below
+        pass
+    parts: list[DecodeResult] = []
+    for payload, offset in zip(payloads, offsets, strict=True):
+        try:
+            parts.append(
+                decoder.decode([payload], partition=partition, offsets=[offset], topic=topic)
+            )
+        except FATAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the record goes to the error output
+            err = internal_error(
+                "decoding", exc, topic=topic, partition=partition, offset=offset, raw=payload
+            )
+            parts.append(DecodeResult(decoder.record_decoder.decode_records([]).batch, [err], []))
+    return DecodeResult(
+        EventBatch.concat([p.batch for p in parts]),
+        [err for p in parts for err in p.errors],
+        [i for i, p in enumerate(parts) for _ in p.kept],
+    )
+
+
+@dataclass
+class Applied:
+    """The outcome of :func:`add_guarded`."""
+
+    #: The operator holding the applied rows (a fresh one if the first raised).
+    operator: WindowOperator
+    #: Rows the operator applied (its ``add_batch`` statistics).
+    applied: int = 0
+    #: Batch rows that raised on their own, with the exception.
+    failed: list[tuple[int, Exception]] = field(default_factory=list)
+
+
+def add_guarded(
+    open_operator: Callable[[], WindowOperator], operator: WindowOperator, batch: EventBatch
+) -> Applied:
+    """``operator.add_batch(batch)``; rows that make it raise are isolated (module docstring)."""
+    try:
+        return Applied(operator, _applied(operator.add_batch(batch)))
+    except FATAL_ERRORS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - narrowed down to rows below
+        first = exc
+    result = _bisect(open_operator, batch)
+    if len(batch) > 1 and len(result.failed) == len(batch):
+        raise first  # not about the records: every row fails on its own
+    return result
+
+
+def _bisect(open_operator: Callable[[], WindowOperator], batch: EventBatch) -> Applied:
+    result = Applied(open_operator())
+    good: list[int] = []
+    pending = [(0, len(batch))]
+    while pending:
+        lo, hi = pending.pop()
+        try:
+            result.applied += _applied(result.operator.add_batch(batch.take(np.arange(lo, hi))))
+            good.extend(range(lo, hi))
+            continue
+        except FATAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - narrowed down below
+            error = exc
+        result.operator = open_operator()
+        result.applied = 0
+        if good:
+            rows = np.asarray(good, dtype=np.int64)
+            result.applied = _applied(result.operator.add_batch(batch.take(rows)))
+        if hi - lo == 1:
+            result.failed.append((lo, error))
+        else:
+            mid = (lo + hi) // 2
+            pending += [(mid, hi), (lo, mid)]
+    return result
+
+
+def _applied(stats: Any) -> int:
+    return int(stats.applied)
