@@ -29,9 +29,11 @@ from window_operator.config import (
 from window_operator.job import JobRuntime, build_runtime
 from window_operator.join import JoinRuntime, build_join_runtime
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
+from window_operator.spark.topics import TaskCountError, TransactionsUnsupportedError
 
 if TYPE_CHECKING:
-    from window_operator.task import TaskSettings
+    from window_operator.runtime.settings import TaskSettings
+    from window_operator.spark.driver import BatchReport
 
     _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -106,7 +108,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bootstrap(args: argparse.Namespace, config: JobConfig | None) -> str:
+def _bootstrap(args: argparse.Namespace, config: JobConfig | JoinJobConfig | None) -> str:
     servers = (
         getattr(args, "bootstrap_servers", None)
         or (config.kafka.bootstrap_servers if config is not None else None)
@@ -148,41 +150,28 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from window_operator.spark.driver import StreamingJob, ensure_topics
+    from window_operator.spark.driver import StreamingJob, prepare_topics
     from window_operator.spark.session import build_session
 
-    runtime = _load_runtime(args.config)
-    config = runtime.config
+    config = load_any_config(args.config)
+    if isinstance(config, JobConfig):
+        build_runtime(config, source=args.config)  # operation problems are config errors
+    else:
+        build_join_runtime(config, source=args.config)
     bootstrap = _bootstrap(args, config)
-    # before Spark starts (seconds): an unreachable broker or a missing input topic
-    # is reported at once, not after the session is up
-    ensure_topics(config, bootstrap)
+    # before Spark starts (seconds): an unreachable broker, a missing input topic or a
+    # task count that disagrees with the changelog is reported at once
+    prepare_topics(config, bootstrap)
     conf = {**config.spark.conf, **_spark_conf(args.conf)}
     if os.environ.get("WINDOW_OPERATOR_CRASH_AT"):
-        # recovery tests: let the armed task kill this whole job (see task.crash_point)
+        # recovery tests: let the armed task kill this whole job (see runtime.faults)
         os.environ["WINDOW_OPERATOR_CRASH_PGID"] = str(os.getpgid(0))
     spark = build_session(
         app_name=f"window-operator-{config.job}",
         master=args.master or config.spark.master,
         conf=conf,
     )
-
-    report_file = open(args.report, "ab") if args.report else None  # noqa: SIM115
-
-    def report(batch_id: int, rows: list[dict[str, object]]) -> None:
-        if report_file is not None:
-            import orjson
-
-            report_file.write(orjson.dumps({"batch": batch_id, "tasks": rows}) + b"\n")
-            report_file.flush()
-        total = {k: sum(int(r[k]) for r in rows) for k in ("records", "applied", "results")}  # type: ignore[call-overload]
-        label = "tick" if batch_id < 0 else f"batch {batch_id}"
-        print(
-            f"{label}: {total['records']} records, {total['applied']} applied, "
-            f"{total['results']} results from {len(rows)} tasks",
-            file=sys.stderr,
-        )
-
+    reporter = _BatchPrinter(args.report)
     job = StreamingJob(
         config,
         bootstrap_servers=bootstrap,
@@ -190,7 +179,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         available_now=True if args.available_now else None,
         starting_offsets=args.starting_offsets,
-        on_report=report,
+        on_report=reporter,
     )
     job.start()
     try:
@@ -199,9 +188,51 @@ def _cmd_run(args: argparse.Namespace) -> int:
         job.stop()
     finally:
         spark.stop()
-        if report_file is not None:
-            report_file.close()
+        reporter.close()
     return 0
+
+
+class _BatchPrinter:
+    """One line per micro-batch on stderr; with ``--report``, JSON lines to a file."""
+
+    def __init__(self, path: str | None) -> None:
+        self.file = open(path, "ab") if path else None  # noqa: SIM115
+
+    def __call__(self, report: BatchReport) -> None:
+        import orjson
+
+        if self.file is not None:
+            doc = {
+                "batch": report.batch_id,
+                "watermark": report.clock.watermark,
+                "tasks": [t.as_dict() for t in report.tasks],
+                "ranges": [
+                    {
+                        "topic": m.range.topic,
+                        "partition": m.range.partition,
+                        "start": m.range.start,
+                        "end": m.range.end,
+                        "records": m.records,
+                        "rejected": m.rejected,
+                    }
+                    for m in report.ranges
+                ],
+            }
+            self.file.write(orjson.dumps(doc) + b"\n")
+            self.file.flush()
+        records = sum(m.records for m in report.ranges)
+        applied = sum(t.applied for t in report.tasks)
+        results = sum(t.results for t in report.tasks)
+        label = "tick" if report.batch_id < 0 else f"batch {report.batch_id}"
+        print(
+            f"{label}: {records} records, {applied} applied, {results} results from "
+            f"{len(report.tasks)} tasks",
+            file=sys.stderr,
+        )
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
@@ -226,10 +257,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 
 def _task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSettings:
-    from window_operator.task import TaskSettings
+    from window_operator.runtime.settings import TaskSettings
 
-    runtime = _load_runtime(args.config)
-    config = runtime.config
+    config = load_any_config(args.config)
     return TaskSettings(
         config=config,
         bootstrap_servers=_bootstrap(args, config) if with_kafka else "",
@@ -238,7 +268,7 @@ def _task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSet
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
-    from window_operator.task import TaskRunner
+    from window_operator.runtime.commit import TaskState
 
     settings = _task_settings(args)
     count = KafkaAdmin(settings.bootstrap_servers).require_topic(
@@ -255,7 +285,9 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         )
     tasks = [args.task] if args.task is not None else list(range(count))
     for task in tasks:
-        result = TaskRunner(settings, task).restore()
+        state = TaskState.open(settings, task)
+        state.close()
+        result = state.restored
         print(
             f"task {task}: applied {result.applied} records in {result.batches} batches, "
             f"now at changelog offset {result.position}"
@@ -267,8 +299,8 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     import orjson
 
-    from window_operator.job import task_state_dir
-    from window_operator.task import read_stored_windows
+    from window_operator.runtime.queries import stored_windows
+    from window_operator.runtime.settings import task_state_dir
 
     settings = _task_settings(args, with_kafka=False)
     start = _parse_time(args.start, -(2**62))
@@ -283,7 +315,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise CliError(f"no local state under {root}: run the job or `window-operator restore`")
     found = 0
     for task in tasks:
-        for w in read_stored_windows(settings, task, args.key, start, end):
+        for w in stored_windows(settings, task, args.key, start, end):
             found += 1
             sys.stdout.buffer.write(
                 orjson.dumps(
@@ -462,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return exc.code
-    except (KafkaAdminError, BrokerError) as exc:
+    except (KafkaAdminError, BrokerError, TaskCountError, TransactionsUnsupportedError) as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:

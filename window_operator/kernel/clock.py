@@ -107,14 +107,17 @@ class EventClock:
         if wall > self.last_active.get(pos, NO_WATERMARK):
             self.last_active[pos] = wall
 
-    def adopt(self, state: ClockState) -> None:
-        """Take the clock of the whole job (the watermark still never goes backwards)."""
+    def adopt(self, state: ClockState) -> int:
+        """Take the clock of the whole job; the watermark it implies (to :meth:`advance` to).
+
+        The watermark itself is left to the operator, which fires what it passes.
+        """
         self.external = True
         self.max_ts = dict(state.max_ts)
         self.last_active = dict(state.last_active)
         self.first_wall = state.first_wall
         self.now = max(self.now, state.now)
-        self.watermark = max(self.watermark, state.watermark)
+        return max(state.watermark, self.coalesced())
 
     def state(self) -> ClockState:
         """A snapshot (what a driver would log)."""

@@ -1,0 +1,98 @@
+"""The topics of a job, and the number of its state tasks.
+
+The input topics must exist (the job does not guess their partitioning). The changelog
+topic has one partition per state task: when it exists its partition count *is* the
+number of tasks (state is partitioned by a hash of the key modulo that number, so it
+cannot change while the state lives); when it does not, ``state.tasks`` (default: the
+largest input partition count) decides and the changelog is created with that many
+partitions, as are the output and error topics.
+"""
+
+from __future__ import annotations
+
+from stores.changelog import changelog_topic
+from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.errors import WindowOperatorError
+from window_operator.kafka_admin import KafkaAdmin, TopicSpec
+
+__all__ = [
+    "TaskCountError",
+    "TransactionsUnsupportedError",
+    "input_topics",
+    "prepare_topics",
+]
+
+AnyJobConfig = JobConfig | JoinJobConfig
+
+#: What to do about a missing input topic (the job does not create it).
+_INPUT_TOPIC_HINT = (
+    "create it, or produce to it first "
+    "(`window-operator produce --config JOB --input FILE` creates it and loads a JSONL file)"
+)
+_KEEP_FOREVER = {"retention.ms": "-1"}
+_COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
+
+
+class TaskCountError(WindowOperatorError):
+    """``state.tasks`` disagrees with the partition count of the existing changelog."""
+
+
+class TransactionsUnsupportedError(WindowOperatorError):
+    """The broker does not support transactions, which exactly-once needs."""
+
+
+def input_topics(config: AnyJobConfig) -> list[str]:
+    """The job's input topics (two for a join, possibly the same)."""
+    if isinstance(config, JoinJobConfig):
+        return list(dict.fromkeys([config.join.left.topic_name, config.join.right.topic_name]))
+    return [config.input.topic]
+
+
+def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 30.0) -> int:
+    """Check the inputs, create the job's topics if needed; the number of state tasks.
+
+    Raises ``BrokerUnreachableError`` / ``TopicNotFoundError`` (see :mod:`kafka_admin`),
+    :class:`TaskCountError` and, under exactly-once, :class:`TransactionsUnsupportedError`.
+    """
+    admin = KafkaAdmin(bootstrap, request_timeout_s=timeout_s)
+    widest = max(
+        admin.require_topic(t, hint=_INPUT_TOPIC_HINT, kind="input topic")
+        for t in input_topics(config)
+    )
+    changelog = changelog_topic(config.job)
+    existing = admin.partition_count(changelog)
+    wanted = config.state.tasks
+    if existing is not None and wanted is not None and wanted != existing:
+        raise TaskCountError(
+            f"state.tasks is {wanted}, but the changelog topic {changelog!r} has {existing} "
+            f"partitions (one per state task): the number of tasks is fixed when a job first "
+            f"starts. Use state.tasks: {existing}, or start the job afresh (delete the "
+            "changelog topic, the Spark checkpoint and the state directory)"
+        )
+    tasks = existing or wanted or widest
+    admin.create_topics(
+        [
+            TopicSpec(changelog, tasks, _COMPACTED),
+            TopicSpec(config.output.topic, tasks, _COMPACTED),
+            TopicSpec(config.output.errors_topic, tasks, _KEEP_FOREVER),
+        ]
+    )
+    if config.processing.exactly_once:
+        _check_transactions(bootstrap, config.job, timeout_s)
+    return tasks
+
+
+def _check_transactions(bootstrap: str, job: str, timeout_s: float) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"{job}-probe", "linger.ms": 0}
+    )
+    try:
+        producer.init_transactions(min(timeout_s, 15.0))
+    except KafkaException as exc:
+        raise TransactionsUnsupportedError(
+            f"processing.guarantee is exactly_once, but the broker at {bootstrap} does not "
+            f"support transactions ({exc.args[0].str()}): use a broker that does, or set "
+            "processing.guarantee: at_least_once"
+        ) from None
