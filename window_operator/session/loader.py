@@ -20,7 +20,6 @@ import numpy as np
 from stores.keys import MIN_I64
 from stores.keyspace import EncodedKey, encode_key
 from stores.rocks import TaskStore
-from window_operator.aggset import AggregationSet
 from window_operator.arrays import IntArray, one
 from window_operator.kernel import EventClock
 from window_operator.policies import NO_WATERMARK
@@ -29,6 +28,8 @@ from window_operator.session.state import (
     FLAG_EXTRA,
     FLAG_PENDING,
     INDEX,
+    MAX_BUCKET_MS,
+    MIN_BUCKET_MS,
     PENDING,
     SESSIONS,
     RecordHeads,
@@ -92,17 +93,15 @@ class SessionLoader:
         store: TaskStore,
         cache: SessionCache,
         trigger: SessionTrigger,
-        aggs: AggregationSet,
-        progress: StoreProgress,
         clock: EventClock,
     ) -> None:
         self.store = store
         self.cache = cache
         self.trigger = trigger
-        self.aggs = aggs
-        self.progress = progress
         self.clock = clock
-        self.codec = SessionRecordCodec(aggs)
+        self.aggs = cache.aggs
+        self.progress = StoreProgress(bucket=min(max(trigger.gap, MIN_BUCKET_MS), MAX_BUCKET_MS))
+        self.codec = SessionRecordCodec(cache.aggs)
         self.messages = message_layout(trigger.by_offsets)
         # Upper bound of the close of any session of a key that is stored but not cached:
         # a batch session starting after it cannot touch anything on disk.

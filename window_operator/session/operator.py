@@ -46,6 +46,7 @@ from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, Late
 from window_operator.results import ErrorRecord, Kind, ResultBatch, WindowResult
 from window_operator.session.cache import SessionCache
 from window_operator.session.emitter import SessionEmitter
+from window_operator.session.loader import SessionLoader
 from window_operator.session.merge import (
     BatchSessions,
     cut_batch,
@@ -95,7 +96,7 @@ class SessionAggregator:
         )
         self.cache = SessionCache(aggregations, per_partition=self.by_offsets)
         self.sessions = SessionStore(
-            store, self.cache, self.trigger, aggregations, self.kernel.clock
+            SessionLoader(store, self.cache, self.trigger, self.kernel.clock)
         )
         self.emitter = SessionEmitter(self.cache, self.trigger, self.kernel.outputs)
         self.timers = Timers()

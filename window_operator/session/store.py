@@ -21,23 +21,18 @@ import numpy as np
 
 from stores.keys import MIN_I64
 from stores.keyspace import EncodedKey
-from stores.rocks import StoreBatch, TaskStore
-from window_operator.aggset import AggregationSet
+from stores.rocks import StoreBatch
 from window_operator.arrays import BoolArray, IntArray
-from window_operator.kernel import EventClock
-from window_operator.session.cache import SessionCache, StoredId
-from window_operator.session.loader import SessionLoader, StoreProgress
+from window_operator.session.cache import StoredId
+from window_operator.session.loader import SessionLoader
 from window_operator.session.state import (
     INDEX,
     INDEX_HEADROOM,
-    MAX_BUCKET_MS,
-    MIN_BUCKET_MS,
     PENDING,
     SESSIONS,
     PendingMessage,
     RecordHeads,
 )
-from window_operator.session.trigger import SessionTrigger
 
 __all__ = ["SessionStore"]
 
@@ -45,22 +40,15 @@ __all__ = ["SessionStore"]
 class SessionStore:
     """Every read and write of session state in the task store (see module doc)."""
 
-    def __init__(
-        self,
-        store: TaskStore,
-        cache: SessionCache,
-        trigger: SessionTrigger,
-        aggs: AggregationSet,
-        clock: EventClock,
-    ) -> None:
-        self.store = store
-        self.cache = cache
-        self.trigger = trigger
-        self.aggs = aggs
-        self.progress = StoreProgress(bucket=min(max(trigger.gap, MIN_BUCKET_MS), MAX_BUCKET_MS))
-        self.loader = SessionLoader(store, cache, trigger, aggs, self.progress, clock)
-        self.codec = self.loader.codec
-        self.messages = self.loader.messages
+    def __init__(self, loader: SessionLoader) -> None:
+        self.loader = loader
+        self.store = loader.store
+        self.cache = loader.cache
+        self.trigger = loader.trigger
+        self.aggs = loader.aggs
+        self.progress = loader.progress
+        self.codec = loader.codec
+        self.messages = loader.messages
         #: full-state messages of applied events, written at the next flush
         self.pending: list[PendingMessage] = []
 
