@@ -337,6 +337,11 @@ class SessionCache:
         sl.p_stored[slots] = sl.pending[slots]
         sl.dirty[slots] = False
 
+    def take_superseded(self) -> dict[StoredId, bool]:
+        """Hand over (and forget) the stored records memory superseded (see ``superseded``)."""
+        out, self.superseded = self.superseded, {}
+        return out
+
     def take_ended(self) -> IntArray:
         """Ended (emitted, closed) tuple sessions: nothing can change them; not to be written."""
         sl = self.slots

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from stores.errors import StateCorruptError
 from stores.keys import MIN_I64
 from stores.keyspace import EncodedKey, encode_key
 from stores.rocks import TaskStore
@@ -63,11 +64,14 @@ class StoreProgress:
         }
 
     def load_json(self, doc: dict[str, Any]) -> None:
-        """Take the fields of :meth:`to_json`."""
-        self.bucket = int(doc["bucket_ms"])
-        self.max_len = int(doc["max_len"])
-        expired = doc.get("expired_upto")
-        self.expired_upto = None if expired is None else int(expired)
+        """Take the fields of :meth:`to_json` (:class:`StateCorruptError` when missing)."""
+        try:
+            self.bucket = int(doc["bucket_ms"])
+            self.max_len = int(doc["max_len"])
+            expired = doc.get("expired_upto")
+            self.expired_upto = None if expired is None else int(expired)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateCorruptError(f"session checkpoint fields do not decode: {exc!r}") from exc
 
 
 @dataclass(frozen=True, slots=True)

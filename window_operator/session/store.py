@@ -65,11 +65,11 @@ class SessionStore:
         superseded them (merged away, or the session's start moved).
         """
         cache = self.cache
-        superseded = set(cache.superseded)
+        records = cache.take_superseded()
+        superseded = set(records)
         # Superseded records first, so that a put of the same key later in the batch wins.
-        for (kid, start), had_p in cache.superseded.items():
+        for (kid, start), had_p in records.items():
             self._delete_record(batch, kid, start, had_p)
-        cache.superseded.clear()
         sl = cache.slots
         slots = np.flatnonzero(sl.dirty & (sl.kid >= 0))
         if len(slots):
