@@ -1,8 +1,4 @@
-"""Store key encodings of session state, and the interned session keys of a task.
-
-Tags of the Window Meta Store (see the package notes): ``S`` session records, ``X`` the
-expiry/restore index, ``P`` sessions with a LATE update pending.
-"""
+"""The interned session keys of a task: the grouping key, per partition for tuple sessions."""
 
 from __future__ import annotations
 
@@ -11,37 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stores.keys import MAX_I64, MIN_I64, decode_i64, decode_str, encode_i64
+from stores.keyspace import EncodedKey, GroupKeyLayout
+from window_operator.arrays import IntArray
 from window_operator.keytable import KeyTable
-from window_operator.session.arrays import IntArray
+from window_operator.session.state import SESSIONS
 
-__all__ = [
-    "INDEX_TAG",
-    "MIN_I64_BYTES",
-    "PENDING_TAG",
-    "SESSION_TAG",
-    "SessionKeys",
-    "clamp_i64",
-    "i64_bytes",
-    "order_code",
-]
-
-SESSION_TAG = b"S"
-INDEX_TAG = b"X"
-PENDING_TAG = b"P"
-MIN_I64_BYTES = encode_i64(MIN_I64)
-_SIGN = np.uint64(1 << 63)
-
-
-def i64_bytes(values: IntArray) -> bytes:
-    """``encode_i64`` of every value, concatenated (8 bytes each)."""
-    flipped = values.astype(np.int64, copy=False).view(np.uint64) ^ _SIGN
-    return flipped.astype(">u8").tobytes()
-
-
-def clamp_i64(x: int) -> int:
-    """``x`` clamped to the int64 range (a scan bound)."""
-    return min(max(x, MIN_I64), MAX_I64)
+__all__ = ["SessionKeys", "order_code"]
 
 
 def order_code(encoded: bytes) -> int:
@@ -52,7 +23,7 @@ def order_code(encoded: bytes) -> int:
 class SessionKeys:
     """Interns session keys: the grouping key, plus the partition for tuple sessions.
 
-    ``enc[kid]`` is the key's store encoding (``str(key)`` or ``str(key) + i64(p)``),
+    ``enc[kid]`` is the key part of its store keys (:class:`GroupKeyLayout`),
     ``prefix[kid]`` its session record prefix, ``name[kid]`` the grouping key,
     ``part_arr[kid]`` the partition (0 for time sessions) and ``code[kid]`` a stable
     hash used to order emissions.
@@ -60,11 +31,12 @@ class SessionKeys:
 
     def __init__(self, per_partition: bool) -> None:
         self.per_partition = per_partition
+        self.layout = GroupKeyLayout(per_partition)
         self.table: KeyTable[str] = KeyTable()
         self._pairs: dict[tuple[int, int], int] = {}
         self._by_enc: dict[bytes, int] = {}
         self.name: list[str] = [] if per_partition else self.table.names
-        self.enc: list[bytes] = [] if per_partition else self.table.encoded  # type: ignore[assignment]
+        self.enc: list[EncodedKey] = [] if per_partition else self.table.encoded
         self.prefix: list[bytes] = []
         self.code: IntArray = np.zeros(0, dtype=np.int64)
         self.part_arr: IntArray = np.zeros(0, dtype=np.int64)
@@ -110,17 +82,19 @@ class SessionKeys:
             self.sync()
         return kid
 
-    def id_of_encoded(self, encoded: bytes) -> int:
-        """The id of a session key from its store encoding (assigned if new).
+    def ids_of_encoded(self, encoded: Sequence[EncodedKey]) -> IntArray:
+        """The ids of session keys read from the store (assigned if new)."""
+        out = np.fromiter(map(self._id_of_encoded, encoded), dtype=np.int64, count=len(encoded))
+        self.sync()
+        return out
 
-        Call :meth:`sync` after interning keys this way, before using the derived columns.
-        """
+    def _id_of_encoded(self, encoded: EncodedKey) -> int:
         kid = self._by_enc.get(encoded)
         if kid is not None:
             return kid
-        key, pos = decode_str(encoded, 0)
+        key, part = self.layout.parse(encoded)
         skid = self.table.id_of(key)
-        return self._pair_id(skid, decode_i64(encoded, pos)) if self.per_partition else skid
+        return self._pair_id(skid, part) if self.per_partition else skid
 
     def _pair_id(self, skid: int, part: int) -> int:
         kid = self._pairs.get((skid, part))
@@ -128,7 +102,7 @@ class SessionKeys:
             kid = len(self.enc)
             self._pairs[(skid, part)] = kid
             self.name.append(self.table.names[skid])
-            self.enc.append(self.table.encoded[skid] + encode_i64(part))
+            self.enc.append(self.layout.encode(self.table.encoded[skid], part))
             self._parts.append(part)
         return kid
 
@@ -138,7 +112,7 @@ class SessionKeys:
         if n == have:
             return
         new = self.enc[have:n]
-        self.prefix.extend(SESSION_TAG + e for e in new)
+        self.prefix.extend(SESSIONS.prefix(e) for e in new)
         self._by_enc.update(zip(new, range(have, n), strict=True))
         codes = np.fromiter((order_code(e) for e in new), dtype=np.int64, count=n - have)
         self.code = np.concatenate([self.code, codes])

@@ -1,11 +1,16 @@
-"""The batch sweep: cut a batch into sessions and merge them with existing ones.
+"""Merging events into sessions: arrays in, sessions out (no store, no cache).
 
-Accepted events are sorted per (key, time) and cut into the batch's own sessions,
-pre-aggregated with NumPy, then swept together with the retained sessions of the
-touched keys (cached, or loaded from the store when they may touch): every group of
-touching intervals becomes one session, whose accumulators are *combined* (never
-recomputed from messages). The survivor of a group is its earliest existing session,
-in whose slot the others are merged.
+A batch's accepted events are sorted per (key, time) and cut into the batch's own
+sessions (:func:`cut_batch`), pre-aggregated, then swept together with the existing
+sessions of the touched keys (:func:`merge`): every group of touching intervals becomes
+one session, whose accumulators are *combined* (never recomputed from messages). The
+survivor of a group is its earliest existing session, into which the others merge (so
+its store record usually keeps its key). :func:`merge_one` is the same for one event,
+without the batch pipeline's fixed cost.
+
+Intervals: a session of events ``start .. last`` covers ``[start, last + gap]``; two
+intervals touch when they overlap, inclusively. Object accumulators are combined in
+place where the operations do so: the inputs' object lists are consumed.
 """
 
 from __future__ import annotations
@@ -17,20 +22,24 @@ import numpy as np
 
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
-from window_operator.events import EventBatch
-from window_operator.policies import NO_WATERMARK, LateMode
-from window_operator.session.arrays import BoolArray, FloatArray, IntArray
-from window_operator.session.loading import StoredSessionLoader
-from window_operator.session.records import PendingMessage
+from window_operator.arrays import BoolArray, FloatArray, IntArray
+from window_operator.events import DecodedEvent, EventBatch
+from window_operator.timewindows.frame_store import PendingMessage
 
 __all__ = [
-    "BatchMerge",
+    "BatchCut",
     "BatchSessions",
-    "Sweep",
+    "MergePlan",
+    "OneMerge",
+    "Sessions",
+    "cut_batch",
+    "event_objects",
+    "event_values",
+    "merge",
+    "merge_one",
     "plain",
     "reduce_groups",
     "session_breaks",
-    "sweep",
 ]
 
 
@@ -42,28 +51,141 @@ def plain(value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchSessions:
-    """The batch's own sessions, in (key, start) order, pre-aggregated."""
+class Sessions:
+    """Existing sessions: where they live (cache slots), keys, bounds, accumulators."""
+
+    slot: IntArray
+    kid: IntArray
+    start: IntArray
+    last: IntArray
+    acc: FloatArray
+    #: object accumulators per session (None without object operations)
+    objs: list[list[Any]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCut:
+    """A batch's events cut into its own sessions, in (key, start) order."""
 
     kid: IntArray
     start: IntArray
     last: IntArray
+    #: the session of each event (in the order the events came)
+    groups: IntArray
+    #: number of events per session
+    events: IntArray
+
+    def __len__(self) -> int:
+        return len(self.kid)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSessions:
+    """The batch's own sessions, pre-aggregated."""
+
+    cut: BatchCut
     #: accumulator row per session (``AggregationSet`` layout)
     partial: FloatArray
     #: object accumulators per session (None without object operations)
     objs: list[list[Any]] | None
-    #: number of events per session
-    events: IntArray
 
 
 @dataclass(frozen=True, slots=True)
-class Sweep:
+class MergePlan:
+    """The sessions a batch leaves behind: one per group of touching intervals.
+
+    Per group: its key, bounds, the existing session that survives (a slot; ``-1``: a
+    new session), combined accumulators and the number of batch events in it. Existing
+    sessions merged into a survivor are ``absorbed`` (slots) into group ``absorbed_into``.
+    """
+
+    kid: IntArray
+    start: IntArray
+    last: IntArray
+    survivor: IntArray
+    acc: FloatArray | None
+    objs: list[list[Any]] | None
+    events: IntArray
+    absorbed: IntArray
+    absorbed_into: IntArray
+
+
+def cut_batch(kids: IntArray, axis: IntArray, gap: int) -> BatchCut:
+    """Sort events per (key, time) and cut where consecutive times differ by more than gap."""
+    order = np.lexsort((axis, kids))
+    sk, sa = kids[order], axis[order]
+    cut = np.ones(len(sk), dtype=np.bool_)
+    cut[1:] = (sk[1:] != sk[:-1]) | (sa[1:] - sa[:-1] > gap)
+    first = np.flatnonzero(cut)
+    last = np.append(sa[first[1:] - 1], sa[-1])
+    groups = np.empty(len(sk), dtype=np.int64)
+    groups[order] = np.cumsum(cut) - 1
+    events = np.bincount(groups, minlength=len(first))
+    return BatchCut(sk[first], sa[first], last, groups, events)
+
+
+def event_values(aggs: AggregationSet, event: DecodedEvent) -> list[Any]:
+    """The values one event gives each object operation."""
+    values: list[Any] = []
+    for agg, _ in aggs.objects:
+        if agg.field is None:
+            values.append(None)
+        elif agg.field in event.objects:
+            values.append(event.objects[agg.field])
+        else:
+            values.append(plain(event.numeric[agg.field]))
+    return values
+
+
+def event_objects(
+    aggs: AggregationSet,
+    batch: EventBatch,
+    idx: IntArray,
+    kids: IntArray,
+    cut: BatchCut,
+    off: IntArray,
+) -> tuple[list[list[Any]], list[PendingMessage]]:
+    """Object accumulators of the batch's sessions, and the full-state messages to store.
+
+    ``idx`` are the batch rows of the cut's events (in order) and ``kids`` their session
+    keys; ``off`` is every row's offset.
+    """
+    ops = aggs.objects
+    out = [aggs.create_objects() for _ in range(len(cut))]
+    n = len(batch)
+    cols = [
+        [None] * n
+        if agg.field is None
+        else batch.objects[agg.field]
+        if agg.field in batch.objects
+        else batch.numeric[agg.field].tolist()
+        for agg, _ in ops
+    ]
+    full = aggs.full_state
+    ts_l = batch.ts.tolist()
+    part_l = batch.partition.tolist()
+    off_l = off.tolist()
+    grp_l = cut.groups.tolist()
+    kid_l = kids.tolist()
+    messages: list[PendingMessage] = []
+    for j, i in enumerate(idx.tolist()):
+        objs = out[grp_l[j]]
+        order = Ordering(ts_l[i], part_l[i], off_l[i])
+        for o, (_, op) in enumerate(ops):
+            objs[o] = op.accumulate(objs[o], plain(cols[o][i]), order)
+        if full:
+            values = tuple(plain(cols[o][i]) for o in full)
+            messages.append(PendingMessage(kid_l[j], ts_l[i], part_l[i], off_l[i], values))
+    return out, messages
+
+
+@dataclass(frozen=True, slots=True)
+class _Sweep:
     """Batch and existing sessions grouped into the sessions they merge into.
 
-    Members (one per batch or existing session that belongs to a group touched by the
-    batch) are in (key, start) order; ``src`` is a cache slot where ``is_ex`` (an
-    existing session) and an index into :class:`BatchSessions` elsewhere; ``gid`` is the
-    group of each member. Per group: its first member, size, key and merged bounds.
+    Members (in (key, start) order) are existing sessions (``is_ex``; ``src`` indexes
+    :class:`Sessions`) and batch sessions (``src`` indexes the cut); ``gid`` is each
+    member's group. Per group: its first member, size, key and merged bounds.
     """
 
     src: IntArray
@@ -76,26 +198,16 @@ class Sweep:
     g_last: IntArray
 
 
-def sweep(
-    ex_kid: IntArray,
-    ex_start: IntArray,
-    ex_last: IntArray,
-    ex: IntArray,
-    b: BatchSessions,
-    gap: int,
-) -> Sweep:
-    """Sweep batch sessions and existing ones (slots ``ex``) together, per key in start order.
+def _sweep(ex: Sessions, b: BatchCut, gap: int) -> _Sweep:
+    """Sweep batch and existing sessions together, per key in start order.
 
-    Every group of touching intervals becomes one session; groups without a batch session
-    are left out (nothing changes them).
+    Groups without a batch session are left out (nothing changes them).
     """
-    b_kid, b_start, b_last = b.kid, b.start, b.last
-    nb = len(b_kid)
-    ne = len(ex)
-    m_kid = np.concatenate([ex_kid, b_kid])
-    m_start = np.concatenate([ex_start, b_start])
-    m_last = np.concatenate([ex_last, b_last])
-    m_src = np.concatenate([ex, np.arange(nb, dtype=np.int64)])
+    nb, ne = len(b.kid), len(ex.kid)
+    m_kid = np.concatenate([ex.kid, b.kid])
+    m_start = np.concatenate([ex.start, b.start])
+    m_last = np.concatenate([ex.last, b.last])
+    m_src = np.concatenate([np.arange(ne, dtype=np.int64), np.arange(nb, dtype=np.int64)])
     m_is_ex = np.arange(ne + nb) < ne
     order = np.lexsort((m_start, m_kid))
     m_kid, m_start, m_last = m_kid[order], m_start[order], m_last[order]
@@ -111,213 +223,107 @@ def sweep(
     gid = np.cumsum(newg) - 1
     g_first = np.flatnonzero(newg)
     g_size = np.diff(np.append(g_first, len(gid)))
-    g_kid = m_kid[g_first]
-    g_start = m_start[g_first]
     g_last = np.maximum.reduceat(m_last, g_first)
-    return Sweep(m_src, m_is_ex, gid, g_first, g_size, g_kid, g_start, g_last)
+    return _Sweep(m_src, m_is_ex, gid, g_first, g_size, m_kid[g_first], m_start[g_first], g_last)
 
 
-class BatchMerge(StoredSessionLoader):
-    """Merges a batch of accepted events into the sessions of their keys."""
+def merge(ex: Sessions, batch: BatchSessions, gap: int, aggs: AggregationSet) -> MergePlan:
+    """Merge the batch's sessions with the existing ones (see module doc)."""
+    b = batch.cut
+    sw = _sweep(ex, b, gap)
+    ngroups = len(sw.g_first)
+    ex_pos = np.flatnonzero(sw.is_ex)
+    u_gid, first_ex = np.unique(sw.gid[ex_pos], return_index=True)
+    survivor = np.full(ngroups, -1, dtype=np.int64)
+    survivor[u_gid] = ex.slot[sw.src[ex_pos[first_ex]]]
+    merged_away = np.ones(len(ex_pos), dtype=np.bool_)
+    merged_away[first_ex] = False
+    b_pos = np.flatnonzero(~sw.is_ex)
+    acc: FloatArray | None = None
+    if aggs.width:
+        rows = np.empty((len(sw.src), aggs.width), dtype=np.float64)
+        rows[ex_pos] = ex.acc[sw.src[ex_pos]]
+        rows[b_pos] = batch.partial[sw.src[b_pos]]
+        acc = reduce_groups(aggs, rows, sw.gid, sw.g_first, sw.g_size)
+    objs = None
+    if batch.objs is not None:
+        assert ex.objs is not None
+        objs = _combine_objects(aggs, sw, ex.objs, batch.objs)
+    events = np.zeros(ngroups, dtype=np.int64)
+    np.add.at(events, sw.gid[b_pos], b.events[sw.src[b_pos]])
+    gone = ex_pos[merged_away]
+    return MergePlan(
+        sw.g_kid,
+        sw.g_start,
+        sw.g_last,
+        survivor,
+        acc,
+        objs,
+        events,
+        ex.slot[sw.src[gone]],
+        sw.gid[gone],
+    )
 
-    def _apply(
-        self,
-        batch: EventBatch,
-        idx: IntArray,
-        kids: IntArray,
-        axis: IntArray,
-        off: IntArray,
-        wm_before: int,
-    ) -> int:
-        """Merge accepted events into sessions; return how many landed in closed ones."""
-        b = self._batch_sessions(batch, idx, kids, axis, off)
-        ex = self._touched_sessions(b, wm_before)
-        sl = self.slots
-        sw = sweep(sl.kid[ex], sl.start[ex], sl.last[ex], ex, b, self._gap)
-        surv = self._merge_groups(sw, b)
-        closed = self._settle(surv, sw, wm_before)
-        if not closed.any():
-            return 0
-        nb = len(b.kid)
-        b_group = np.empty(nb, dtype=np.int64)
-        batch_pos = np.flatnonzero(~sw.is_ex)
-        b_group[sw.src[batch_pos]] = sw.gid[batch_pos]
-        return int(b.events[closed[b_group]].sum())
 
-    def _batch_sessions(
-        self, batch: EventBatch, idx: IntArray, kids: IntArray, axis: IntArray, off: IntArray
-    ) -> BatchSessions:
-        """The batch's own sessions: sort per (key, time), cut where the gap is exceeded."""
-        gap = self._gap
-        aggs = self.aggs
-        order = np.lexsort((axis, kids))
-        sk, sa = kids[order], axis[order]
-        cut = np.ones(len(sk), dtype=np.bool_)
-        cut[1:] = (sk[1:] != sk[:-1]) | (sa[1:] - sa[:-1] > gap)
-        first = np.flatnonzero(cut)
-        b_kid, b_start = sk[first], sa[first]
-        b_last = np.append(sa[first[1:] - 1], sa[-1])
-        groups = np.empty(len(sk), dtype=np.int64)
-        groups[order] = np.cumsum(cut) - 1
-        nb = len(first)
-        partial = np.empty((nb, aggs.width))
-        if aggs.width:
-            whole = len(idx) == len(batch)
-            numeric = batch.numeric if whole else {f: v[idx] for f, v in batch.numeric.items()}
-            partial = aggs.accumulate(numeric, batch.ts[idx], groups, nb)
-        b_objs = self._batch_objects(batch, idx, groups, nb, kids, off) if aggs.objects else None
-        b_events = np.bincount(groups, minlength=nb)
-        return BatchSessions(b_kid, b_start, b_last, partial, b_objs, b_events)
+def _combine_objects(
+    aggs: AggregationSet, sw: _Sweep, ex_objs: list[list[Any]], b_objs: list[list[Any]]
+) -> list[list[Any]]:
+    """The object accumulators of each group: its members' combined in member order."""
+    out: list[list[Any]] = []
+    src_l = sw.src.tolist()
+    is_ex_l = sw.is_ex.tolist()
+    for f, size in zip(sw.g_first.tolist(), sw.g_size.tolist(), strict=True):
+        acc: list[Any] | None = None
+        for m in range(f, f + size):
+            part = ex_objs[src_l[m]] if is_ex_l[m] else b_objs[src_l[m]]
+            acc = part if acc is None else aggs.combine_objects(acc, part)
+        assert acc is not None
+        out.append(acc)
+    return out
 
-    def _touched_sessions(self, b: BatchSessions, wm_before: int) -> IntArray:
-        """Existing sessions of the touched keys (stored ones too, when they may touch)."""
-        gap = self._gap
-        cutoff = NO_WATERMARK if self.by_offsets else wm_before - self.policy.retention
-        if not self.by_offsets:
-            self._load_touching(b.kid, b.start, b.last + gap, cutoff)
-        mask = np.zeros(len(self.keys) + 1, dtype=np.bool_)
-        mask[b.kid] = True
-        sl = self.slots
-        ex = sl.of_kids(mask)
-        if not self.by_offsets and len(ex):
-            # sessions past retention take part in nothing (see _retained)
-            ex = ex[sl.last[ex] + gap > cutoff]
-        return ex
 
-    def _merge_groups(self, sw: Sweep, b: BatchSessions) -> IntArray:
-        """Combine each group into one slot; return the slot of each group.
+@dataclass(frozen=True, slots=True)
+class OneMerge:
+    """Where one event lands: the existing sessions it joins, merged bounds, accumulators.
 
-        The survivor of a group is its earliest existing session: its record key stays
-        valid (unless the batch reaches further back); others are merged in.
-        """
-        aggs = self.aggs
-        sl = self.slots
-        m_src, m_is_ex, gid = sw.src, sw.is_ex, sw.gid
-        g_first, g_size = sw.g_first, sw.g_size
-        surv = np.full(len(g_first), -1, dtype=np.int64)
-        ex_pos = np.flatnonzero(m_is_ex)
-        ex_gid = gid[ex_pos]
-        u_gid, first_ex = np.unique(ex_gid, return_index=True)
-        surv[u_gid] = m_src[ex_pos[first_ex]]
-        merged_away = np.ones(len(ex_pos), dtype=np.bool_)
-        merged_away[first_ex] = False
-        gone = m_src[ex_pos[merged_away]]
-        fresh_g = np.flatnonzero(surv < 0)
-        if len(fresh_g):
-            new_slots = sl.allocate(len(fresh_g))
-            surv[fresh_g] = new_slots
-            sl.kid[new_slots] = sw.g_kid[fresh_g]
-            sl.seq[new_slots] = 0
-        if aggs.width:
-            rows = np.where(
-                m_is_ex[:, None],
-                sl.acc[np.where(m_is_ex, m_src, 0)],
-                b.partial[np.where(m_is_ex, 0, m_src)],
-            )
-            sl.acc[surv] = reduce_groups(aggs, rows, gid, g_first, g_size)
-        if b.objs is not None:
-            self._combine_group_objects(surv, m_src, m_is_ex, g_first, g_size, b.objs)
-        if len(gone):
-            self._absorb(surv, gid[ex_pos[merged_away]], gone)
-        return surv
+    ``joined`` indexes the given :class:`Sessions`, in start order: the first survives
+    and the others merge into it; empty for a new session. ``objs`` are the merged
+    object accumulators before the event's own values are added.
+    """
 
-    def _settle(self, surv: IntArray, sw: Sweep, wm_before: int) -> BoolArray:
-        """Set the new bounds and state of every touched session; return which are closed."""
-        sl = self.slots
-        g_last = sw.g_last
-        sl.start[surv] = sw.g_start
-        sl.last[surv] = g_last
-        sl.dirty[surv] = True
-        closed: BoolArray
-        if self.by_offsets:
-            closed = np.zeros(len(surv), dtype=np.bool_)
-        else:
-            closed = g_last + self._gap <= wm_before
-        late_on = self.policy.late_mode is not LateMode.OFF
-        sl.closed[surv] = closed
-        sl.pending[surv] = closed & late_on
-        sl.early[surv] = ~closed
-        if late_on and closed.any() and self._late_since is None:
-            if self.policy.late_mode is LateMode.PERIOD:
-                self._late_since = None if self._now <= NO_WATERMARK else self._now
-        return closed
+    joined: IntArray
+    start: int
+    last: int
+    acc: FloatArray
+    objs: list[Any] | None
 
-    def _batch_objects(
-        self,
-        batch: EventBatch,
-        idx: IntArray,
-        groups: IntArray,
-        nb: int,
-        kids: IntArray,
-        off: IntArray,
-    ) -> list[list[Any]]:
-        """Object accumulators of the batch's sessions (and full-state messages to store)."""
-        ops = self.aggs.objects
-        out = [self.aggs.create_objects() for _ in range(nb)]
-        n = len(batch)
-        cols = [
-            [None] * n
-            if agg.field is None
-            else batch.objects[agg.field]
-            if agg.field in batch.objects
-            else batch.numeric[agg.field].tolist()
-            for agg, _ in ops
-        ]
-        full = self.aggs.full_state
-        ts_l = batch.ts.tolist()
-        part_l = batch.partition.tolist()
-        off_l = off.tolist()
-        kid_l = kids.tolist()
-        grp_l = groups.tolist()
-        pending = self._messages
-        for j, i in enumerate(idx.tolist()):
-            objs = out[grp_l[j]]
-            order = Ordering(ts_l[i], part_l[i], off_l[i])
-            for o, (_, op) in enumerate(ops):
-                objs[o] = op.accumulate(objs[o], plain(cols[o][i]), order)
-            if full:
-                values = tuple(plain(cols[o][i]) for o in full)
-                pending.append(PendingMessage(kid_l[j], ts_l[i], part_l[i], off_l[i], values))
-        return out
 
-    def _combine_group_objects(
-        self,
-        surv: IntArray,
-        m_src: IntArray,
-        m_is_ex: BoolArray,
-        g_first: IntArray,
-        g_size: IntArray,
-        b_objs: list[list[Any]],
-    ) -> None:
-        sl = self.slots
-        aggs = self.aggs
-        src_l = m_src.tolist()
-        is_ex_l = m_is_ex.tolist()
-        for g, (f, size) in enumerate(zip(g_first.tolist(), g_size.tolist(), strict=True)):
-            acc: list[Any] | None = None
-            for m in range(f, f + size):
-                part = sl.objs[src_l[m]] if is_ex_l[m] else b_objs[src_l[m]]
-                assert part is not None
-                acc = part if acc is None else aggs.combine_objects(acc, part)
-            sl.objs[int(surv[g])] = acc
+def merge_one(
+    ex: Sessions, t: int, row: FloatArray, gap: int, cutoff: int, aggs: AggregationSet
+) -> OneMerge:
+    """:func:`merge` of one event at ``t`` (accumulator ``row``) with its key's sessions.
 
-    def _absorb(self, surv: IntArray, groups: IntArray, gone: IntArray) -> None:
-        """Merge the bookkeeping of sessions merged away into their survivors; free them."""
-        sl = self.slots
-        for g, s in zip(groups.tolist(), gone.tolist(), strict=True):
-            t = int(surv[g])
-            sl.seq[t] = max(int(sl.seq[t]), int(sl.seq[s]))
-            bounds = sl.emitted_bounds(s)
-            if bounds:
-                if not sl.emitted[t]:
-                    sl.emitted[t] = True
-                    sl.em_start[t], sl.em_end[t] = bounds[0]
-                    bounds = bounds[1:]
-                if bounds:
-                    sl.extra.setdefault(t, []).extend(bounds)
-            if sl.stored[s]:
-                self._deletes[(int(sl.kid[s]), int(sl.stored_start[s]))] = bool(sl.p_stored[s])
-        sl.release(gone)
+    Sessions whose interval ends at or before ``cutoff`` (past retention) take no part.
+    """
+    reach = ex.last + gap
+    touch = np.flatnonzero((ex.start <= t + gap) & (reach >= t) & (reach > cutoff))
+    touch = touch[np.argsort(ex.start[touch], kind="stable")]
+    if not len(touch):
+        return OneMerge(touch, t, t, row, aggs.create_objects() if aggs.objects else None)
+    first = int(touch[0])
+    acc = ex.acc[first]
+    if aggs.width:
+        acc = aggs.combine(ex.acc[first : first + 1], row[None, :])[0]
+        for o in touch[1:].tolist():
+            acc = aggs.combine(acc[None, :], ex.acc[o : o + 1])[0]
+    objs = None
+    if ex.objs is not None:
+        objs = ex.objs[first]
+        for o in touch[1:].tolist():
+            objs = aggs.combine_objects(objs, ex.objs[o])
+    start = min(t, int(ex.start[first]))
+    last = max(t, int(ex.last[touch].max()))
+    return OneMerge(touch, start, last, acc, objs)
 
 
 def session_breaks(kid: IntArray, start: IntArray, reach: IntArray) -> BoolArray:
@@ -356,7 +362,10 @@ def session_breaks(kid: IntArray, start: IntArray, reach: IntArray) -> BoolArray
 def reduce_groups(
     aggs: AggregationSet, rows: FloatArray, gid: IntArray, g_first: IntArray, g_size: IntArray
 ) -> FloatArray:
-    """Combine the rows of each contiguous group: a log-depth tree of vectorized combines."""
+    """Combine the rows of each contiguous group: a log-depth tree of vectorized combines.
+
+    ``rows`` is overwritten.
+    """
     pos = np.arange(len(rows)) - g_first[gid]
     size = g_size[gid]
     step = 1

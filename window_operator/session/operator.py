@@ -1,50 +1,72 @@
-"""The session window operator: the :class:`~window_operator.operator.WindowOperator` API.
+"""The session window operator: the kernel and the session parts, composed.
 
-:class:`SessionAggregator` combines the parts of this package (input handling, merging,
-emission, persistence, expiry, checkpoints) over one :class:`SessionState` and exposes
-the protocol: adding records, timeouts, results and errors, flush, close, queries.
+Per call (a batch; a single message takes a scalar path with the same semantics):
+
+1. replays (offset <= last applied offset of the partition) are no-ops;
+2. with the watermark as it stood *before* the call, events past retention go to the
+   error output (time sessions only, :meth:`SessionTrigger.event_retained`);
+3. accepted events are cut into the batch's own sessions, pre-aggregated, and merged
+   with the retained sessions of the touched keys (:mod:`.merge`; stored ones are
+   loaded first when they may touch);
+4. sessions that changed after they closed are marked late; the watermark (or, for
+   tuple sessions, the partition offset) advances and every session it closed fires.
+
+The parts: :class:`~window_operator.kernel.OperatorKernel` (positions, clock, outputs,
+checkpoint), :class:`SessionCache` (the sessions in memory), :class:`SessionStore`
+(everything read from or written to RocksDB), the pure :mod:`.merge` and
+:class:`SessionTrigger`, and :class:`SessionEmitter` (result batches).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
-from stores.keys import encode_i64, encode_str, prefix_upper_bound
-from stores.rocks import ColumnFamily, StoreBatch, TaskStore
-from window_operator.aggregator import StepStats, StoredWindow
+from stores.rocks import StoreBatch, TaskStore
+from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
-from window_operator.clock import OutputBuffer
+from window_operator.arrays import BoolArray, FloatArray, IntArray, one
 from window_operator.config import SessionWindow
-from window_operator.events import EventBatch, RecordDecoder, RecordRejected
-from window_operator.kernel import InputPosition
-from window_operator.policies import END_OF_TIME, EmitPolicy, LateMode
-from window_operator.results import ErrorRecord
-from window_operator.session.checkpoint import CHECKPOINT_KEY, SessionCheckpoint
-from window_operator.session.expiry import SessionExpiry
-from window_operator.session.ingest import SessionIngest
-from window_operator.session.keys import MIN_I64_BYTES, SESSION_TAG, clamp_i64
-from window_operator.session.persistence import SessionPersistence
+from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
+from window_operator.kernel import (
+    ClockState,
+    InputPosition,
+    OperatorKernel,
+    StepStats,
+    StoredWindow,
+    TimerAction,
+    Timers,
+    WindowOperator,
+    due,
+    retention_error,
+)
+from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
+from window_operator.results import ErrorRecord, Kind, ResultBatch, WindowResult
+from window_operator.session.cache import SessionCache
+from window_operator.session.emitter import SessionEmitter
+from window_operator.session.loader import SessionLoader
+from window_operator.session.merge import (
+    BatchSessions,
+    cut_batch,
+    event_objects,
+    event_values,
+    merge,
+    merge_one,
+)
+from window_operator.session.store import SessionStore
+from window_operator.session.trigger import SessionTrigger
 
 __all__ = ["SessionAggregator"]
 
 
-def _raw(message: Any) -> bytes:
-    try:
-        return orjson.dumps(message)
-    except TypeError:
-        return repr(message).encode()
-
-
-class SessionAggregator(
-    SessionIngest, SessionPersistence, SessionExpiry, SessionCheckpoint, OutputBuffer
-):
+class SessionAggregator:
     """A task's session window aggregation over RocksDB (time or tuple sessions).
 
-    Implements :class:`~window_operator.operator.WindowOperator`.
+    Satisfies :class:`~window_operator.kernel.WindowOperator` for
+    ``EventBatch | Sequence[Mapping]`` input, :class:`ResultBatch` results and
+    :class:`StoredWindow` queries.
     """
 
     def __init__(
@@ -56,29 +78,53 @@ class SessionAggregator(
         store: TaskStore,
         decoder: RecordDecoder | None = None,
     ) -> None:
-        super().__init__(
-            window=window,
-            aggregations=aggregations,
-            policy=policy,
-            store=store,
-            decoder=decoder,
+        self.aggs = aggregations
+        self.policy = policy
+        self.decoder = decoder
+        self.by_offsets = window.max_idle_messages is not None
+        if window.gap is not None:
+            gap = int(window.gap)
+            shape: dict[str, Any] = {"type": "session", "gap": gap}
+        else:
+            assert window.max_idle_messages is not None
+            gap = int(window.max_idle_messages)
+            shape = {"type": "tuple_session", "max_idle_messages": gap}
+        self.gap = gap
+        self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(store, shape=shape, policy=policy)
+        self.trigger = SessionTrigger(
+            gap=gap, by_offsets=self.by_offsets, retention=policy.retention
         )
+        self.cache = SessionCache(aggregations, per_partition=self.by_offsets)
+        self.sessions = SessionStore(
+            SessionLoader(store, self.cache, self.trigger, self.kernel.clock)
+        )
+        self.emitter = SessionEmitter(self.cache, self.trigger, self.kernel.outputs)
+        self.timers = Timers()
+        #: the input has ended (every open session fires, tuple sessions included)
+        self._eot = False
         self._restore()
 
     # ------------------------------------------------------------------ properties
 
     @property
-    def watermark(self) -> int:
-        """The event-time watermark (min over active partitions, never decreasing).
+    def store(self) -> TaskStore:
+        """The task's RocksDB store."""
+        return self.kernel.store
 
-        Tuple sessions report it too, but close by offsets.
-        """
-        return self._wm
+    @property
+    def watermark(self) -> int:
+        """The event-time watermark (never decreasing); tuple sessions close by offsets."""
+        return self.kernel.watermark
 
     @property
     def offsets(self) -> dict[InputPosition, int]:
         """Last applied offset per input partition."""
-        return {InputPosition(0, p): o for p, o in sorted(self._offsets.items())}
+        return self.kernel.offsets
+
+    @property
+    def batches(self) -> int:
+        """How many flushes the store has seen (the changelog batch number)."""
+        return self.kernel.batches
 
     # ------------------------------------------------------------------ public API
 
@@ -95,29 +141,22 @@ class SessionAggregator(
         The same semantics as a batch of one, through a scalar path: a batch of one would
         pay the whole vectorized pipeline's fixed cost per message.
         """
-        if self.decoder is None:
-            raise ValueError("add_message needs a RecordDecoder (build the operator from a job)")
-        last = self._offsets.get(partition, -1)
-        if offset is not None and offset <= last:
-            return StepStats(replayed=1)
-        try:
-            event = self.decoder.decode_one(message)
-        except RecordRejected as rej:
-            off = last + 1 if offset is None else offset
-            self._errors.append(ErrorRecord(rej.code, rej.reason, partition, off, _raw(message)))
-            self.mark_consumed(partition, off)
-            return StepStats(rejected=1)
-        return self._add_one(event, partition, last + 1 if offset is None else offset, wall_ms)
+        got = self.kernel.decode_one(
+            self.decoder, message, source=0, partition=partition, offset=offset
+        )
+        if isinstance(got, StepStats):
+            if got.rejected and self.by_offsets:
+                self._fire()  # a rejected record counts as a message without the key
+            return got
+        return self._add_one(got.value, partition, got.offset, wall_ms)
 
     def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors).
 
         For tuple sessions such a record counts as a message without the key.
         """
-        if offset > self._offsets.get(partition, -1):
-            self._offsets[partition] = offset
-            if self.by_offsets:
-                self._fire()
+        if self.kernel.positions.mark(source, partition, offset) and self.by_offsets:
+            self._fire()
 
     def add_batch(self, batch: EventBatch | Sequence[Mapping[str, Any]]) -> StepStats:
         """Add many messages at once (columns, or records decoded with the job's decoder).
@@ -126,42 +165,51 @@ class SessionAggregator(
         replayed batch decides the same way; after RETRACTs are applied, the final
         sessions and values equal those of adding the messages one by one.
         """
-        if not isinstance(batch, EventBatch):
-            if self.decoder is None:
-                raise ValueError("add_batch of records needs a RecordDecoder")
-            decoded = self.decoder.decode_records(list(batch))
-            self._errors.extend(decoded.errors)
-            stats = self._add_columns(decoded.batch)
-            return StepStats(
-                stats.applied, stats.replayed, stats.rejected + len(decoded.errors), stats.late
-            )
-        return self._add_columns(batch)
+        if isinstance(batch, EventBatch):
+            return self._add_columns(batch)
+        if self.decoder is None:
+            raise ValueError("add_batch of records needs a RecordDecoder")
+        decoded = self.decoder.decode_records(list(batch))
+        self.kernel.outputs.errors.extend(decoded.errors)
+        return self._add_columns(decoded.batch) + StepStats(rejected=len(decoded.errors))
+
+    def adopt_clock(self, state: ClockState) -> None:
+        """Take the clock of the whole job (Spark driver) and fire what it passed."""
+        self.kernel.clock.adopt(state)
+        self._advance_watermark(self.kernel.clock.coalesced())
 
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` ends the input."""
+        clock = self.kernel.clock
         if now_ms >= END_OF_TIME:
-            self._now = END_OF_TIME
+            clock.now = END_OF_TIME
             self._eot = True
             self._advance_watermark(END_OF_TIME)
             if self.by_offsets:
                 self._fire()
             self._emit_late()
             return
-        self._now = max(self._now, now_ms)
-        if self.policy.idle_timeout is not None and self._max_ts:
-            self._advance_watermark(self._coalesced_watermark())
-        p = self.policy
-        if p.late_mode is LateMode.PERIOD and self._pending_slots().size:
-            if self._late_since is None:
-                self._late_since = self._now
-            elif self._now >= self._late_since + p.late_period:
-                self._emit_late()
-        if p.early_period is not None:
-            if self._last_early is None:
-                self._last_early = self._now
-            elif self._now >= self._last_early + p.early_period:
-                self._emit_early()
-                self._last_early = self._now
+        clock.note_now(now_ms)
+        if self.policy.idle_timeout is not None and clock.max_ts:
+            self._advance_watermark(clock.coalesced())
+        late_pending = self.policy.late_mode is LateMode.PERIOD and self.cache.any_pending()
+        action = due(self.policy, self.timers, clock.now, late_pending)
+        if TimerAction.LATE in action:
+            self._emit_late()
+        if TimerAction.EARLY in action:
+            self._emit_early()
+
+    def take_result_batches(self) -> list[ResultBatch]:
+        """Hand over the pending results in columnar form, in emission order."""
+        return self.kernel.outputs.take_results()
+
+    def get_result(self) -> list[WindowResult]:
+        """Hand over (and forget) every window result produced so far."""
+        return [r for b in self.take_result_batches() for r in b.to_results()]
+
+    def get_errors(self) -> list[ErrorRecord]:
+        """Hand over (and forget) the rejected input records."""
+        return self.kernel.outputs.take_errors()
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Persist changed sessions and the checkpoint atomically; expire; evict.
@@ -172,26 +220,23 @@ class SessionAggregator(
         """
         batch = StoreBatch()
         if self.by_offsets:
-            ended = self._ended_tuple_sessions()
-            self._persist(batch)
-            self._drop(batch, ended)
+            ended = self.cache.take_ended()
+            self.sessions.persist(batch)
+            self.sessions.drop(batch, ended)
         else:
-            superseded = self._persist(batch)
-            self._expire(batch, superseded)
-        self.batches += 1
-        batch.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, self._checkpoint_bytes())
-        if commit:
-            self.store.commit(batch)
+            superseded = self.sessions.persist(batch)
+            self.sessions.expire(batch, superseded, self.watermark)
+        self.kernel.write_checkpoint(
+            batch, {**self.timers.to_json(), **self.sessions.progress.to_json()}
+        )
+        self.kernel.commit(batch, commit=commit)
         if not self.by_offsets:
-            self._evict_closed()
+            self.sessions.evict_closed()
         return batch
 
     def close(self) -> None:
         """Flush and close the store (a second call does nothing)."""
-        if self.store.closed:
-            return
-        self.flush()
-        self.store.close()
+        self.kernel.close(self.flush)
 
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored sessions of ``key`` overlapping ``[start, end)``, in start order.
@@ -199,36 +244,249 @@ class SessionAggregator(
         Bounds are event times for time sessions and offsets for tuple sessions (then
         the sessions of every partition holding the key are returned).
         """
-        prefix = SESSION_TAG + encode_str(key)
-        if self.by_offsets:
-            lo, hi = prefix, prefix_upper_bound(prefix)
+        self.sessions.loader.key(key, end)
+        return self.cache.windows(key, start, end, self.trigger.pad)
+
+    # ------------------------------------------------------------------ batch path
+
+    def _add_columns(self, batch: EventBatch) -> StepStats:
+        n = len(batch)
+        if n == 0:
+            return StepStats()
+        kernel = self.kernel
+        wm_before = self.watermark
+        part = batch.partition
+        adm = kernel.admit(0, part, batch.offset)
+        off, fresh = adm.offsets, adm.fresh
+        idx = np.flatnonzero(fresh)
+        rejected = late = 0
+        if batch.wall_ms is not None and len(batch.wall_ms):
+            # the arrival clock, before late marks start the LATE period from it
+            kernel.clock.note_wall(0, part, batch.wall_ms)
+        if len(idx):
+            keys = batch.keys if len(idx) == n else [batch.keys[i] for i in idx.tolist()]
+            kids = self.cache.keys.ids(keys, part[idx])
+            axis = off[idx] if self.by_offsets else batch.ts[idx]
+            if not self.by_offsets and wm_before > NO_WATERMARK:
+                keep = self._retained(kids, axis, wm_before)
+                if not keep.all():
+                    for i in idx[~keep].tolist():
+                        self._reject_retention(
+                            int(batch.ts[i]), batch.keys[i], int(part[i]), int(off[i])
+                        )
+                    rejected = int((~keep).sum())
+                    idx, kids, axis = idx[keep], kids[keep], axis[keep]
+            if len(idx):
+                late = self._apply(batch, idx, kids, axis, off, wm_before)
+        # Offsets advance for every fresh record, rejected ones included: they were handled.
+        kernel.positions.advance(0, part[fresh], off[fresh])
+        if len(idx):
+            kernel.clock.observe(0, part[idx], batch.ts[idx])
+        self._after_step()
+        if self.policy.late_mode is LateMode.PER_ARRIVAL:
+            self._emit_late()
+        return StepStats(applied=len(idx), replayed=adm.replayed, rejected=rejected, late=late)
+
+    def _retained(self, kids: IntArray, ts: IntArray, wm_before: int) -> BoolArray:
+        """Events within retention (decided with the watermark before the call).
+
+        Kept: events whose own interval closes within retention, and events inside the
+        span of a retained session, which they join without moving its bounds (see
+        :meth:`SessionTrigger.event_retained`). A session past retention takes part in
+        nothing, whether or not the store still holds it, so decisions do not depend on
+        when flushes ran.
+        """
+        trigger = self.trigger
+        cutoff = trigger.cutoff(wm_before)
+        keep = trigger.event_retained(ts, cutoff)
+        cand = np.flatnonzero(~keep)
+        if not len(cand):
+            return keep
+        c_kid, c_ts = kids[cand], ts[cand]
+        self.sessions.loader.touching(c_kid, c_ts, c_ts, cutoff)
+        sl = self.cache.slots
+        slots = self.cache.of_keys(c_kid)
+        slots = slots[trigger.retained(sl.last[slots], cutoff)]
+        inside = trigger.inside(c_kid, c_ts, sl.kid[slots], sl.start[slots], sl.last[slots])
+        keep[cand[inside]] = True
+        return keep
+
+    def _apply(
+        self,
+        batch: EventBatch,
+        idx: IntArray,
+        kids: IntArray,
+        axis: IntArray,
+        off: IntArray,
+        wm_before: int,
+    ) -> int:
+        """Merge accepted events into sessions; return how many landed in closed ones."""
+        aggs = self.aggs
+        cut = cut_batch(kids, axis, self.gap)
+        partial: FloatArray = np.empty((len(cut), aggs.width))
+        if aggs.width:
+            whole = len(idx) == len(batch)
+            numeric = batch.numeric if whole else {f: v[idx] for f, v in batch.numeric.items()}
+            partial = aggs.accumulate(numeric, batch.ts[idx], cut.groups, len(cut))
+        objs = None
+        if aggs.objects:
+            objs, messages = event_objects(aggs, batch, idx, kids, cut, off)
+            self.sessions.keep(messages)
+        b = BatchSessions(cut, partial, objs)
+        cutoff = self.trigger.cutoff(wm_before)
+        if not self.by_offsets:
+            self.sessions.loader.touching(cut.kid, cut.start, cut.last + self.gap, cutoff)
+        ex = self.cache.of_keys(cut.kid)
+        if not self.by_offsets and len(ex):
+            # sessions past retention take part in nothing (see _retained)
+            ex = ex[self.trigger.retained(self.cache.slots.last[ex], cutoff)]
+        plan = merge(self.cache.sessions(ex), b, self.gap, aggs)
+        surv = self.cache.apply(plan)
+        closed = self.trigger.closed_before(plan.last, wm_before)
+        self._settle(surv, closed)
+        return int(plan.events[closed].sum())
+
+    def _settle(self, slots: IntArray, closed: BoolArray) -> None:
+        """Merged sessions closed before their batch are late: a LATE update pends."""
+        late_on = self.policy.late_mode is not LateMode.OFF
+        self.cache.settle(slots, closed, late_on)
+        if late_on and closed.any():
+            self.timers.late_marked(self.policy, self.kernel.clock.now)
+
+    # ------------------------------------------------------------------ single path
+
+    def _add_one(
+        self, event: DecodedEvent, partition: int, offset: int, wall_ms: int | None
+    ) -> StepStats:
+        """:meth:`_add_columns` for one fresh event, with scalars instead of arrays."""
+        kernel = self.kernel
+        wm_before = self.watermark
+        if wall_ms is not None:
+            kernel.clock.note_active(0, partition, wall_ms)
+        kid = self.cache.keys.id_of(event.key, partition)
+        t = offset if self.by_offsets else event.ts
+        keep = True
+        if not self.by_offsets and wm_before > NO_WATERMARK:
+            if not self.trigger.event_retained_one(t, self.trigger.cutoff(wm_before)):
+                # rare: see _retained
+                keep = bool(self._retained(one(kid), one(t), wm_before)[0])
+        late = 0
+        if keep:
+            late = self._apply_one(event, kid, t, partition, offset, wm_before)
+            kernel.clock.observe_one(0, partition, event.ts)
         else:
-            lo, hi = prefix + MIN_I64_BYTES, prefix + encode_i64(clamp_i64(end))
-        found = [(k, v) for k, v in self.store.scan(ColumnFamily.WINDOW_META, lo, hi)]
-        if found:
-            self._load(self.codec.decode([k for k, _ in found], [v for _, v in found]), self._known)
-        slots = [
-            s
-            for s in self.slots.live().tolist()
-            if self.keys.name[int(self.slots.kid[s])] == key
-            and int(self.slots.start[s]) < end
-            and int(self.slots.last[s]) + self._pad > start
-        ]
-        if not slots:
-            return []
-        slots.sort(
-            key=lambda s: (int(self.slots.start[s]), int(self.keys.part_arr[self.slots.kid[s]]))
-        )
-        sl = np.asarray(slots, dtype=np.int64)
-        values = self.aggs.finish(self.slots.acc[sl], self._objs_of(sl))
-        names = list(values)
-        return [
-            StoredWindow(
+            self._reject_retention(event.ts, event.key, partition, offset)
+        kernel.positions.mark(0, partition, offset)
+        self._after_step()
+        if late and self.policy.late_mode is LateMode.PER_ARRIVAL:
+            self._emit_late()
+        return StepStats(applied=int(keep), rejected=int(not keep), late=late)
+
+    def _apply_one(
+        self, event: DecodedEvent, kid: int, t: int, partition: int, offset: int, wm_before: int
+    ) -> int:
+        """Merge one event into its key's sessions (as :meth:`_apply`); 1 if it was late."""
+        aggs, cache = self.aggs, self.cache
+        cutoff = self.trigger.cutoff(wm_before)
+        if not self.by_offsets:
+            self.sessions.loader.touching_one(kid, t, cutoff)
+        row = aggs.identity.copy()
+        if aggs.width:
+            aggs.accumulate_one(row, event.numeric, event.ts)
+        ex = cache.sessions(cache.of_key(kid))
+        s = cache.apply_one(kid, ex, merge_one(ex, t, row, self.gap, cutoff, aggs))
+        if aggs.objects:
+            order = Ordering(event.ts, partition, offset)
+            message = cache.add_objects(s, event_values(aggs, event), order, kid)
+            if message is not None:
+                self.sessions.keep([message])
+        closed = self.trigger.closed_before(cache.slots.last[s : s + 1], wm_before)
+        self._settle(one(s), closed)
+        return int(closed[0])
+
+    # ------------------------------------------------------------------ emission
+
+    def _after_step(self) -> None:
+        """Advance the watermark after a step; tuple sessions fire by offsets."""
+        self._advance_watermark(self.kernel.clock.coalesced())
+        if self.by_offsets:
+            self._fire()
+
+    def _advance_watermark(self, candidate: int) -> None:
+        if self.kernel.clock.advance(candidate) is None or self.by_offsets:
+            return
+        self._fire()
+        wm = self.watermark
+        if wm < END_OF_TIME:
+            # A pending LATE update of a session leaving retention goes out now.
+            pend = self.cache.pending_slots()
+            leaving = pend[self.trigger.leaving_retention(self.cache.slots.last[pend], wm)]
+            if len(leaving):
+                self._emit_late(leaving)
+
+    def _fire(self) -> None:
+        """Emit ON_TIME results for the open sessions the watermark (or offset) closed."""
+        open_ = self.cache.open_slots()
+        if not len(open_):
+            return
+        sl = self.cache.slots
+        if self._eot:
+            fire = open_
+        elif self.by_offsets:
+            parts = self.cache.keys.part_arr[sl.kid[open_]]
+            positions = self.kernel.positions
+            fire = open_[self.trigger.ended(sl.last[open_], parts, lambda p: positions.get(0, p))]
+        else:
+            fire = open_[self.trigger.on_time(sl.last[open_], self.watermark)]
+        if not len(fire):
+            return
+        self.emitter.emit(Kind.ON_TIME, fire, dirty=False)
+        self.cache.fired(fire)
+
+    def _emit_late(self, slots: IntArray | None = None) -> None:
+        pending = self.cache.pending_slots() if slots is None else slots
+        if not len(pending):
+            return
+        self.emitter.emit(Kind.LATE, pending)
+        self.cache.late_sent(pending)
+        if not self.cache.any_pending():
+            self.timers.late_flushed()
+
+    def _emit_early(self) -> None:
+        early = self.cache.early_slots()
+        if not len(early):
+            return
+        self.emitter.emit(Kind.EARLY, early)
+        self.cache.early_sent(early)
+
+    def _reject_retention(self, ts: int, key: str, partition: int, offset: int) -> None:
+        self.kernel.outputs.reject(
+            retention_error(
+                ts=ts,
                 key=key,
-                window_start=int(self.slots.start[s]),
-                window_end=int(self.slots.last[s]) + self._pad,
-                values={n: values[n][j] for n in names},
-                fired=bool(self.slots.closed[s]),
+                what="its session would end",
+                retention=self.policy.retention,
+                watermark=self.watermark,
+                partition=partition,
+                offset=offset,
             )
-            for j, s in enumerate(slots)
-        ]
+        )
+
+    # ------------------------------------------------------------------ restore
+
+    def _restore(self) -> None:
+        fields = self.kernel.restore()
+        if fields is None:
+            return
+        self.timers = Timers.from_json(fields)
+        self.sessions.progress.load_json(fields)
+        self._eot = self.watermark >= END_OF_TIME
+        self.sessions.loader.restore()
+
+
+if TYPE_CHECKING:
+
+    def _satisfies_protocol(
+        op: SessionAggregator,
+    ) -> WindowOperator[EventBatch | Sequence[Mapping[str, Any]], ResultBatch, StoredWindow]:
+        return op  # mypy checks that the operator satisfies the protocol

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from window_operator.session.arrays import BoolArray, FloatArray, IntArray
+from window_operator.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = ["Slots"]
 
