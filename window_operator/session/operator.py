@@ -175,8 +175,7 @@ class SessionAggregator:
 
     def adopt_clock(self, state: ClockState) -> None:
         """Take the clock of the whole job (Spark driver) and fire what it passed."""
-        self.kernel.clock.adopt(state)
-        self._advance_watermark(self.kernel.clock.coalesced())
+        self._advance_watermark(self.kernel.clock.adopt(state))
 
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` ends the input."""
