@@ -58,7 +58,7 @@ def kafka_bootstrap() -> Iterator[str]:
         yield existing
         return
     from window_operator.broker import LocalBroker
-    from window_operator.task import close_producers
+    from window_operator.runtime.producers import close_producers
 
     with LocalBroker() as broker:
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap_servers

@@ -75,6 +75,14 @@ class JobPlan(Protocol[B, R]):
         """The state task of every row."""
         ...
 
+    def take(self, batch: B, idx: IntArray) -> B:
+        """The rows ``idx`` of a batch."""
+        ...
+
+    def positions(self, batch: B) -> tuple[IntArray, IntArray]:
+        """Every row's input partition and offset."""
+        ...
+
     def to_arrow(self, batch: B, idx: IntArray) -> pa.RecordBatch:
         """The rows ``idx`` as Arrow (what crosses the exchange)."""
         ...

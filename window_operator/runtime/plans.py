@@ -23,11 +23,11 @@ from window_operator.events import DecodeResult, EventBatch
 from window_operator.job import JobRuntime, build_runtime
 from window_operator.kernel import WindowOperator
 from window_operator.results import ResultBatch
+from window_operator.runtime.guard import decode_guarded
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import DecodedInput, JobPlan, KafkaRecord, SourceSpec
 from window_operator.runtime.routing import task_of_keys, task_of_partitions
 from window_operator.runtime.settings import TaskSettings
-from window_operator.task_guard import decode_guarded
 
 __all__ = ["AggregationPlan", "event_batch_from_arrow", "event_batch_to_arrow", "plan_for"]
 
@@ -106,6 +106,14 @@ class AggregationPlan:
         if self.partition_keyed:
             return task_of_partitions(batch.partition, n_tasks)
         return task_of_keys(batch.keys, n_tasks)
+
+    def take(self, batch: EventBatch, idx: IntArray) -> EventBatch:
+        """The rows ``idx`` of a batch."""
+        return batch.take(idx)
+
+    def positions(self, batch: EventBatch) -> tuple[IntArray, IntArray]:
+        """Every row's input partition and offset."""
+        return batch.partition, batch.offset
 
     def to_arrow(self, batch: EventBatch, idx: IntArray) -> pa.RecordBatch:
         """The rows ``idx`` as Arrow."""

@@ -22,16 +22,21 @@ from __future__ import annotations
 import socket
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from stores.changelog import ChangelogError
+from window_operator.arrays import IntArray
 from window_operator.errors import OutputSendError, WindowOperatorError
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
 from window_operator.runtime.commit import TaskState
 from window_operator.runtime.exchange import TaskInput, from_ipc
 from window_operator.runtime.faults import crash_point, trace
+from window_operator.runtime.guard import add_guarded, internal_error
+from window_operator.runtime.lookup import read_records
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import (
     discard_producer,
@@ -140,7 +145,7 @@ class TaskRunner(Generic[B, R]):
             report.seconds_restore = time.perf_counter() - t0
             op = self.plan.operator(state.store)
             self._check_positions(op, inp)
-            errors = self._apply(op, inp, report)
+            op, errors = self._apply(state, op, inp, report)
             report.seconds_operator = time.perf_counter() - t0 - report.seconds_restore
             self._send(producer, state, op, errors, inp, report)
         except _KAFKA_FAILURES:
@@ -180,27 +185,79 @@ class TaskRunner(Generic[B, R]):
             )
 
     def _apply(
-        self, op: WindowOperator[B, R, Any], inp: TaskInput, report: TaskReport
-    ) -> list[ErrorRecord]:
+        self,
+        state: TaskState,
+        op: WindowOperator[B, R, Any],
+        inp: TaskInput,
+        report: TaskReport,
+    ) -> tuple[WindowOperator[B, R, Any], list[ErrorRecord]]:
+        """Step 3; returns the operator holding the batch (a fresh one after a failure)."""
         offsets = op.offsets
         errors = [e for e in inp.errors if not _replayed(e, offsets, self.plan)]
         op.adopt_clock(inp.clock_before)
         by_source: dict[int, list[Any]] = defaultdict(list)
         for rows in inp.rows:
             by_source[rows.source].append(from_ipc(rows.data))
+        applied: list[B] = []
         for source in sorted(by_source):
             batch = self.plan.from_arrow(source, by_source[source])
-            stats = op.add_batch(batch)
-            report.rows += stats.applied + stats.replayed + stats.rejected
-            report.applied += stats.applied
-            report.replayed += stats.replayed
-            report.late += stats.late
+            op, kept = self._add(state, op, inp, (source, batch), applied, errors, report)
+            applied.append(kept)
         for r in inp.ranges:
             op.mark_consumed(r.partition, r.end - 1, source=r.source)
         op.adopt_clock(inp.clock_after)
         op.timeout(inp.now)
         report.watermark = op.watermark
-        return errors
+        return op, errors
+
+    def _add(
+        self,
+        state: TaskState,
+        op: WindowOperator[B, R, Any],
+        inp: TaskInput,
+        sourced: tuple[int, B],
+        applied: list[B],
+        errors: list[ErrorRecord],
+        report: TaskReport,
+    ) -> tuple[WindowOperator[B, R, Any], B]:
+        """Add one source's rows; rows that make the operator raise become error records."""
+        source, batch = sourced
+
+        def reopen() -> WindowOperator[B, R, Any]:
+            fresh = self.plan.operator(state.store)
+            fresh.adopt_clock(inp.clock_before)
+            for earlier in applied:
+                fresh.add_batch(earlier)
+            return fresh
+
+        parts, offs = self.plan.positions(batch)
+        result = add_guarded(reopen, op, batch, self.plan.take, len(parts))
+        report.rows += len(parts)
+        report.applied += result.stats.applied
+        report.replayed += result.stats.replayed
+        report.late += result.stats.late
+        if not result.failed:
+            return result.operator, batch
+        errors += self._internal_errors(source, parts, offs, result.failed)
+        bad = {row for row, _ in result.failed}
+        keep = np.asarray([i for i in range(len(parts)) if i not in bad], dtype=np.int64)
+        return result.operator, self.plan.take(batch, keep)
+
+    def _internal_errors(
+        self, source: int, parts: IntArray, offs: IntArray, failed: list[tuple[int, Exception]]
+    ) -> list[ErrorRecord]:
+        """Error records of rows that made the operator raise, with their original record."""
+        topic = self.plan.sources[source].topic
+        out = []
+        for row, exc in failed:
+            partition, offset = int(parts[row]), int(offs[row])
+            original = read_records(self.settings.consumer_config(), topic, partition, [offset])
+            key, raw = original.get(offset, (None, None))
+            err = internal_error(
+                "the operator", exc, topic=topic, partition=partition, offset=offset, raw=raw
+            )
+            out.append(replace(err, key=key))
+        return out
 
     def _send(
         self,

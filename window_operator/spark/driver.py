@@ -27,13 +27,13 @@ from typing import Any
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kernel import ClockState
-from window_operator.kernel.clock import fold_clock
+from window_operator.runtime.batch import BatchContext, advance_clock
 from window_operator.runtime.exchange import MapReport
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.runner import TaskReport
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.clock_log import ClockLog
-from window_operator.spark.exchange import BatchContext, map_side, reduce_side, timer_pass
+from window_operator.spark.exchange import map_side, reduce_side, timer_pass
 from window_operator.spark.topics import prepare_topics
 
 __all__ = ["BatchReport", "JobRun", "StreamingJob", "prepare_topics"]
@@ -113,15 +113,7 @@ class StreamingJob:
 
     def _advance(self, state: ClockState, now: int) -> ClockState:
         """The clock ``state`` moved to wall clock ``now`` (no new input)."""
-        cfg = self.config
-        return fold_clock(
-            state,
-            [],
-            now,
-            sources=len(plan_for(self.settings).sources),
-            allowed_lateness=cfg.watermark.allowed_lateness,
-            idle_timeout=cfg.watermark.idle_timeout,
-        )
+        return advance_clock(self.settings, state, [], now)
 
     # -- micro-batches -------------------------------------------------------------------
 

@@ -8,25 +8,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
-import pyarrow as pa
 import pytest
 from helpers import runtime_for
-from jobkit import create_topic, read_topic
+from jobkit import create_topic, produce, read_topic
 
 from stores.rocks import TaskStore
 from window_operator.codecs import JsonPayloadDecoder
 from window_operator.codecs.inputs import InputDecoder
 from window_operator.events import EventBatch
-from window_operator.job import task_state_dir
 from window_operator.results import ErrorCode
-from window_operator.spark.driver import ensure_topics, run_tasks
-from window_operator.task import InputRecords, TaskRunner, TaskSettings
-from window_operator.task_guard import add_guarded, decode_guarded
+from window_operator.runtime.batch import LocalJob
+from window_operator.runtime.guard import add_guarded, decode_guarded
+from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.settings import TaskSettings, task_state_dir
+from window_operator.spark.topics import prepare_topics
 
 # the failing op is imported by dotted path ("udf_example:...")
-_UDF_DIR = str(Path(__file__).resolve().parent)
+_UDF_DIR = str(Path(__file__).resolve().parent.parent)
 if _UDF_DIR not in sys.path:
     sys.path.insert(0, _UDF_DIR)
 
@@ -55,7 +54,9 @@ def test_rows_that_make_the_operator_raise_are_isolated(tmp_path: Path) -> None:
     )
     try:
         first = runtime.operator(store)
-        applied = add_guarded(lambda: runtime.operator(store), first, batch)
+        applied = add_guarded(
+            lambda: runtime.operator(store), first, batch, EventBatch.take, len(batch)
+        )
         assert applied.operator is not first  # the one that raised is dropped
         assert [row for row, _ in applied.failed] == [2, 6]
         assert all(isinstance(exc, ValueError) for _, exc in applied.failed)
@@ -75,7 +76,13 @@ def test_an_operator_that_fails_on_everything_is_not_blamed_on_the_records(
     batch = EventBatch.from_columns(["a", "b"], [BASE, BASE], numeric={"v": [13.0, 13.0]})
     try:
         with pytest.raises(ValueError, match="13"):
-            add_guarded(lambda: runtime.operator(store), runtime.operator(store), batch)
+            add_guarded(
+                lambda: runtime.operator(store),
+                runtime.operator(store),
+                batch,
+                EventBatch.take,
+                len(batch),
+            )
     finally:
         store.close()
 
@@ -112,14 +119,14 @@ def test_a_payload_whose_decoding_raises_becomes_an_error_record() -> None:
 
 def _runner(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], **cfg: Any
-) -> tuple[TaskRunner, Any, str]:
+) -> tuple[LocalJob, Any, str]:
     topic = unique_name("in")
     create_topic(kafka_bootstrap, topic, 1)
     config = runtime_for(
         job=unique_name("job"), input={"topic": topic, "key": "k", "timestamp": "ts"}, **cfg
     ).config
-    ensure_topics(config, kafka_bootstrap)
-    return TaskRunner(TaskSettings(config, kafka_bootstrap, str(tmp_path)), 0), config, topic
+    tasks = prepare_topics(config, kafka_bootstrap)
+    return LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks)), config, topic
 
 
 def _input(topic: str, events: list[dict[str, Any]], stamps: list[int] | None) -> InputRecords:
@@ -145,10 +152,12 @@ def test_a_task_reports_a_failing_record_and_applies_the_rest(
     )
     events = [{"k": "a", "ts": BASE + i * 100, "v": v} for i, v in enumerate([1, 13, 2, 3])]
     events.append({"k": "a", "ts": BASE + 60 * S, "v": 1})  # fires the first window
+    # the input is in Kafka (the error record of a failing row carries the original bytes)
+    produce(kafka_bootstrap, topic, events, key_field="k", partitions=1)
     batch = _input(topic, events, None)
-    report = runner.run(batch, 1_000)
+    report = runner.run_batch([batch], 1_000).tasks[0]
     assert (report.applied, report.rejected) == (4, 1)
-    again = runner.run(batch, 2_000)  # Spark re-delivers the batch: nothing twice
+    again = runner.run_batch([batch], 2_000).tasks[0]  # Spark re-delivers: nothing twice
     assert (again.applied, again.replayed, again.rejected) == (0, 5, 0)
     errors = read_topic(kafka_bootstrap, config.output.errors_topic)
     assert len(errors) == 1
@@ -173,34 +182,9 @@ def test_far_future_events_are_rejected_by_their_kafka_timestamp(
     events.insert(10, {"k": "a", "ts": YEAR_3000})
     stamps = [BASE + 30 * S] * len(events)
     stamps[20] = -1  # a record without a timestamp is not checked
-    report = runner.run(_input(topic, events, stamps), 1_000)
+    report = runner.run_batch([_input(topic, events, stamps)], 1_000).tasks[0]
     assert (report.applied, report.rejected) == (30, 1)
     errors = read_topic(kafka_bootstrap, config.output.errors_topic)
     headers = {k: v.decode() for k, v in errors[0].headers()}
     assert headers["error.code"] == "FUTURE_TIMESTAMP" and headers["source.offset"] == "10"
     assert report.watermark < YEAR_3000
-
-
-@pytest.mark.kafka
-def test_spark_rows_carry_their_kafka_timestamps_to_the_task(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
-) -> None:
-    """``run_tasks`` over rows as Spark's own Kafka connector delivers them."""
-    runner, config, topic = _runner(tmp_path, kafka_bootstrap, unique_name)
-    events = [{"k": "a", "ts": BASE}, {"k": "a", "ts": YEAR_3000}, {"k": "a", "ts": BASE + S}]
-    micros = np.asarray([BASE * 1000] * 3, dtype=np.int64)
-    table = pa.table(
-        {
-            "key": pa.array([b"a"] * 3, pa.binary()),
-            "value": pa.array([orjson.dumps(e) for e in events], pa.binary()),
-            "topic": pa.array([topic] * 3),
-            "partition": pa.array([0, 0, 0], pa.int32()),
-            "offset": pa.array([0, 1, 2], pa.int64()),
-            "timestamp": pa.array(micros, pa.timestamp("us", tz="UTC")),
-        }
-    )
-    reports = list(run_tasks(runner.settings, iter(table.to_batches())))
-    row = reports[0].to_pylist()[0]
-    assert (row["applied"], row["rejected"]) == (2, 1)
-    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
-    assert [dict(m.headers())["error.code"] for m in errors] == [b"FUTURE_TIMESTAMP"]

@@ -27,14 +27,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from stores.rocks import StoreClosedError
+from window_operator.arrays import IntArray
 from window_operator.codecs.inputs import InputDecoder
 from window_operator.events import DecodeResult, EventBatch
-from window_operator.job import TaskOperator as WindowOperator
+from window_operator.kernel import StepStats, WindowOperator
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = ["FATAL_ERRORS", "Applied", "add_guarded", "decode_guarded", "internal_error"]
@@ -104,42 +105,65 @@ def decode_guarded(
     )
 
 
+B = TypeVar("B")
+Operator = WindowOperator[B, Any, Any]
+
+
 @dataclass
-class Applied:
+class Applied(Generic[B]):
     """The outcome of :func:`add_guarded`."""
 
     #: The operator holding the applied rows (a fresh one if the first raised).
-    operator: WindowOperator
-    #: Rows the operator applied (its ``add_batch`` statistics).
-    applied: int = 0
+    operator: WindowOperator[B, Any, Any]
+    #: What the operator's ``add_batch`` calls that stuck did.
+    stats: StepStats = field(default_factory=StepStats)
+
+    @property
+    def applied(self) -> int:
+        """Rows the operator applied."""
+        return self.stats.applied
+
     #: Batch rows that raised on their own, with the exception.
     failed: list[tuple[int, Exception]] = field(default_factory=list)
 
 
 def add_guarded(
-    open_operator: Callable[[], WindowOperator], operator: WindowOperator, batch: EventBatch
-) -> Applied:
-    """``operator.add_batch(batch)``; rows that make it raise are isolated (module docstring)."""
+    open_operator: Callable[[], WindowOperator[B, Any, Any]],
+    operator: WindowOperator[B, Any, Any],
+    batch: B,
+    take: Callable[[B, IntArray], B],
+    rows: int,
+) -> Applied[B]:
+    """``operator.add_batch(batch)``; rows that make it raise are isolated (module docstring).
+
+    ``take(batch, idx)`` selects rows of the batch, ``rows`` is its length.
+    """
     try:
-        return Applied(operator, _applied(operator.add_batch(batch)))
+        return Applied(operator, operator.add_batch(batch))
     except FATAL_ERRORS:
         raise
     except Exception as exc:  # noqa: BLE001 - narrowed down to rows below
         first = exc
-    result = _bisect(open_operator, batch)
-    if len(batch) > 1 and len(result.failed) == len(batch):
+    result = _bisect(open_operator, batch, take, rows)
+    if rows > 1 and len(result.failed) == rows:
         raise first  # not about the records: every row fails on its own
     return result
 
 
-def _bisect(open_operator: Callable[[], WindowOperator], batch: EventBatch) -> Applied:
-    result = Applied(open_operator())
+def _bisect(
+    open_operator: Callable[[], WindowOperator[B, Any, Any]],
+    batch: B,
+    take: Callable[[B, IntArray], B],
+    rows: int,
+) -> Applied[B]:
+    result: Applied[B] = Applied(open_operator())
     good: list[int] = []
-    pending = [(0, len(batch))]
+    pending = [(0, rows)]
     while pending:
         lo, hi = pending.pop()
         try:
-            result.applied += _applied(result.operator.add_batch(batch.take(np.arange(lo, hi))))
+            part = take(batch, np.arange(lo, hi, dtype=np.int64))
+            result.stats += result.operator.add_batch(part)
             good.extend(range(lo, hi))
             continue
         except FATAL_ERRORS:
@@ -147,17 +171,12 @@ def _bisect(open_operator: Callable[[], WindowOperator], batch: EventBatch) -> A
         except Exception as exc:  # noqa: BLE001 - narrowed down below
             error = exc
         result.operator = open_operator()
-        result.applied = 0
+        result.stats = StepStats()
         if good:
-            rows = np.asarray(good, dtype=np.int64)
-            result.applied = _applied(result.operator.add_batch(batch.take(rows)))
+            result.stats = result.operator.add_batch(take(batch, np.asarray(good)))
         if hi - lo == 1:
             result.failed.append((lo, error))
         else:
             mid = (lo + hi) // 2
             pending += [(mid, hi), (lo, mid)]
     return result
-
-
-def _applied(stats: Any) -> int:
-    return int(stats.applied)

@@ -11,8 +11,10 @@ import pytest
 from helpers import runtime_for
 from jobkit import create_topic, read_topic
 
-from window_operator.spark.driver import ensure_topics
-from window_operator.task import InputRecords, TaskRunner, TaskSettings
+from window_operator.runtime.batch import LocalJob
+from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.settings import TaskSettings
+from window_operator.spark.topics import prepare_topics
 
 pytestmark = pytest.mark.kafka
 S = 1000
@@ -39,15 +41,17 @@ def test_late_results_of_windows_expiring_in_the_same_batch_are_sent(
         emit={"late": "10s"},
         retention={"time": "30s"},
     ).config
-    ensure_topics(config, kafka_bootstrap)
-    runner = TaskRunner(TaskSettings(config, kafka_bootstrap, str(tmp_path)), 0)
+    tasks = prepare_topics(config, kafka_bootstrap)
+    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
     # window [0, 10s) fires ON_TIME when 15 s arrives
-    runner.run(records(topic, 0, [{"k": "a", "ts": 1 * S}, {"k": "a", "ts": 15 * S}]), 1_000)
+    runner.run_batch(
+        [records(topic, 0, [{"k": "a", "ts": 1 * S}, {"k": "a", "ts": 15 * S}])], 1_000
+    )
     # a late event for [0, 10s): its LATE update waits for the 10 s period
-    runner.run(records(topic, 2, [{"k": "a", "ts": 2 * S}]), 2_000)
+    runner.run_batch([records(topic, 2, [{"k": "a", "ts": 2 * S}])], 2_000)
     # 3 s later (period not over) the watermark jumps past the window's retention: the
     # pending LATE result must go out before the window is expired
-    runner.run(records(topic, 3, [{"k": "a", "ts": 100 * S}]), 5_000)
+    runner.run_batch([records(topic, 3, [{"k": "a", "ts": 100 * S}])], 5_000)
     results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
     first = [
         (r["kind"], r["update_seq"], r["values"]["n"]) for r in results if r["window_start"] == 0
@@ -63,12 +67,12 @@ def test_replayed_batches_are_not_counted_twice(
     config = runtime_for(
         job=unique_name("job"), input={"topic": topic, "key": "k", "timestamp": "ts"}
     ).config
-    ensure_topics(config, kafka_bootstrap)
-    runner = TaskRunner(TaskSettings(config, kafka_bootstrap, str(tmp_path)), 0)
+    tasks = prepare_topics(config, kafka_bootstrap)
+    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
     batch = records(topic, 0, [{"k": "a", "ts": t * S} for t in (1, 2, 3)])
-    assert runner.run(batch, 1_000).applied == 3
-    again = runner.run(batch, 2_000)  # Spark re-delivers the same offsets after a failure
+    assert runner.run_batch([batch], 1_000).tasks[0].applied == 3
+    again = runner.run_batch([batch], 2_000).tasks[0]  # Spark re-delivers the same offsets
     assert (again.applied, again.replayed) == (0, 3)
-    runner.run(records(topic, 3, [{"k": "a", "ts": 30 * S}]), 3_000)
+    runner.run_batch([records(topic, 3, [{"k": "a", "ts": 30 * S}])], 3_000)
     results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
     assert [(r["window_start"], r["values"]["n"]) for r in results] == [(0, 3)]

@@ -1,0 +1,208 @@
+"""A micro-batch through the keyed exchange, independent of how it is executed.
+
+* :func:`map_range`: one input partition range, decoded and routed: every state task
+  gets its rows (Arrow), the range's rejected records go to the task of its error lane,
+  and every task and the driver get the range's :class:`MapReport`;
+* :func:`reduce_task`: a state task's share (its rows, errors and every report), run by
+  :class:`TaskRunner` with the job clock of the batch and the one folded from the reports.
+
+The Spark job runs them as the two stages of one Spark job with Spark's shuffle in
+between (:mod:`window_operator.spark.exchange`); :class:`LocalJob` runs them in one
+process (tests, tools).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from window_operator.kernel import ClockState
+from window_operator.kernel.clock import fold_clock
+from window_operator.results import ErrorRecord
+from window_operator.runtime.exchange import (
+    InputRange,
+    MapReport,
+    Rejected,
+    Rows,
+    TaskInput,
+    to_ipc,
+)
+from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.plan import JobPlan
+from window_operator.runtime.plans import plan_for
+from window_operator.runtime.routing import task_of_partitions
+from window_operator.runtime.runner import TaskReport, TaskRunner
+from window_operator.runtime.settings import TaskSettings
+
+__all__ = [
+    "BatchContext",
+    "LocalBatch",
+    "LocalJob",
+    "Shuffled",
+    "error_lane",
+    "map_range",
+    "reduce_task",
+    "timer_input",
+]
+
+Shuffled = tuple[int, Rows | Rejected | MapReport]
+"""A map-side output: the state task it goes to, and what (``tasks``: the driver)."""
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What every task of a micro-batch gets from the driver (small, picklable)."""
+
+    settings: TaskSettings
+    batch_id: int
+    clock: ClockState
+
+    @property
+    def tasks(self) -> int:
+        """The number of state tasks."""
+        return self.settings.tasks
+
+    def clock_after(self, reports: Iterable[MapReport]) -> ClockState:
+        """The job clock after the batch (the same in every task and on the driver)."""
+        return advance_clock(self.settings, self.clock, reports, self.clock.now)
+
+
+def advance_clock(
+    settings: TaskSettings, clock: ClockState, reports: Iterable[MapReport], now: int
+) -> ClockState:
+    """``clock`` plus the reports' activity, at wall clock ``now``."""
+    cfg = settings.config
+    return fold_clock(
+        clock,
+        [r.activity() for r in reports],
+        now,
+        sources=len(plan_for(settings).sources),
+        allowed_lateness=cfg.watermark.allowed_lateness,
+        idle_timeout=cfg.watermark.idle_timeout,
+    )
+
+
+def error_lane(partition: int, tasks: int) -> int:
+    """The state task that sends the rejected records of an input partition."""
+    return int(task_of_partitions(np.array([partition]), tasks)[0])
+
+
+def source_index(plan: JobPlan[Any, Any], topic: str) -> int:
+    """The input a topic feeds."""
+    for s in plan.sources:
+        if s.topic == topic:
+            return s.index
+    raise ValueError(f"topic {topic!r} is not an input of job {plan.job!r}")
+
+
+def map_range(ctx: BatchContext, rng: InputRange, records: InputRecords) -> Iterator[Shuffled]:
+    """The map side of one range (see module doc); ``ctx.tasks`` gets the driver's report."""
+    t0 = time.perf_counter()
+    plan = plan_for(ctx.settings)
+    n = ctx.tasks
+    decoded = plan.decode(rng.source, records)
+    tasks = plan.route(decoded.batch, n)
+    if len(tasks):
+        order = np.argsort(tasks, kind="stable")
+        for idx in np.split(order, np.flatnonzero(np.diff(tasks[order])) + 1):
+            rows = to_ipc(plan.to_arrow(decoded.batch, idx))
+            yield int(tasks[idx[0]]), Rows(rng.source, rows)
+    if decoded.errors:
+        yield error_lane(rng.partition, n), Rejected(tuple(decoded.errors))
+    codes = Counter(e.code.value for e in decoded.errors)
+    report = MapReport(rng, len(records), decoded.max_ts, dict(codes), time.perf_counter() - t0)
+    for t in range(n + 1):
+        yield t, report
+
+
+def reduce_task(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> TaskReport:
+    """State task ``index`` of a batch, from everything the map side sent it."""
+    rows: list[Rows] = []
+    errors: list[ErrorRecord] = []
+    reports: list[MapReport] = []
+    for _, item in items:
+        if isinstance(item, Rows):
+            rows.append(item)
+        elif isinstance(item, Rejected):
+            errors.extend(item.errors)
+        else:
+            reports.append(item)
+    reports.sort(key=lambda r: (r.range.source, r.range.partition, r.range.start))
+    inp = TaskInput(
+        task=index,
+        batch_id=ctx.batch_id,
+        clock_before=ctx.clock,
+        clock_after=ctx.clock_after(reports),
+        rows=rows,
+        errors=sorted(errors, key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0)),
+        ranges=[r.range for r in reports],
+    )
+    return TaskRunner(ctx.settings, plan_for(ctx.settings), index).run(inp)
+
+
+def timer_input(ctx: BatchContext, index: int) -> TaskInput:
+    """A timer-only pass of a state task: no input, the clock at the driver's now."""
+    return TaskInput(
+        task=index, batch_id=ctx.batch_id, clock_before=ctx.clock, clock_after=ctx.clock
+    )
+
+
+@dataclass
+class LocalBatch:
+    """What :meth:`LocalJob.run_batch` did."""
+
+    tasks: list[TaskReport]
+    ranges: list[MapReport]
+    clock: ClockState
+
+
+class LocalJob:
+    """The streaming job's batch path in one process: map side, exchange, every task.
+
+    Batches are given as input records (as a Kafka range read gives them); the clock
+    is kept the way the Spark driver keeps it (without the log).
+    """
+
+    def __init__(self, settings: TaskSettings) -> None:
+        self.settings = settings
+        self.clock = ClockState()
+        self.batch_id = 0
+
+    def run_batch(self, inputs: Sequence[InputRecords], now_ms: int) -> LocalBatch:
+        """One micro-batch of ``inputs`` (each one input partition's range) at ``now_ms``."""
+        plan = plan_for(self.settings)
+        before = advance_clock(self.settings, self.clock, [], now_ms)
+        ctx = BatchContext(self.settings, self.batch_id, before)
+        shuffled: dict[int, list[Shuffled]] = {t: [] for t in range(ctx.tasks + 1)}
+        for records in inputs:
+            if not len(records):
+                continue
+            source = source_index(plan, records.topic)
+            rng = InputRange(
+                source,
+                records.topic,
+                records.partition,
+                records.offsets[0],
+                records.offsets[-1] + 1,
+            )
+            for task, item in map_range(ctx, rng, records):
+                shuffled[task].append((task, item))
+        reports = [r for _, r in shuffled[ctx.tasks] if isinstance(r, MapReport)]
+        tasks = [reduce_task(ctx, t, shuffled[t]) for t in range(ctx.tasks)]
+        self.clock = ctx.clock_after(reports)
+        self.batch_id += 1
+        return LocalBatch(tasks, reports, self.clock)
+
+    def tick(self, now_ms: int) -> list[TaskReport]:
+        """A timer-only pass over every task at ``now_ms``."""
+        self.clock = advance_clock(self.settings, self.clock, [], now_ms)
+        ctx = BatchContext(self.settings, -1, self.clock)
+        plan = plan_for(self.settings)
+        return [
+            TaskRunner(self.settings, plan, t).run(timer_input(ctx, t)) for t in range(ctx.tasks)
+        ]
