@@ -16,10 +16,11 @@ keys (``/page/<i>``, Zipf-like skew), in arrival order. Two jobs, each computing
 ``tumbling`` is ``window: {type: count, size: 100}``, ``hopping`` is ``{type: count,
 size: 100, step: 10}``. The job is built with ``build_runtime(config).open_task(...)``.
 
-Timed: micro-batches of ``EventBatch.from_columns`` (built before the clock starts)
-through ``add_batch``, after each ``timeout(max ts)``, ``flush()`` (a RocksDB commit)
-and ``take_result_batches()``; at the end ``timeout(END_OF_TIME)`` (the partial windows)
-and a last flush. Opening and closing the store are not timed.
+Timed (the loop of ``bench_sessions.run_once``): micro-batches of
+``EventBatch.from_columns`` (built before the clock starts) through ``add_batch``, after
+each ``timeout(max ts)``, ``flush()`` (a RocksDB commit) and ``take_result_batches()``;
+at the end ``timeout(END_OF_TIME)`` (the partial windows) and a last flush. Opening and
+closing the store are not timed.
 
 Check: every result is ON_TIME and no window is emitted twice; for a sample of keys the
 windows must equal a plain-Python oracle that slices each key's message sequence into
@@ -35,18 +36,16 @@ import math
 import pstats
 import random
 import sys
-import tempfile
-import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench_sessions import run_once
 
 import window_operator
 from window_operator.config import parse_config
 from window_operator.events import EventBatch
-from window_operator.job import JobRuntime, build_runtime
-from window_operator.policies import END_OF_TIME
+from window_operator.job import build_runtime
 from window_operator.results import ResultBatch
 from window_operator.sample_data import ClickStream, click_stream
 
@@ -119,59 +118,6 @@ def check(
             if not math.isclose(got[w][name], value, rel_tol=1e-9, abs_tol=1e-9):
                 return f"FAILED: {w} {name} = {got[w][name]}, expected {value}", kinds
     return "ok", kinds
-
-
-@dataclass
-class Run:
-    """What one timed run measured (seconds; ``phases`` as (wall, CPU) pairs)."""
-
-    wall: float
-    cpu: float
-    phases: dict[str, list[float]]
-    results: list[ResultBatch]
-    rejected: int
-
-
-def run_once(
-    runtime: JobRuntime, batches: list[EventBatch], profile: cProfile.Profile | None
-) -> Run:
-    """Feed every micro-batch (+ timeout, flush, drain), then end the input; on a fresh store."""
-    ticks = [int(b.ts.max()) for b in batches]
-    out: list[ResultBatch] = []
-    phases = {"add_batch": [0.0, 0.0], "timeout+flush": [0.0, 0.0], "end of input": [0.0, 0.0]}
-
-    def timed(name: str, t0: float, c0: float) -> None:
-        phases[name][0] += time.perf_counter() - t0
-        phases[name][1] += time.process_time() - c0
-
-    with tempfile.TemporaryDirectory(prefix="bench-count-") as tmp:
-        agg = runtime.open_task(Path(tmp))
-
-        def body() -> None:
-            for batch, now in zip(batches, ticks, strict=True):
-                t, c = time.perf_counter(), time.process_time()
-                agg.add_batch(batch)
-                timed("add_batch", t, c)
-                t, c = time.perf_counter(), time.process_time()
-                agg.timeout(now)
-                agg.flush()
-                out.extend(agg.take_result_batches())
-                timed("timeout+flush", t, c)
-            t, c = time.perf_counter(), time.process_time()
-            agg.timeout(END_OF_TIME)
-            agg.flush()
-            out.extend(agg.take_result_batches())
-            timed("end of input", t, c)
-
-        t0, c0 = time.perf_counter(), time.process_time()
-        if profile is None:
-            body()
-        else:
-            profile.runcall(body)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        rejected = len(agg.get_errors())
-        agg.close()
-    return Run(wall, cpu, phases, out, rejected)
 
 
 def bench_shape(

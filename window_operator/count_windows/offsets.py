@@ -26,14 +26,12 @@ from window_operator.config import OffsetsWindow
 from window_operator.errors import IncompatibleStateError, WindowOperatorError
 from window_operator.events import EventBatch
 from window_operator.kernel import (
-    ClockState,
-    InputPosition,
     OperatorKernel,
     StepStats,
     StoredWindow,
 )
 from window_operator.policies import EmitPolicy, LateMode
-from window_operator.results import ErrorRecord, ResultBatch
+from window_operator.results import ResultBatch
 from window_operator.timewindows import WindowedAggregator
 from window_operator.windows import TimeWindowing
 
@@ -90,26 +88,6 @@ class OffsetWindows:
         """The kernel of the time-window engine (positions, outputs, checkpoint)."""
         return self.inner.kernel
 
-    @property
-    def store(self) -> TaskStore:
-        """The task's RocksDB store."""
-        return self.inner.store
-
-    @property
-    def watermark(self) -> int:
-        """The highest offset delivered (windows ending at or before it have fired)."""
-        return self.inner.watermark
-
-    @property
-    def offsets(self) -> dict[InputPosition, int]:
-        """Last applied offset of the operator's partition."""
-        return self.inner.offsets
-
-    @property
-    def batches(self) -> int:
-        """How many flushes the store has seen (the changelog batch number)."""
-        return self.inner.batches
-
     def check_partition(self, partition: int) -> None:
         """Take the partition of the first record; refuse any other."""
         self._claim([partition])
@@ -146,15 +124,6 @@ class OffsetWindows:
             )
         )
 
-    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
-        """Record a handled offset (of the operator's one partition)."""
-        self._claim([partition])
-        self.inner.mark_consumed(partition, offset, source=source)
-
-    def adopt_clock(self, state: ClockState) -> None:
-        """Take the job's wall clock (EARLY timers); this partition's offsets fire windows."""
-        self.kernel.clock.note_now(state.now)
-
     def timeout(self, now_ms: int) -> None:
         """EARLY timers; ``END_OF_TIME`` fires the remaining windows."""
         self.inner.timeout(now_ms)
@@ -163,17 +132,9 @@ class OffsetWindows:
         """Hand over the pending results (windows starting at offset >= 0)."""
         return [b for b in map(from_offset_zero, self.inner.take_result_batches()) if len(b)]
 
-    def get_errors(self) -> list[ErrorRecord]:
-        """Hand over (and forget) the rejected input records."""
-        return self.inner.get_errors()
-
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Frames and checkpoint in one batch; fired windows expire."""
         return self.inner.flush(commit=commit)
-
-    def close(self) -> None:
-        """Flush and close the store (a second call does nothing)."""
-        self.inner.close()
 
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored windows of ``key`` overlapping offsets ``[start, end)``."""

@@ -1,15 +1,18 @@
-"""The count / offsets window operator of a task: record decoding over one of two engines.
+"""The count / offsets window operator of a task, over one of two engines.
 
 ``window.type: count`` runs :class:`KeyCountWindows` (windows over each key's message
 sequence), ``offsets`` runs :class:`OffsetWindows` (windows over one partition's
-offsets). Both take decoded :class:`EventBatch` es; this facade adds the job's decoder
-(records in, rejected records to the error output) and the seed's single-record API.
+offsets). The engines take decoded :class:`EventBatch` es and hold only what differs
+between the shapes; :class:`CountWindowAggregator` is the
+:class:`~window_operator.kernel.WindowOperator` the runners talk to: the job's decoder
+(records in, rejected records to the error output), the seed's single-record API, and
+progress, outputs and the store through the engine's kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -36,16 +39,36 @@ Records = Sequence[Mapping[str, object]]
 """Input records in the job's input schema (decoded with the job's decoder)."""
 
 
-class _Engine(WindowOperator[EventBatch, ResultBatch, StoredWindow], Protocol):
-    """What the two window shapes implement below the record-decoding facade."""
+class _Engine(Protocol):
+    """What differs between the two window shapes; the operator does the rest via the kernel."""
 
     @property
     def kernel(self) -> OperatorKernel[ResultBatch]:
-        """Positions and outputs of the record path."""
+        """Store, positions, clock, outputs and checkpoint of the engine."""
         ...
 
     def check_partition(self, partition: int) -> None:
         """Raise before any change if the engine cannot take records of ``partition``."""
+        ...
+
+    def add_batch(self, batch: EventBatch) -> StepStats:
+        """Add decoded events; replays are no-ops."""
+        ...
+
+    def timeout(self, now_ms: int) -> None:
+        """EARLY results; ``END_OF_TIME`` emits what is still open."""
+        ...
+
+    def take_result_batches(self) -> list[ResultBatch]:
+        """Hand over the pending results."""
+        ...
+
+    def flush(self, *, commit: bool = True) -> StoreBatch:
+        """State and checkpoint in one batch (committed unless ``commit=False``)."""
+        ...
+
+    def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
+        """Stored windows of ``key`` overlapping ``[start, end)``."""
         ...
 
 
@@ -81,22 +104,22 @@ class CountWindowAggregator:
     @property
     def store(self) -> TaskStore:
         """The task's RocksDB store."""
-        return self.engine.store
+        return self.engine.kernel.store
 
     @property
     def watermark(self) -> int:
         """Offsets: the highest offset delivered; count: ``END_OF_TIME`` after the input ended."""
-        return self.engine.watermark
+        return self.engine.kernel.watermark
 
     @property
     def offsets(self) -> dict[InputPosition, int]:
         """Last applied offset per input partition."""
-        return self.engine.offsets
+        return self.engine.kernel.offsets
 
     @property
     def batches(self) -> int:
         """How many flushes the store has seen (the changelog batch number)."""
-        return self.engine.batches
+        return self.engine.kernel.batches
 
     # ------------------------------------------------------------------ input
 
@@ -135,11 +158,17 @@ class CountWindowAggregator:
 
     def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of ``partition`` was handled outside (e.g. rejected)."""
-        self.engine.mark_consumed(partition, offset, source=source)
+        self.engine.check_partition(partition)
+        self.engine.kernel.positions.mark(source, partition, offset)
 
     def adopt_clock(self, state: ClockState) -> None:
-        """Take the job's wall clock; counts and offsets, not event time, fire these windows."""
-        self.engine.adopt_clock(state)
+        """Take the job's wall clock (EARLY timers) and nothing else.
+
+        Count windows fire on message counts and offsets windows on their partition's
+        offsets, never on event time: the watermark stays on the operator's own axis
+        and nothing fires here.
+        """
+        self.engine.kernel.clock.note_now(state.now)
 
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies; ``END_OF_TIME`` ends the input."""
@@ -157,7 +186,7 @@ class CountWindowAggregator:
 
     def get_errors(self) -> list[ErrorRecord]:
         """Hand over (and forget) the rejected input records."""
-        return self.engine.get_errors()
+        return self.engine.kernel.outputs.take_errors()
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Persist state and checkpoint atomically; return the writes.
@@ -169,7 +198,7 @@ class CountWindowAggregator:
 
     def close(self) -> None:
         """Flush and close the store (a second call does nothing)."""
-        self.engine.close()
+        self.engine.kernel.close(self.flush)
 
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored windows of ``key`` overlapping ``[start, end)`` (message indices or offsets)."""
@@ -187,3 +216,11 @@ def _one_event(event: DecodedEvent, partition: int, offset: int, wall_ms: int | 
         objects={f: [v] for f, v in event.objects.items()},
         wall_ms=None if wall_ms is None else np.array([wall_ms], dtype=np.int64),
     )
+
+
+if TYPE_CHECKING:
+    # mypy proves that the operator satisfies the protocol every runner talks to
+    def _satisfies(
+        op: CountWindowAggregator,
+    ) -> WindowOperator[EventBatch | Records, ResultBatch, StoredWindow]:
+        return op

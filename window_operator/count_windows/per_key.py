@@ -31,11 +31,9 @@ from window_operator.config import CountWindow
 from window_operator.count_windows.evaluator import CountEvaluator, WindowValues
 from window_operator.count_windows.firing import CountTrigger
 from window_operator.count_windows.numbering import Numbered, number
-from window_operator.count_windows.ring import PendingMessage, Ring
+from window_operator.count_windows.ring import Ring
 from window_operator.events import EventBatch
 from window_operator.kernel import (
-    ClockState,
-    InputPosition,
     OperatorKernel,
     StepStats,
     StoredWindow,
@@ -45,7 +43,8 @@ from window_operator.kernel import (
 )
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, EmitPolicy
-from window_operator.results import ErrorRecord, Kind, ResultBatch
+from window_operator.results import Kind, ResultBatch
+from window_operator.timewindows.frame_store import PendingMessage
 
 __all__ = ["KeyCountWindows"]
 
@@ -75,32 +74,10 @@ class KeyCountWindows:
         self.timers = Timers()
         self._restore()
 
-    # ------------------------------------------------------------------ properties
-
-    @property
-    def store(self) -> TaskStore:
-        """The task's RocksDB store."""
-        return self.kernel.store
-
-    @property
-    def watermark(self) -> int:
-        """No event-time watermark: ``END_OF_TIME`` once the input ended, else none."""
-        return self.kernel.watermark
-
     @property
     def ended(self) -> bool:
         """Whether the end of input was seen (the open windows were emitted)."""
         return self.kernel.watermark >= END_OF_TIME
-
-    @property
-    def offsets(self) -> dict[InputPosition, int]:
-        """Last applied offset per input partition."""
-        return self.kernel.offsets
-
-    @property
-    def batches(self) -> int:
-        """How many flushes the store has seen (the changelog batch number)."""
-        return self.kernel.batches
 
     # ------------------------------------------------------------------ input
 
@@ -120,14 +97,6 @@ class KeyCountWindows:
         if batch.wall_ms is not None and len(batch.wall_ms):
             kernel.clock.note_wall(0, batch.partition, batch.wall_ms)
         return StepStats(applied=len(idx), replayed=adm.replayed)
-
-    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
-        """Record that ``offset`` of ``partition`` was handled outside (e.g. rejected)."""
-        self.kernel.positions.mark(source, partition, offset)
-
-    def adopt_clock(self, state: ClockState) -> None:
-        """Take the job's wall clock (EARLY timers); message counts, not time, fire windows."""
-        self.kernel.clock.note_now(state.now)
 
     def _apply(self, batch: EventBatch, idx: IntArray, off: IntArray) -> None:
         every = len(idx) == len(batch)
@@ -259,10 +228,6 @@ class KeyCountWindows:
         """Hand over the pending results in columnar form, in emission order."""
         return self.kernel.outputs.take_results()
 
-    def get_errors(self) -> list[ErrorRecord]:
-        """Hand over (and forget) the rejected input records."""
-        return self.kernel.outputs.take_errors()
-
     # ------------------------------------------------------------------ persistence
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
@@ -271,10 +236,6 @@ class KeyCountWindows:
         self.ring.persist(batch, self.keys)
         self.kernel.write_checkpoint(batch, self.timers.to_json())
         return self.kernel.commit(batch, commit=commit)
-
-    def close(self) -> None:
-        """Flush and close the store (a second call does nothing)."""
-        self.kernel.close(self.flush)
 
     def _restore(self) -> None:
         fields = self.kernel.restore()

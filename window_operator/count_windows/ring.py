@@ -11,7 +11,6 @@ accumulators a flat list indexed ``kid * k + slot``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,19 +22,9 @@ from window_operator.aggset import AggregationSet
 from window_operator.arrays import BoolArray, FloatArray, IntArray
 from window_operator.count_windows.state import MESSAGES, RING, FrameCodec, MessageCodec
 from window_operator.keytable import KeyTable
+from window_operator.timewindows.frame_store import PendingMessage
 
-__all__ = ["PendingMessage", "Ring"]
-
-
-@dataclass(frozen=True, slots=True)
-class PendingMessage:
-    """A message of a full-state operation waiting for the next flush (Message Store)."""
-
-    kid: int
-    n: int
-    partition: int
-    offset: int
-    values: tuple[Any, ...]
+__all__ = ["Ring"]
 
 
 class Ring:
@@ -133,7 +122,7 @@ class Ring:
                 self.objs[i] = self.aggs.create_objects()
 
     def queue_message(self, message: PendingMessage) -> None:
-        """Keep a full-state message for the next flush."""
+        """Keep a full-state message for the next flush (its ``ts`` is the message index)."""
         self.pending.append(message)
 
     def next_seqs(self, kids: IntArray, slots: IntArray) -> IntArray:
@@ -189,8 +178,8 @@ class Ring:
         for m in self.pending:
             batch.put(
                 MESSAGES.cf,
-                MESSAGES.key(enc[m.kid], m.n % ring_messages),
-                MessageCodec.encode(m.n, m.partition, m.offset, m.values),
+                MESSAGES.key(enc[m.kid], m.ts % ring_messages),
+                MessageCodec.encode(m.ts, m.partition, m.offset, m.values),
             )
         self.pending.clear()
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from countkit import DEDUCTIBLE, runtime, summary
 
 from window_operator.count_windows import OffsetsPartitionError
+from window_operator.count_windows.offsets import EVENT_TIME, event_time_as_x, from_offset_zero
 from window_operator.events import EventBatch
 from window_operator.policies import END_OF_TIME
+from window_operator.results import Kind, ResultBatch
 
 
 # Offsets windows, size 4, step 2, over partition 0 (offsets have gaps):
@@ -80,3 +83,35 @@ def test_offsets_windows_give_linreg_the_event_time(op: Any) -> None:
     agg.timeout(END_OF_TIME)
     (r,) = agg.get_result()
     assert r.values["fit"]["slope"] == pytest.approx(2.0)
+
+
+def test_windows_starting_before_offset_zero_are_dropped() -> None:
+    batch = ResultBatch(
+        kind=Kind.ON_TIME,
+        keys=["a", "b", "c"],
+        window_start=np.array([-2, 0, 2]),
+        window_end=np.array([2, 4, 6]),
+        update_seq=np.array([0, 0, 1]),
+        values={"n": [1, 2, 3]},
+    )
+    kept = from_offset_zero(batch)
+    assert (kept.keys, kept.window_start.tolist(), kept.values) == (
+        ["b", "c"],
+        [0, 2],
+        {"n": [2, 3]},
+    )
+    assert kept.update_seq.tolist() == [0, 1]
+    assert from_offset_zero(kept) is kept
+
+
+def test_two_input_operations_read_the_event_time_as_x() -> None:
+    aggs = runtime(
+        {"type": "offsets", "size": 4},
+        [
+            {"name": "fit", "op": "linreg", "field": "v"},
+            {"name": "fit_w", "op": "linreg", "field": "v", "params": {"x": "w"}},
+            {"name": "n", "op": "count"},
+        ],
+    ).aggregations
+    x = [a.x_field for a in event_time_as_x(aggs).aggregations]
+    assert x == [EVENT_TIME, "w", EVENT_TIME]  # (count ignores its x)
