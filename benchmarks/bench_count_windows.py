@@ -145,8 +145,8 @@ def bench_shape(
         f"add_batch of {args.batch:,} + timeout + flush (commit); best CPU of {len(runs)}"
     )
     print(
-        f"  {n / best.wall:,.0f} events/s wall ({best.wall:.2f} s), "
-        f"{n / best.cpu:,.0f} events/s CPU ({best.cpu:.2f} s)"
+        f"  {n / best.wall:,.0f} events/s wall ({best.wall:.3f} s), "
+        f"{n / best.cpu:,.0f} events/s CPU ({best.cpu:.3f} s)"
     )
     print(
         "  phases (wall / CPU s): "
