@@ -125,7 +125,7 @@ class AggregationPlan:
 
     def operator(self, store: TaskStore) -> WindowOperator[EventBatch, ResultBatch, Any]:
         """The job's operator over ``store``."""
-        op: WindowOperator[EventBatch, ResultBatch, Any] = self.runtime.operator(store)  # type: ignore[assignment]
+        op: WindowOperator[EventBatch, ResultBatch, Any] = self.runtime.operator(store)
         return op
 
     def encode_results(self, results: ResultBatch) -> list[KafkaRecord]:

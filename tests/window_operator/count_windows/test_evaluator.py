@@ -1,0 +1,68 @@
+"""Count-window values: full windows by deduct or recombination, and open windows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from countkit import DEDUCTIBLE, runtime
+
+from window_operator.aggset import AggregationSet
+from window_operator.count_windows.evaluator import CountEvaluator
+from window_operator.count_windows.firing import CountTrigger
+from window_operator.count_windows.numbering import number
+from window_operator.count_windows.ring import Ring
+
+
+def ints(*xs: int) -> np.ndarray:
+    return np.array(xs, dtype=np.int64)
+
+
+def aggregations(size: int, step: int) -> AggregationSet:
+    return runtime({"type": "count", "size": size, "step": step}, DEDUCTIBLE).aggregations
+
+
+# size 6, step 2 (3 frames a window); one batch, keys interleaved, values = arrival index:
+#
+#   a  messages 0..9  -> [0,6) [2,8) [4,10) fire (three windows: deduct takes 2 steps)
+#   b  messages 0..5  -> [0,6) fires
+@pytest.mark.parametrize("use_deduct", [True, False, None])
+def test_full_windows_by_deduct_or_recombination_agree(use_deduct: bool | None) -> None:
+    aggs = aggregations(6, 2)
+    ring = Ring(aggs, 3, 2)
+    ring.ensure(2)
+    kids = ints(*([0] * 4 + [1, 0] * 6))
+    values = np.arange(len(kids), dtype=np.float64)
+    num = number(kids, ring.count, 2, 2)
+    n_groups = len(num.g_kid)
+    merged = aggs.accumulate({"v": values}, np.zeros(len(kids), np.int64), num.groups, n_groups)
+    full = CountTrigger(6, 2).full_windows(num)
+    assert full is not None
+    got = aggs.finish(CountEvaluator(ring, aggs, use_deduct).full(num, full, merged, []).acc, None)
+    a = values[kids == 0].tolist()
+    b = values[kids == 1].tolist()
+    want = [sum(a[0:6]), sum(a[2:8]), sum(a[4:10]), sum(b[0:6])]
+    assert full.kids.tolist() == [0, 0, 0, 1]
+    assert got["sum"] == want
+    assert got["count"] == [6, 6, 6, 6]
+
+
+# size 4, step 2; key 0 holds 5 messages with values 1..5:
+#
+#   frame 1 (slot 1): messages 2, 3 (values 3, 4); frame 2 (slot 0): message 4 (value 5)
+#   open windows [2,6) = frames 1, 2 and [4,8) = frame 2
+def test_open_windows_combine_their_frames_up_to_the_last_message() -> None:
+    aggs = aggregations(4, 2)
+    ring = Ring(aggs, 2, 2)
+    ring.ensure(1)
+    rows = aggs.accumulate({"v": np.array([3.0, 4.0, 5.0])}, ints(0, 0, 0), ints(0, 0, 1), 2)
+    ring.store_frames(ints(0, 0), ints(1, 0), rows, np.array([True, True]), None)
+    ring.set_counts(ints(0), ints(5))
+    trigger, ev = CountTrigger(4, 2), CountEvaluator(ring, aggs, None)
+    wins = trigger.open_windows(ints(0), ring.count[:1])
+    values = aggs.finish(ev.open_values(wins).acc, None)
+    assert (wins.starts.tolist(), values["sum"], values["count"]) == ([1, 2], [12.0, 5.0], [3, 1])
+    flag = np.zeros_like(ring.early)
+    flag[0, 1] = True  # frame 1 changed: only [2,6) holds it
+    assert ev.marked(wins, flag).tolist() == [True, False]
+    flag[0, 0] = True
+    assert ev.marked(wins, flag).tolist() == [True, True]

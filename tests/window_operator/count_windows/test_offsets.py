@@ -1,0 +1,117 @@
+"""Offsets windows (``type: offsets``): timelines named by offset, one partition per operator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from countkit import DEDUCTIBLE, runtime, summary
+
+from window_operator.count_windows import OffsetsPartitionError
+from window_operator.count_windows.offsets import EVENT_TIME, event_time_as_x, from_offset_zero
+from window_operator.events import EventBatch
+from window_operator.policies import END_OF_TIME
+from window_operator.results import Kind, ResultBatch
+
+
+# Offsets windows, size 4, step 2, over partition 0 (offsets have gaps):
+#
+#   offset   0  1  .  3  4  .  .  7  .  9 | end
+#   key      a  b     a  a        b     a
+#   [0,4)    a{0,3} b{1}    fires when offset 4 arrives (4 >= 0 + 4)
+#   [2,6)    a{3,4}         fires at offset 7
+#   [4,8)    a{4} b{7}      fires at offset 9 (an offset >= 8)
+#   [6,10)   b{7} a{9}      at the end
+#   [8,12)   a{9}           at the end
+def test_offsets_windows_fire_when_the_partition_passes_their_end(op: Any) -> None:
+    agg = op(
+        runtime(
+            {"type": "offsets", "size": 4, "step": 2},
+            [{"name": "c", "op": "collect", "field": "v"}],
+        )
+    )
+    fired: dict[int, list[tuple[Any, ...]]] = {}
+    for off, key in [(0, "a"), (1, "b"), (3, "a"), (4, "a"), (7, "b"), (9, "a")]:
+        agg.add_message({"k": key, "ts": 1000 - off, "v": off}, offset=off)
+        fired[off] = sorted(summary(agg.get_result(), "c"))
+    assert fired == {
+        0: [],
+        1: [],
+        3: [],
+        4: [("ON_TIME", "a", 0, 4, 0, [0, 3]), ("ON_TIME", "b", 0, 4, 0, [1])],
+        7: [("ON_TIME", "a", 2, 6, 0, [3, 4])],
+        9: [("ON_TIME", "a", 4, 8, 0, [4]), ("ON_TIME", "b", 4, 8, 0, [7])],
+    }
+    assert agg.watermark == 9
+    agg.timeout(END_OF_TIME)
+    assert sorted(summary(agg.get_result(), "c")) == [
+        ("ON_TIME", "a", 6, 10, 0, [9]),
+        ("ON_TIME", "a", 8, 12, 0, [9]),
+        ("ON_TIME", "b", 6, 10, 0, [7]),
+    ]
+
+
+def test_offsets_windows_refuse_a_second_partition(op: Any) -> None:
+    agg = op(runtime({"type": "offsets", "size": 2}, DEDUCTIBLE))
+    agg.add_message({"k": "a", "ts": 0, "v": 1}, partition=3, offset=0)
+    with pytest.raises(OffsetsPartitionError, match="one operator .task. per partition"):
+        agg.add_batch(
+            EventBatch.from_columns(
+                ["a", "a"], [0, 0], numeric={"v": [1, 1]}, partition=[3, 4], offset=[1, 0]
+            )
+        )
+    with pytest.raises(OffsetsPartitionError):
+        agg.mark_consumed(4, 0)
+    assert agg.offsets == {(0, 3): 0}
+    agg.add_message({"k": "a", "ts": 0, "v": 1}, partition=3, offset=1)
+    assert summary(agg.get_result(), "count") == []
+    agg.add_message({"k": "a", "ts": 0, "v": 1}, partition=3, offset=2)
+    assert summary(agg.get_result(), "count") == [("ON_TIME", "a", 0, 2, 0, 2)]
+
+
+def test_offsets_windows_give_linreg_the_event_time(op: Any) -> None:
+    agg = op(
+        runtime({"type": "offsets", "size": 10}, [{"name": "fit", "op": "linreg", "field": "v"}])
+    )
+    # v = 2 * ts + 1 at offsets 0, 5, 7: the slope is over event time, not offsets
+    agg.add_batch(
+        EventBatch.from_columns(
+            ["a"] * 3, [10, 20, 40], numeric={"v": [21, 41, 81]}, offset=[0, 5, 7]
+        )
+    )
+    agg.timeout(END_OF_TIME)
+    (r,) = agg.get_result()
+    assert r.values["fit"]["slope"] == pytest.approx(2.0)
+
+
+def test_windows_starting_before_offset_zero_are_dropped() -> None:
+    batch = ResultBatch(
+        kind=Kind.ON_TIME,
+        keys=["a", "b", "c"],
+        window_start=np.array([-2, 0, 2]),
+        window_end=np.array([2, 4, 6]),
+        update_seq=np.array([0, 0, 1]),
+        values={"n": [1, 2, 3]},
+    )
+    kept = from_offset_zero(batch)
+    assert (kept.keys, kept.window_start.tolist(), kept.values) == (
+        ["b", "c"],
+        [0, 2],
+        {"n": [2, 3]},
+    )
+    assert kept.update_seq.tolist() == [0, 1]
+    assert from_offset_zero(kept) is kept
+
+
+def test_two_input_operations_read_the_event_time_as_x() -> None:
+    aggs = runtime(
+        {"type": "offsets", "size": 4},
+        [
+            {"name": "fit", "op": "linreg", "field": "v"},
+            {"name": "fit_w", "op": "linreg", "field": "v", "params": {"x": "w"}},
+            {"name": "n", "op": "count"},
+        ],
+    ).aggregations
+    x = [a.x_field for a in event_time_as_x(aggs).aggregations]
+    assert x == [EVENT_TIME, "w", EVENT_TIME]  # (count ignores its x)

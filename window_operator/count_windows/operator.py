@@ -1,0 +1,226 @@
+"""The count / offsets window operator of a task, over one of two engines.
+
+``window.type: count`` runs :class:`KeyCountWindows` (windows over each key's message
+sequence), ``offsets`` runs :class:`OffsetWindows` (windows over one partition's
+offsets). The engines take decoded :class:`EventBatch` es and hold only what differs
+between the shapes; :class:`CountWindowAggregator` is the
+:class:`~window_operator.kernel.WindowOperator` the runners talk to: the job's decoder
+(records in, rejected records to the error output), the seed's single-record API, and
+progress, outputs and the store through the engine's kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from stores.rocks import StoreBatch, TaskStore
+from window_operator.aggset import AggregationSet
+from window_operator.config import CountWindow, OffsetsWindow
+from window_operator.count_windows.offsets import OffsetWindows
+from window_operator.count_windows.per_key import KeyCountWindows
+from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
+from window_operator.kernel import (
+    ClockState,
+    InputPosition,
+    OperatorKernel,
+    StepStats,
+    StoredWindow,
+    WindowOperator,
+)
+from window_operator.policies import EmitPolicy
+from window_operator.results import ErrorRecord, ResultBatch, WindowResult
+
+__all__ = ["CountWindowAggregator"]
+
+Records = Sequence[Mapping[str, object]]
+"""Input records in the job's input schema (decoded with the job's decoder)."""
+
+
+class _Engine(Protocol):
+    """What differs between the two window shapes; the operator does the rest via the kernel."""
+
+    @property
+    def kernel(self) -> OperatorKernel[ResultBatch]:
+        """Store, positions, clock, outputs and checkpoint of the engine."""
+        ...
+
+    def check_partition(self, partition: int) -> None:
+        """Raise before any change if the engine cannot take records of ``partition``."""
+        ...
+
+    def add_batch(self, batch: EventBatch) -> StepStats:
+        """Add decoded events; replays are no-ops."""
+        ...
+
+    def timeout(self, now_ms: int) -> None:
+        """EARLY results; ``END_OF_TIME`` emits what is still open."""
+        ...
+
+    def take_result_batches(self) -> list[ResultBatch]:
+        """Hand over the pending results."""
+        ...
+
+    def flush(self, *, commit: bool = True) -> StoreBatch:
+        """State and checkpoint in one batch (committed unless ``commit=False``)."""
+        ...
+
+    def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
+        """Stored windows of ``key`` overlapping ``[start, end)``."""
+        ...
+
+
+class CountWindowAggregator:
+    """A task's ``count`` or ``offsets`` window aggregation over RocksDB.
+
+    ``use_deduct``: ``True`` slides hopping windows by deduct (Jet), ``False`` combines
+    every frame, ``None`` picks per call whichever is cheaper (deductible operations
+    only).
+    """
+
+    def __init__(
+        self,
+        *,
+        window: CountWindow,
+        aggregations: AggregationSet,
+        policy: EmitPolicy,
+        store: TaskStore,
+        decoder: RecordDecoder | None = None,
+        use_deduct: bool | None = None,
+    ) -> None:
+        if use_deduct and not aggregations.deductible:
+            raise ValueError("use_deduct=True but not every aggregation has deduct")
+        self.window = window
+        self.aggs = aggregations
+        self.decoder = decoder
+        self.engine: _Engine
+        if isinstance(window, OffsetsWindow):
+            self.engine = OffsetWindows(window, aggregations, policy, store, use_deduct)
+        else:
+            self.engine = KeyCountWindows(window, aggregations, policy, store, use_deduct)
+
+    @property
+    def store(self) -> TaskStore:
+        """The task's RocksDB store."""
+        return self.engine.kernel.store
+
+    @property
+    def watermark(self) -> int:
+        """Offsets: the highest offset delivered; count: ``END_OF_TIME`` after the input ended."""
+        return self.engine.kernel.watermark
+
+    @property
+    def offsets(self) -> dict[InputPosition, int]:
+        """Last applied offset per input partition."""
+        return self.engine.kernel.offsets
+
+    @property
+    def batches(self) -> int:
+        """How many flushes the store has seen (the changelog batch number)."""
+        return self.engine.kernel.batches
+
+    # ------------------------------------------------------------------ input
+
+    def add_batch(self, batch: EventBatch | Records) -> StepStats:
+        """Add many messages (columns, or records decoded with the job's decoder).
+
+        Records take the next offsets of partition 0; rejected records take none.
+        """
+        if isinstance(batch, EventBatch):
+            return self.engine.add_batch(batch)
+        if self.decoder is None:
+            raise ValueError("add_batch of records needs a RecordDecoder")
+        decoded = self.decoder.decode_records(list(batch))
+        self.engine.kernel.outputs.errors.extend(decoded.errors)
+        return self.engine.add_batch(decoded.batch) + StepStats(rejected=len(decoded.errors))
+
+    def add_message(
+        self,
+        message: Mapping[str, object],
+        *,
+        partition: int = 0,
+        offset: int | None = None,
+        wall_ms: int | None = None,
+    ) -> StepStats:
+        """Add one record: a batch of one (a rejected record takes its offset)."""
+        if self.decoder is None:
+            raise ValueError("add_message needs a RecordDecoder (build the operator from a job)")
+        engine = self.engine
+        engine.check_partition(partition)
+        got = engine.kernel.decode_one(
+            self.decoder, message, source=0, partition=partition, offset=offset
+        )
+        if isinstance(got, StepStats):
+            return got
+        return engine.add_batch(_one_event(got.value, partition, got.offset, wall_ms))
+
+    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
+        """Record that ``offset`` of ``partition`` was handled outside (e.g. rejected)."""
+        self.engine.check_partition(partition)
+        self.engine.kernel.positions.mark(source, partition, offset)
+
+    def adopt_clock(self, state: ClockState) -> None:
+        """Take the job's wall clock (EARLY timers) and nothing else.
+
+        Count windows fire on message counts and offsets windows on their partition's
+        offsets, never on event time: the watermark stays on the operator's own axis
+        and nothing fires here.
+        """
+        self.engine.kernel.clock.note_now(state.now)
+
+    def timeout(self, now_ms: int) -> None:
+        """Run the wall-clock policies; ``END_OF_TIME`` ends the input."""
+        self.engine.timeout(now_ms)
+
+    # ------------------------------------------------------------------ output
+
+    def take_result_batches(self) -> list[ResultBatch]:
+        """Hand over the pending results in columnar form."""
+        return self.engine.take_result_batches()
+
+    def get_result(self) -> list[WindowResult]:
+        """Hand over (and forget) every window result produced so far."""
+        return [r for b in self.take_result_batches() for r in b.to_results()]
+
+    def get_errors(self) -> list[ErrorRecord]:
+        """Hand over (and forget) the rejected input records."""
+        return self.engine.kernel.outputs.take_errors()
+
+    def flush(self, *, commit: bool = True) -> StoreBatch:
+        """Persist state and checkpoint atomically; return the writes.
+
+        With ``commit=False`` the writes are returned but not applied (the caller logs
+        and commits them); if it cannot, it must discard this operator and reopen.
+        """
+        return self.engine.flush(commit=commit)
+
+    def close(self) -> None:
+        """Flush and close the store (a second call does nothing)."""
+        self.engine.kernel.close(self.flush)
+
+    def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
+        """Stored windows of ``key`` overlapping ``[start, end)`` (message indices or offsets)."""
+        return self.engine.get_windows(key, start, end)
+
+
+def _one_event(event: DecodedEvent, partition: int, offset: int, wall_ms: int | None) -> EventBatch:
+    """A batch holding one decoded record."""
+    return EventBatch(
+        keys=[event.key],
+        ts=np.array([event.ts], dtype=np.int64),
+        partition=np.array([partition], dtype=np.int64),
+        offset=np.array([offset], dtype=np.int64),
+        numeric={f: np.array([v], dtype=np.float64) for f, v in event.numeric.items()},
+        objects={f: [v] for f, v in event.objects.items()},
+        wall_ms=None if wall_ms is None else np.array([wall_ms], dtype=np.int64),
+    )
+
+
+if TYPE_CHECKING:
+    # mypy proves that the operator satisfies the protocol every runner talks to
+    def _satisfies(
+        op: CountWindowAggregator,
+    ) -> WindowOperator[EventBatch | Records, ResultBatch, StoredWindow]:
+        return op
