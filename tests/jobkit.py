@@ -51,12 +51,20 @@ def produce(
     key_field: str = "page",
     partitions: int = 4,
     raw: Sequence[tuple[bytes | None, bytes, int | None]] = (),
+    round_robin: bool = False,
 ) -> None:
-    """Produce records keyed by ``key_field`` (same key, same partition), then raw ones."""
+    """Produce records keyed by ``key_field`` (same key, same partition), then raw ones.
+
+    With ``round_robin`` the records are spread over the partitions in turn, each keyed by
+    its event number: a key's events land in every partition.
+    """
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
-    for rec in records:
-        key = str(rec[key_field]).encode()
-        part = _partition_of(key, partitions)
+    for i, rec in enumerate(records):
+        if round_robin:
+            key, part = f"event-{i}".encode(), i % partitions
+        else:
+            key = str(rec[key_field]).encode()
+            part = _partition_of(key, partitions)
         while True:
             try:
                 p.produce(topic, key=key, value=encode(rec), partition=part)

@@ -68,7 +68,7 @@ def run_job(spark: Any, config: JobConfig, bootstrap: str) -> tuple[StreamingJob
         config,
         bootstrap_servers=bootstrap,
         spark=spark,
-        on_report=lambda batch_id, rows: reports.append((batch_id, rows)),
+        on_report=reports.append,
     )
     job.start()
     assert job.await_termination(600), "the AvailableNow query did not finish"
@@ -116,7 +116,7 @@ def test_every_bad_record_is_reported_once_and_windows_stay_exact(
         tmp_path, topic, unique_name("job"), spark={"max_offsets_per_trigger": PER_TRIGGER}
     )
     job, reports = run_job(spark, config, kafka_bootstrap)
-    rejected_per_batch = [sum(r["rejected"] for r in rows) for _, rows in reports]
+    rejected_per_batch = [sum(t.rejected for t in r.tasks) for r in reports]
     if layout == "each-alone-in-a-batch":
         assert rejected_per_batch.count(1) == len(BAD) and max(rejected_per_batch) == 1
     else:
