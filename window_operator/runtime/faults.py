@@ -16,16 +16,19 @@ __all__ = ["crash_point", "trace"]
 TRACE_ENV = "WINDOW_OPERATOR_TRACE"
 
 
-def crash_point(name: str, records: int) -> None:
+def crash_point(name: str, records: int, batch_id: int = -1) -> None:
     """Kill the whole job here, once (recovery tests).
 
     Active only when ``WINDOW_OPERATOR_CRASH_AT`` names this point and the file
     ``WINDOW_OPERATOR_CRASH_ONCE`` exists (it is removed first, so one crash only). The
     driver's process group ``WINDOW_OPERATOR_CRASH_PGID`` (driver and JVM; ``run`` sets
     it) gets SIGKILL, and so does this Python worker. Only batches with input count, so
-    the crash is mid-batch.
+    the crash is mid-batch; ``WINDOW_OPERATOR_CRASH_BATCH`` limits it to one batch id.
     """
     if os.environ.get("WINDOW_OPERATOR_CRASH_AT") != name or records == 0:
+        return
+    only = os.environ.get("WINDOW_OPERATOR_CRASH_BATCH")
+    if only is not None and int(only) != batch_id:
         return
     marker = os.environ.get("WINDOW_OPERATOR_CRASH_ONCE")
     if not marker:

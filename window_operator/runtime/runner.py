@@ -284,14 +284,14 @@ class TaskRunner(Generic[B, R]):
         sink.errors(errors)
         sink.acknowledge_outputs()
         trace("outputs", self.task, inp.batch_id)
-        crash_point("after_outputs", report.rows)
+        crash_point("after_outputs", report.rows, inp.batch_id)
         positions = [((p.source, p.partition), o) for p, o in op.offsets.items()]
         delivery = state.log(producer, batch, batch_number=op.batches, offsets=positions)
         report.compensated = len(state.restored.uncommitted)
         report.changelog_records = delivery.records
         marker = sink.commit(delivery)
         trace("changelog", self.task, inp.batch_id)
-        crash_point("after_changelog", report.rows)
+        crash_point("after_changelog", report.rows, inp.batch_id)
         state.commit(batch, marker)
         trace("committed", self.task, inp.batch_id)
         report.seconds_commit = time.perf_counter() - t0

@@ -11,7 +11,7 @@ partitions, as are the output and error topics.
 from __future__ import annotations
 
 from stores.changelog import changelog_topic
-from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.config import JobConfig, JoinJobConfig, OffsetsWindow
 from window_operator.errors import WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin, TopicSpec
 
@@ -70,6 +70,14 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
             "changelog topic, the Spark checkpoint and the state directory)"
         )
     tasks = existing or wanted or widest
+    if isinstance(config, JobConfig) and isinstance(config.window, OffsetsWindow) and (
+        tasks < widest
+    ):
+        raise TaskCountError(
+            f"offsets windows keep one input partition per state task, but the job has "
+            f"{tasks} tasks for {widest} input partitions: set state.tasks to at least "
+            f"{widest} (or leave it out)"
+        )
     admin.create_topics(
         [
             TopicSpec(changelog, tasks, _COMPACTED),

@@ -29,7 +29,7 @@ from jobkit import (
 from stores.changelog import LOCAL_POSITION_KEY
 from stores.rocks import ColumnFamily, TaskStore
 from window_operator.config import JobConfig
-from window_operator.job import task_state_dir
+from window_operator.runtime.settings import task_state_dir
 from window_operator.spark.driver import StreamingJob
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -147,7 +147,11 @@ def write_yaml(path: Path, config: JobConfig) -> Path:
 
 
 def run_job_process(
-    config_path: Path, bootstrap: str, crash_at: str | None, tmp_path: Path
+    config_path: Path,
+    bootstrap: str,
+    crash_at: str | None,
+    tmp_path: Path,
+    crash_batch: int | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     env = dict(os.environ)
     env.pop("WINDOW_OPERATOR_CRASH_AT", None)
@@ -156,6 +160,8 @@ def run_job_process(
         once.write_text("x")
         env["WINDOW_OPERATOR_CRASH_AT"] = crash_at
         env["WINDOW_OPERATOR_CRASH_ONCE"] = str(once)
+        if crash_batch is not None:
+            env["WINDOW_OPERATOR_CRASH_BATCH"] = str(crash_batch)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -200,3 +206,51 @@ def test_sigkill_mid_batch_then_restart_gives_exact_results(
     assert finished.returncode == 0, finished.stderr.decode()[-3000:]
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def test_a_replayed_batch_decides_with_its_logged_watermark(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Batch 1 moves the watermark an hour ahead; the job dies in it and replays it.
+
+    The replay must decide lateness with the clock batch 1 first ran with (logged by the
+    driver), not with the hour-ahead one: else the tasks that had not committed batch 1
+    would reject its normal events as out of retention.
+    """
+    topic = unique_name("clicks")
+    create_topic(kafka_bootstrap, topic, 1)
+    base = 1_700_000_000_000
+    keys = [f"k{i}" for i in range(10)]
+    first = [{"page": keys[i % 10], "ts": base + i * 100, "latency_ms": 1.0} for i in range(200)]
+    far = {"page": "far", "ts": base + 3_600_000, "latency_ms": 1.0}
+    second = [
+        {"page": keys[i % 10], "ts": base + 20_000 + i * 100, "latency_ms": 1.0} for i in range(199)
+    ]
+    records = first + [far] + second
+    produce(kafka_bootstrap, topic, [], raw=[(None, orjson.dumps(r), 0) for r in records])
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        window={"type": "tumbling", "size": "10s"},
+        watermark={"allowed_lateness": "0s"},
+        retention={"time": "1m"},
+        state={"tasks": 2},
+        spark={"max_offsets_per_trigger": 200},
+    )
+    path = write_yaml(tmp_path / "job.yaml", config)
+    crashed = run_job_process(path, kafka_bootstrap, "after_changelog", tmp_path, crash_batch=1)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr.decode()[-3000:]
+    entry = Path(str(config.spark.checkpoint_dir)) / "window-operator-clock" / "1.json"
+    logged = orjson.loads(entry.read_bytes())
+    assert logged["final"] and logged["watermark"] < base + 60_000  # before the far event
+    finished = run_job_process(path, kafka_bootstrap, None, tmp_path)
+    assert finished.returncode == 0, finished.stderr.decode()[-3000:]
+    assert orjson.loads(entry.read_bytes()) == logged  # the replay ran with the logged clock
+    assert read_topic(kafka_bootstrap, config.output.errors_topic) == []
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    expected: dict[tuple[str, int], int] = {}
+    for r in first + second:  # the far event's window never fires: nothing passes it
+        w = r["ts"] - r["ts"] % 10_000
+        expected[(r["page"], w)] = expected.get((r["page"], w), 0) + 1
+    assert {kw: v["values"]["clicks"] for kw, v in got.items()} == expected
