@@ -313,7 +313,7 @@ def _run_join_chunk(
         # -1: the event time stands in for the wall clock, so timers advance with the data
         run.walls.append(wall if isinstance(wall, int) and not isinstance(wall, bool) else -1)
     for run in runs:
-        stats = op.add_batch(
+        stats = op.add_records(
             run.source,
             run.records,
             partitions=run.partitions,
