@@ -18,7 +18,7 @@ usually cache per key as :data:`EncodedKey`):
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple, NewType
 
 import numpy as np
@@ -413,9 +413,18 @@ class MessageKeyspace:
 
     def key_times(self, fields: EncodedKey, lo: int, hi: int) -> KeyRange:
         """``fields_ts_offset``: the messages of ``fields`` with ``lo <= ts < hi``."""
+        return self.key_times_many([fields], lo, hi)[0]
+
+    def key_times_many(self, fields: Iterable[EncodedKey], lo: int, hi: int) -> list[KeyRange]:
+        """:meth:`key_times` of many keys (e.g. one range delete per key at expiry)."""
         if self.layout is not MessageLayout.FIELDS_TS_OFFSET:
             raise ValueError(f"the {self.layout} layout is not ordered by key, then time")
-        return KeyRange(self.cf, *ts_range(self.tag + fields, lo, hi))
+        heads = [self.tag + f for f in fields]
+        if hi > MAX_I64:  # unbounded above (or out of range): each key's own bound
+            return [KeyRange(self.cf, *ts_range(h, lo, hi)) for h in heads]
+        a = encode_i64(lo)
+        b = encode_i64(hi) if hi > lo else a
+        return [KeyRange(self.cf, h + a, h + b) for h in heads]
 
     def _check(self, data: bytes) -> None:
         exact = self.layout is MessageLayout.TS_OFFSET
@@ -487,6 +496,11 @@ class TimeIndexKeyspace(_TimeTagged):
     def key(self, time: int, key: EncodedKey) -> bytes:
         """The store key of one entry."""
         return self.tag + encode_i64(time) + key
+
+    def keys(self, time: int, keys: Iterable[EncodedKey]) -> list[bytes]:
+        """The store keys of many entries of one time."""
+        head = self.tag + encode_i64(time)
+        return [head + k for k in keys]
 
     def parse(self, data: bytes) -> TimeIndexEntry:
         """The time and key part of a store key."""

@@ -110,7 +110,7 @@ class SweepIndex:
             new = set(map(encoded.__getitem__, sel.tolist())) - prefixes
             if new:
                 prefixes |= new
-                self.new.extend(ks.key(bucket, p) for p in sorted(new))
+                self.new.extend(ks.keys(bucket, sorted(new)))
 
     def write(self, batch: StoreBatch) -> None:
         """Persist the new index entries."""
@@ -127,8 +127,8 @@ class SweepIndex:
         prefixes: set[EncodedKey] = set()
         for b in done:
             prefixes |= index.pop(b)
-        for prefix in sorted(prefixes):
-            batch.delete_keys(codec.keyspace.key_times(prefix, MIN_I64, cut))
+        for keys in codec.keyspace.key_times_many(sorted(prefixes), MIN_I64, cut):
+            batch.delete_keys(keys)
         batch.delete_keys(SWEEP[side].before(done[-1] + 1))
 
     def restore(self, side: int, store: TaskStore) -> None:

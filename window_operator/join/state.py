@@ -163,9 +163,10 @@ class MessageCodec:
             # the encodings sort like the keys: rank the distinct ones, not every row
             ukids, inv = np.unique(kids, return_inverse=True)
             rank = np.argsort(np.argsort(obj_array([encoded[k] for k in ukids.tolist()])))[inv]
-        offset = seqs if layout is MessageLayout.FIELDS_OFFSET else pos
-        order = ks.sort_order(field_rank=rank, ts=ts, offset=offset)
-        kids, ts, pos, offset = kids[order], ts[order], pos[order], offset[order]
+        rows_join = layout is MessageLayout.FIELDS_OFFSET
+        order = ks.sort_order(field_rank=rank, ts=ts, offset=seqs if rows_join else pos)
+        kids, ts, pos = kids[order], ts[order], pos[order]
+        offset = seqs[order] if rows_join else pos
         fields = [encoded[k] for k in kids.tolist()]
         records: list[bytes] = recs[order].tolist()
         keys = ks.keys(
