@@ -368,7 +368,8 @@ class JoinOperator:
         order) then ``(ts, position)``. Expired messages are never returned.
         """
         side = self.side_of(source)
-        return self.queries.messages(side, start_ts, start_offset, end_ts, end_offset, join_keys)
+        lo, hi = (start_ts, start_offset), (end_ts, end_offset)
+        return self.queries.messages(side, lo, hi, join_keys)
 
     # ------------------------------------------------------------------ batch path
 

@@ -45,11 +45,7 @@ class JoinQueries:
         self.storage = storage
 
     def windows(self, key: JoinKey | None, start: int, end: int) -> list[JoinWindow]:
-        """Windows of both inputs overlapping ``[start, end)``, by start then input.
-
-        Without a join key: the frames' metadata from the Window Meta Store; with one:
-        the same frames restricted to that key's messages (read from the Message Store).
-        """
+        """:meth:`JoinOperator.get_windows`: frame metadata, or one key's frames."""
         frame = self.spec.frame_ms
         names = self.spec.names
         out: list[JoinWindow] = []
@@ -59,46 +55,44 @@ class JoinQueries:
                 if f < end and f + frame > start and f + frame > expired[side]:
                     out.append(JoinWindow(names[side], None, f, f + frame, *m))
         else:
-            kv = self.normalize(key)
-            fields = self.keys.fields_of(kv)
-            lo = start - start % frame
             for side in (LEFT, RIGHT):
-                per: dict[int, list[int]] = {}
-                for msg in self.messages(side, lo, MIN_I64, end - 1, -MIN_I64 - 1, [kv]):
-                    f = msg.ts - msg.ts % frame
-                    p = msg.position
-                    got = per.get(f)
-                    if got is None:
-                        per[f] = [1, msg.ts, msg.ts, p, p]
-                    else:
-                        got[0] += 1
-                        got[1], got[2] = min(got[1], msg.ts), max(got[2], msg.ts)
-                        got[3], got[4] = min(got[3], p), max(got[4], p)
-                for f, meta in per.items():
-                    out.append(JoinWindow(names[side], fields, f, f + frame, *meta))
+                out.extend(self._key_windows(side, self.normalize(key), start, end))
         out.sort(key=lambda w: (w.start, names.index(w.source)))
         return out
+
+    def _key_windows(self, side: int, key: JoinKey, start: int, end: int) -> list[JoinWindow]:
+        """The frames of ``side`` overlapping ``[start, end)``, of ``key``'s messages only."""
+        frame = self.spec.frame_ms
+        per: dict[int, list[int]] = {}
+        lo = start - start % frame
+        for msg in self.messages(side, (lo, MIN_I64), (end - 1, -MIN_I64 - 1), [key]):
+            f = msg.ts - msg.ts % frame
+            p = msg.position
+            got = per.get(f)
+            if got is None:
+                per[f] = [1, msg.ts, msg.ts, p, p]
+            else:
+                got[0] += 1
+                got[1], got[2] = min(got[1], msg.ts), max(got[2], msg.ts)
+                got[3], got[4] = min(got[3], p), max(got[4], p)
+        fields = self.keys.fields_of(key)
+        name = self.spec.names[side]
+        return [JoinWindow(name, fields, f, f + frame, *meta) for f, meta in per.items()]
 
     def messages(
         self,
         side: int,
-        start_ts: int,
-        start_offset: int,
-        end_ts: int,
-        end_offset: int,
+        lo: tuple[int, int],
+        hi: tuple[int, int],
         join_keys: Sequence[JoinKey] | None = None,
     ) -> list[JoinMessage]:
-        """Stored messages of ``side`` with ``(ts, position)`` in
-        ``[(start_ts, start_offset), (end_ts, end_offset)]``, optionally only those of
-        ``join_keys``: unkeyed ones in ``(ts, position)`` order, keyed ones by key (in
-        the given order) then ``(ts, position)``. Expired messages are never returned.
-        """
+        """:meth:`JoinOperator.get_messages` of input ``side``, ``(ts, position)`` in
+        ``[lo, hi]``."""
         kids = None
         if join_keys is not None:
             kids = [self.keys.id_of(self.normalize(k)) for k in join_keys]
-        floor = max(start_ts, self.storage.expired[side])
-        found = self._found(side, kids, floor, end_ts)
-        lo, hi = (start_ts, start_offset), (end_ts, end_offset)
+        floor = max(lo[0], self.storage.expired[side])
+        found = self._found(side, kids, floor, hi[0])
         rank = {kid: i for i, kid in enumerate(kids)} if kids is not None else None
         picked = [
             (pos, kid, ts, rec)
