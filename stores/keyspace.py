@@ -306,13 +306,8 @@ class MessageKeyspace:
         self.layout = layout
         h = len(tag)
         # where the fixed-width parts are (negative: from the end) and the fields span
-        ts_at: dict[MessageLayout, int | None] = {
-            MessageLayout.TS_OFFSET: h,
-            MessageLayout.FIELDS_TS_OFFSET: -2 * I64_WIDTH,
-            MessageLayout.TS_FIELDS_OFFSET: h,
-            MessageLayout.FIELDS_OFFSET: None,
-        }
-        self._ts_at = ts_at[layout]
+        ts_first = h if layout is not MessageLayout.FIELDS_TS_OFFSET else -2 * I64_WIDTH
+        self._ts_at = ts_first if layout.holds_ts else None
         self._offset_at = h + I64_WIDTH if layout is MessageLayout.TS_OFFSET else -I64_WIDTH
         self._fields_from = h + I64_WIDTH if layout is MessageLayout.TS_FIELDS_OFFSET else h
         self._fields_to = -(2 if layout is MessageLayout.FIELDS_TS_OFFSET else 1) * I64_WIDTH
@@ -320,15 +315,12 @@ class MessageKeyspace:
 
     def key(self, *, fields: EncodedKey | None = None, ts: int | None = None, offset: int) -> bytes:
         """The store key of one message."""
-        layout = self.layout
-        if (fields is None and layout.holds_fields) or (ts is None and layout.holds_ts):
-            raise ValueError(f"{layout} keys need the parts they hold")
-        f = (fields or b"") if layout.holds_fields else b""
-        t = encode_i64(ts) if ts is not None and layout.holds_ts else b""
-        o = encode_i64(offset)
-        if layout is MessageLayout.TS_FIELDS_OFFSET:
-            return self.tag + t + f + o
-        return self.tag + f + t + o
+        self._require(fields is not None, ts is not None)
+        f = (fields or b"") if self.layout.holds_fields else b""
+        t = encode_i64(ts) if ts is not None and self.layout.holds_ts else b""
+        if self.layout is MessageLayout.TS_FIELDS_OFFSET:
+            return self.tag + t + f + encode_i64(offset)
+        return self.tag + f + t + encode_i64(offset)
 
     def keys(
         self,
@@ -338,13 +330,13 @@ class MessageKeyspace:
         offset: IntArray,
     ) -> list[bytes]:
         """Store keys of many messages (row ``i`` of each column), built column-wise."""
-        layout, tag = self.layout, self.tag
+        self._require(fields is not None, ts is not None)
+        layout, tag, flds = self.layout, self.tag, fields or ()
+        t = offset if ts is None else ts  # only read by the layouts that hold a time
         if layout is MessageLayout.TS_OFFSET:
-            return _i64_rows(tag, self._need_ts(ts), offset)
-        flds = self._need_fields(fields)
+            return _i64_rows(tag, t, offset)
         if layout is MessageLayout.FIELDS_OFFSET:
             return [tag + f + o for f, o in zip(flds, _i64_rows(b"", offset), strict=True)]
-        t = self._need_ts(ts)
         if layout is MessageLayout.FIELDS_TS_OFFSET:
             return [tag + f + r for f, r in zip(flds, _i64_rows(b"", t, offset), strict=True)]
         heads, tails = _i64_rows(tag, t), _i64_rows(b"", offset)
@@ -358,18 +350,16 @@ class MessageKeyspace:
         ``field_rank[i]`` ranks row ``i``'s encoded fields in byte order (equal fields,
         equal ranks); the layout decides which part sorts first.
         """
-        layout = self.layout
-        if layout is MessageLayout.TS_OFFSET:
-            order: IntArray = np.lexsort((offset, self._need_ts(ts)))
-            return order
-        if field_rank is None:
-            raise ValueError(f"the {layout} layout needs field ranks")
-        if layout is MessageLayout.FIELDS_OFFSET:
-            order = np.lexsort((offset, field_rank))
-        elif layout is MessageLayout.FIELDS_TS_OFFSET:
-            order = np.lexsort((offset, self._need_ts(ts), field_rank))
-        else:
-            order = np.lexsort((offset, field_rank, self._need_ts(ts)))
+        self._require(field_rank is not None, ts is not None)
+        rank = offset if field_rank is None else field_rank  # (as t in :meth:`keys`)
+        t = offset if ts is None else ts
+        by: dict[MessageLayout, tuple[IntArray, ...]] = {
+            MessageLayout.TS_OFFSET: (offset, t),
+            MessageLayout.FIELDS_OFFSET: (offset, rank),
+            MessageLayout.FIELDS_TS_OFFSET: (offset, t, rank),
+            MessageLayout.TS_FIELDS_OFFSET: (offset, rank, t),
+        }
+        order: IntArray = np.lexsort(by[self.layout])
         return order
 
     def parse(self, data: bytes) -> MessageEntry:
@@ -432,15 +422,10 @@ class MessageKeyspace:
         if n < self._min_len or (exact and n != self._min_len) or not data.startswith(self.tag):
             raise _corrupt(self.name, data, ValueError(f"not a {self.layout} key"))
 
-    def _need_ts(self, ts: IntArray | None) -> IntArray:
-        if ts is None:
-            raise ValueError(f"{self.layout} keys hold the timestamp")
-        return ts
-
-    def _need_fields(self, fields: Sequence[EncodedKey] | None) -> Sequence[EncodedKey]:
-        if fields is None:
-            raise ValueError(f"{self.layout} keys hold the equal fields")
-        return fields
+    def _require(self, has_fields: bool, has_ts: bool) -> None:
+        layout = self.layout
+        if (layout.holds_fields and not has_fields) or (layout.holds_ts and not has_ts):
+            raise ValueError(f"{layout} keys need the parts they hold (fields, ts, offset)")
 
 
 class _TimeTagged:
