@@ -283,8 +283,10 @@ class JoinOperator:
 
     def adopt_clock(self, state: ClockState) -> None:
         """Take the clock of the whole job (Spark driver); emit what its watermark proves."""
-        self.kernel.clock.adopt(state)
-        self._advance_watermark(self.kernel.clock.coalesced())
+        clock = self.kernel.clock
+        clock.adopt(state)
+        # the job's watermark, or the one its clock implies where that is further
+        self._advance_watermark(max(state.watermark, clock.coalesced()))
 
     def timeout(self, now_ms: int) -> None:
         """Advance the wall clock; :data:`END_OF_TIME` ends both inputs."""

@@ -360,3 +360,14 @@ def test_join_output_record_shape(open_join: Callable[..., JoinOperator]) -> Non
         b'"right":null,"left_ts":0,"right_ts":null}\n'
     )
     assert batch.to_results()[0].to_dict()["right"] is None
+
+
+def test_an_adopted_watermark_counts_even_without_partition_times(
+    open_join: Callable[..., JoinOperator],
+) -> None:
+    # the driver's logged watermark alone (e.g. a replayed batch) decides as it did
+    op = open_join(join_runtime({"range": 10 * S, "kind": "left"}))
+    op.add_message("L", {"k": 1, "ts": 0, "n": 0})
+    op.adopt_clock(ClockState(watermark=60 * S))
+    assert op.watermark == 60 * S
+    assert [r.kind for r in op.get_result()] == [JoinKind.LEFT_UNMATCHED]
