@@ -3,13 +3,14 @@
     python benchmarks/bench_join.py [--events 1000000] [--keys 10000] [--batch 10000]
 
 Events arrive roughly in event-time order (up to 5 s out of order) over 100 minutes, in
-micro-batches of ``--batch`` events; each micro-batch is one ``add_batch`` per input
-followed by a ``flush`` (a checkpoint), as a task runs it. Each mode runs ``--repeat``
-times and the best wall and CPU figures are shown (CPU time of the operator's thread is
-the one-core figure; process CPU adds RocksDB's background threads). Two modes:
-records (dicts decoded by the job's decoders, the simulate/Kafka path) and pre-decoded
-:class:`~window_operator.join.JoinRows`. Both runs are checked against a vectorized
-oracle (count and a checksum of the matched ``(left_ts, right_ts, key)`` pairs).
+micro-batches of ``--batch`` events; each micro-batch is one call per input followed by
+a ``flush`` (a checkpoint), as a task runs it. Each mode runs ``--repeat`` times and the
+best wall and CPU figures are shown (CPU time of the operator's thread is the one-core
+figure; process CPU adds RocksDB's background threads). Two modes: records (dicts
+decoded by the job's decoders through ``add_records``, the simulate/Kafka path) and
+pre-decoded :class:`~window_operator.join.JoinRows` through ``add_batch`` (the typed
+protocol). Both runs are checked against a vectorized oracle (count and a checksum of
+the matched ``(left_ts, right_ts, key)`` pairs).
 """
 
 from __future__ import annotations
@@ -94,9 +95,9 @@ def run(
     names = ("orders", "shipments")
     n = len(ev["ts"])
     # Inputs are prepared outside the timed loop: dicts as a consumer would hand them over.
-    chunks: list[list[tuple[str, Any]]] = []
+    chunks: list[list[tuple[int, Any]]] = []
     for s in range(0, n, batch):
-        part: list[tuple[str, Any]] = []
+        part: list[tuple[int, Any]] = []
         for side in (0, 1):
             sel = np.flatnonzero(ev["side"][s : s + batch] == side) + s
             ids, tss = ev["key"][sel].tolist(), ev["ts"][sel].tolist()
@@ -105,14 +106,14 @@ def run(
                     {"id": k, "ts": t, "n": int(i)}
                     for k, t, i in zip(ids, tss, sel.tolist(), strict=True)
                 ]
-                part.append((names[side], recs))
+                part.append((side, recs))
             else:
                 # exact-size copies: kept-alive orjson buffers fragment the heap
                 payload = [
                     bytes(memoryview(orjson.dumps({"id": k, "ts": t})))
                     for k, t in zip(ids, tss, strict=True)
                 ]
-                part.append((names[side], JoinRows.from_columns(ids, tss, payload)))
+                part.append((side, JoinRows.from_columns(ids, tss, payload, source=side)))
         chunks.append(part)
     with tempfile.TemporaryDirectory(prefix="bench-join-") as tmp:
         runtime = build_join_runtime(job(tmp))
@@ -120,8 +121,11 @@ def run(
         taken: list[JoinResultBatch] = []
         t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
         for part in chunks:
-            for source, events in part:
-                op.add_batch(source, events)
+            for side, events in part:
+                if mode == "records":
+                    op.add_records(names[side], events)
+                else:
+                    op.add_batch(events)
             taken.extend(op.take_result_batches())
             op.flush()
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -243,7 +243,7 @@ def _run_join_chunk(
         run.walls.append(wall)
     for run in runs:
         bad += _reject_future_rows(runtime.decoder(run.source), run, clock)
-        stats = op.add_batch(
+        stats = op.add_records(
             run.source,
             run.records,
             partitions=run.partitions,

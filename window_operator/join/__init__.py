@@ -1,7 +1,8 @@
 """Windowed stream-stream joins over RocksDB: the seed's Join Window Operator, for one task.
 
 A join task reads two inputs, ``left`` and ``right`` (named ``join.left.name`` and
-``join.right.name``), and pairs their messages with equal join fields (``join.on``)
+``join.right.name``; source indexes :data:`LEFT` ``0`` and :data:`RIGHT` ``1``, which key
+its offsets and watermark inputs), and pairs their messages with equal join fields (``join.on``)
 under one condition on ``d = right.ts - left.ts``:
 
 * ``range: D`` -- ``0 <= d <= D`` (``RANGE D PRECEDING`` over the left stream);
@@ -33,9 +34,13 @@ of its key arrived). Expired messages are removed by range deletes: one per inpu
 time-first layouts, lazily per join-key prefix (through a per-prefix expiry index) for
 key-first layouts; rows joins delete the few expired keys one by one.
 
-Results are emitted as soon as they are known (the seed's join defaults: per incoming
-message, and per late arrival); the ``emit`` section and ``retention.size`` of a job do
-not apply to joins.
+**Operator.** :class:`JoinOperator` satisfies the typed operator protocol
+(:class:`~window_operator.kernel.WindowOperator` of :class:`JoinRows`,
+:class:`JoinResultBatch` and :class:`JoinWindow`): ``add_batch(rows)`` takes decoded
+rows that name their source; ``add_records`` / ``add_message`` take records of an input
+by name. Results are emitted as soon as they are known (the seed's join defaults: per
+incoming message, and per late arrival); the ``emit`` section and ``retention.size`` of
+a job do not apply to joins.
 
 **Outer joins** (``kind: left`` / ``full``). A left row that has not matched is emitted
 once as ``LEFT_UNMATCHED`` when the watermark proves no on-time right row can match it
@@ -65,8 +70,9 @@ the seed's key matrix, chosen by ``join.store`` (``auto``: :func:`choose_layout`
 The "offset" of a time layout is the message *position* ``partition * 2**48 + offset``
 (:func:`message_position`), unique per input across its partitions. The value is the
 record's JSON, preceded by what the key does not hold (see
-:func:`~window_operator.join.layouts.decode_message`): the length-prefixed equal fields
-for ``ts_offset``, event time and position for ``fields_offset``.
+:mod:`~window_operator.join.state`, which declares every keyspace and value codec): the
+length-prefixed equal fields for ``ts_offset``, event time and position for
+``fields_offset``.
 
 **Window Meta Store** (column family ``window_meta``):
 
@@ -91,10 +97,11 @@ from window_operator.join.common import (
     LEFT,
     POSITION_BITS,
     RIGHT,
+    JoinKey,
     UnknownSourceError,
     message_position,
 )
-from window_operator.join.decoding import JoinDecoder, JoinDecodeResult, JoinRows
+from window_operator.join.decoding import JoinDecoder, JoinDecodeResult, JoinRecord, JoinRows
 from window_operator.join.layouts import LARGE_WINDOW_MS, StoreLayout, choose_layout
 from window_operator.join.operator import JoinOperator
 from window_operator.join.results import (
@@ -102,7 +109,6 @@ from window_operator.join.results import (
     JoinMessage,
     JoinResult,
     JoinResultBatch,
-    JoinStats,
     JoinWindow,
 )
 from window_operator.join.runtime import JoinRuntime, build_join_runtime
@@ -115,15 +121,16 @@ __all__ = [
     "RIGHT",
     "JoinDecodeResult",
     "JoinDecoder",
+    "JoinKey",
     "JoinKind",
     "JoinMessage",
     "JoinOperator",
+    "JoinRecord",
     "JoinResult",
     "JoinResultBatch",
     "JoinRows",
     "JoinRuntime",
     "JoinSpec",
-    "JoinStats",
     "JoinWindow",
     "StoreLayout",
     "UnknownSourceError",

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stores.keys import MIN_I64
-from window_operator.join.common import EMPTY, BoolArray, IntArray, ObjArray
+from window_operator.arrays import BoolArray, IntArray, ObjArray
+from window_operator.join.common import EMPTY
 
 __all__ = ["Codec", "SideCache", "expand", "fit_codec", "range_join"]
 

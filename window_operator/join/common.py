@@ -1,4 +1,4 @@
-"""Shared vocabulary of the join package: sides, message positions and array types."""
+"""Shared vocabulary of the join package: sources, join keys and message positions."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import orjson
+
+from stores.keys import FieldValue
+from window_operator.arrays import ObjArray
+from window_operator.errors import UnknownSourceError
 
 __all__ = [
     "EMPTY",
@@ -16,22 +19,19 @@ __all__ = [
     "MAX_PARTITION",
     "POSITION_BITS",
     "RIGHT",
-    "BoolArray",
-    "IntArray",
-    "ObjArray",
+    "JoinKey",
     "UnknownSourceError",
     "dumps",
     "message_position",
     "obj_array",
 ]
 
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
-ObjArray = npt.NDArray[np.object_]
-
-#: Side indexes.
+#: Source indexes of the two inputs.
 LEFT = 0
 RIGHT = 1
+
+JoinKey = FieldValue | tuple[FieldValue, ...]
+"""A join key: the value of the single ``on`` field, else the tuple of the values."""
 
 #: Bits of a message position taken by the offset; the partition is above them.
 POSITION_BITS = 48
@@ -49,10 +49,6 @@ def message_position(partition: int, offset: int) -> int:
             f"[0, {MAX_PARTITION}] and offsets in [0, {MAX_OFFSET}]"
         )
     return (partition << POSITION_BITS) | offset
-
-
-class UnknownSourceError(ValueError):
-    """A source name that is neither ``join.left.name`` nor ``join.right.name``."""
 
 
 def dumps(value: Any) -> bytes:

@@ -9,15 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
 from stores.keys import MAX_I64, MIN_I64, FieldValue
+from window_operator.arrays import IntArray, one
 from window_operator.config import JoinInputConfig
 from window_operator.events import MAX_KEY_BYTES, RecordDecoder, RecordRejected
-from window_operator.join.common import IntArray, dumps
+from window_operator.join.common import JoinKey, dumps
+from window_operator.kernel import raw_of
 from window_operator.results import ErrorCode, ErrorRecord
 
-__all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRows"]
+__all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRecord", "JoinRows"]
 
 #: Event times the decoder accepts (as :class:`~window_operator.events.RecordDecoder`).
 _MAX_ABS_TS = 2**61
@@ -27,15 +28,17 @@ _MAX_ABS_TS = 2**61
 class JoinRows:
     """Decoded messages of one input, in arrival order, one column per attribute.
 
-    ``keys[i]`` is the join key: the value of the single ``on`` field, else the tuple of
-    the values (``()`` without equal fields); values are ``int`` or ``str``.
-    ``records[i]`` is the JSON of the record carried into results. ``offset`` ``-1``
-    means "the next offset of the partition". ``wall_ms`` is the arrival wall clock
-    (``None``: not known; a negative entry: the event time stands in, as in
-    ``simulate``).
+    ``source`` is the input: :data:`~window_operator.join.common.LEFT` (0) or
+    :data:`~window_operator.join.common.RIGHT` (1). ``keys[i]`` is the join key: the
+    value of the single ``on`` field, else the tuple of the values (``()`` without
+    equal fields); values are ``int`` or ``str``. ``records[i]`` is the JSON of the
+    record carried into results. ``offset`` ``-1`` means "the next offset of the
+    partition". ``wall_ms`` is the arrival wall clock (``None``: not known; a negative
+    entry: the event time stands in, as in ``simulate``).
     """
 
-    keys: list[Any]
+    source: int
+    keys: list[JoinKey]
     ts: IntArray
     records: list[bytes]
     partition: IntArray
@@ -48,15 +51,16 @@ class JoinRows:
     @classmethod
     def from_columns(
         cls,
-        keys: Sequence[Any],
+        keys: Sequence[JoinKey],
         ts: Sequence[int] | IntArray,
         records: Sequence[bytes],
         *,
+        source: int,
         partition: int | Sequence[int] | IntArray = 0,
         offset: Sequence[int] | IntArray | None = None,
         wall_ms: Sequence[int] | IntArray | None = None,
     ) -> JoinRows:
-        """Build rows from columns; raises ``ValueError`` when lengths differ."""
+        """Build rows of input ``source`` from columns; ``ValueError`` when lengths differ."""
         n = len(keys)
         part = (
             np.full(n, partition, dtype=np.int64)
@@ -65,18 +69,34 @@ class JoinRows:
         )
         off = np.full(n, -1, dtype=np.int64) if offset is None else np.asarray(offset, np.int64)
         wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)
-        rows = cls(list(keys), np.asarray(ts, dtype=np.int64), list(records), part, off, wall)
-        for name, col in (
-            ("ts", rows.ts),
-            ("records", rows.records),
-            ("partition", part),
-            ("offset", off),
-        ):
-            if len(col) != n:
-                raise ValueError(f"column {name} has {len(col)} rows, keys have {n}")
-        if wall is not None and len(wall) != n:
-            raise ValueError(f"column wall_ms has {len(wall)} rows, keys have {n}")
+        rows = cls(source, list(keys), np.asarray(ts, np.int64), list(records), part, off, wall)
+        lengths = {"ts": len(rows.ts), "records": len(rows.records), "partition": len(part)}
+        lengths["offset"] = len(off)
+        if wall is not None:
+            lengths["wall_ms"] = len(wall)
+        for name, length in lengths.items():
+            if length != n:
+                raise ValueError(f"column {name} has {length} rows, keys have {n}")
         return rows
+
+    @classmethod
+    def one(
+        cls, source: int, record: JoinRecord, partition: int, offset: int, wall_ms: int | None
+    ) -> JoinRows:
+        """Rows holding one decoded record."""
+        wall = None if wall_ms is None else np.array([wall_ms], dtype=np.int64)
+        return cls(
+            source, [record.key], one(record.ts), [record.json], one(partition), one(offset), wall
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRecord:
+    """One decoded record: join key, event time and the JSON carried into results."""
+
+    key: JoinKey
+    ts: int
+    json: bytes
 
 
 @dataclass(slots=True)
@@ -96,10 +116,11 @@ class JoinDecoder:
     such a record could never join), and be a string or an integer (``WRONG_TYPE``;
     booleans and floats are refused so that ``1``, ``1.0`` and ``true`` cannot be
     confused). The carried record is the whole input record, or only
-    ``join.<side>.fields`` (absent ones as null).
+    ``join.<side>.fields`` (absent ones as null). ``source`` is the input's index.
     """
 
-    def __init__(self, side: JoinInputConfig, on: Sequence[str]) -> None:
+    def __init__(self, side: JoinInputConfig, on: Sequence[str], source: int) -> None:
+        self.source = source
         self.name = side.name
         self.topic = side.topic_name
         self.on = tuple(on)
@@ -155,8 +176,8 @@ class JoinDecoder:
         except RecordRejected:
             return None
 
-    def decode_one(self, record: Any) -> tuple[Any, int, bytes]:
-        """``(join key, event time, record JSON)`` or raise :class:`RecordRejected`."""
+    def decode_one(self, record: Any) -> JoinRecord:
+        """The decoded record, or raise :class:`RecordRejected`."""
         if not isinstance(record, dict):
             raise RecordRejected(
                 ErrorCode.NOT_AN_OBJECT,
@@ -169,7 +190,7 @@ class JoinDecoder:
             )
         ts = self._ts.timestamp_ms(record[ts_field])
         on = self.on
-        key: Any
+        key: JoinKey
         if len(on) == 1:
             key = self._field(record, on[0])
         else:
@@ -178,7 +199,7 @@ class JoinDecoder:
             rec = dumps(record)
         else:
             rec = dumps({f: record.get(f) for f in self.fields})
-        return key, ts, rec
+        return JoinRecord(key, ts, rec)
 
     def decode_records(
         self,
@@ -219,12 +240,12 @@ class JoinDecoder:
                 off_arr = off_arr[kept]
             if wall is not None:
                 wall = wall[kept]
-        rows = JoinRows(keys, np.asarray(tss, dtype=np.int64), recs, part, off_arr, wall)
+        rows = JoinRows(self.source, keys, np.asarray(tss, np.int64), recs, part, off_arr, wall)
         return JoinDecodeResult(rows, errors, kept)
 
     def _decode_clean(
         self, records: Sequence[Any]
-    ) -> tuple[list[Any], list[int], list[bytes]] | None:
+    ) -> tuple[list[JoinKey], list[int], list[bytes]] | None:
         """Column-wise decoding of a chunk in the common shape, or ``None``.
 
         The shape: dicts with an integer ms timestamp and one join field holding an int
@@ -264,8 +285,8 @@ class JoinDecoder:
         partitions: Sequence[int] | IntArray | None,
         offsets: Sequence[int] | IntArray | None,
         default_partition: int,
-    ) -> tuple[list[Any], list[int], list[bytes], list[int], list[ErrorRecord]]:
-        keys: list[Any] = []
+    ) -> tuple[list[JoinKey], list[int], list[bytes], list[int], list[ErrorRecord]]:
+        keys: list[JoinKey] = []
         tss: list[int] = []
         recs: list[bytes] = []
         kept: list[int] = []
@@ -273,7 +294,7 @@ class JoinDecoder:
         decode = self.decode_one
         for i, record in enumerate(records):
             try:
-                k, t, r = decode(record)
+                got = decode(record)
             except RecordRejected as rej:
                 off = None if offsets is None else int(offsets[i])
                 errors.append(
@@ -282,20 +303,13 @@ class JoinDecoder:
                         reason=rej.reason,
                         partition=(default_partition if partitions is None else int(partitions[i])),
                         offset=None if off is None or off < 0 else off,
-                        raw=_raw(record),
+                        raw=raw_of(record),
                         topic=self.topic,
                     )
                 )
                 continue
-            keys.append(k)
-            tss.append(t)
-            recs.append(r)
+            keys.append(got.key)
+            tss.append(got.ts)
+            recs.append(got.json)
             kept.append(i)
         return keys, tss, recs, kept, errors
-
-
-def _raw(record: Any) -> bytes:
-    try:
-        return orjson.dumps(record)
-    except TypeError:
-        return repr(record).encode()

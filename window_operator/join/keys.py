@@ -1,67 +1,59 @@
-"""Interned join keys: small integer ids with each key's store encoding and output JSON."""
+"""Interned join keys: the generic key table plus each key's output JSON."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from stores.keys import FieldValue, decode_fields, encode_fields
-from window_operator.join.common import IntArray, ObjArray, dumps
+from stores.keyspace import EncodedKey
+from window_operator.arrays import IntArray, ObjArray
+from window_operator.join.common import JoinKey, dumps
+from window_operator.keytable import KeyTable
 
-__all__ = ["KeyTable"]
+__all__ = ["JoinKeyTable"]
 
 
-class KeyTable:
-    """Interns join keys as small integers, with their store encoding and output JSON."""
+class JoinKeyTable(KeyTable[JoinKey]):
+    """Interns join keys as small integers (see :class:`KeyTable`).
+
+    A key's store encoding is its encoded equal fields; ``json[kid]`` is the key object
+    of the output records (``{<on field>: <value>, ...}``), and ``by_encoded`` finds a
+    key from the encoded fields of a stored message.
+    """
 
     def __init__(self, on: tuple[str, ...]) -> None:
+        super().__init__(self._encode_fields)
         self.on = on
         self.single = len(on) == 1
-        self.ids: dict[Any, int] = {}
-        self.values: list[Any] = []
-        self.encoded: list[bytes] = []
         self.json: list[bytes] = []
-        self.by_encoded: dict[bytes, int] = {}
+        self.by_encoded: dict[EncodedKey, int] = {}
         self._json_arr: ObjArray = np.empty(0, dtype=object)
-
-    def __len__(self) -> int:
-        return len(self.values)
 
     def fields(self, kid: int) -> tuple[FieldValue, ...]:
         """The equal-field values of ``kid`` as a tuple."""
-        v = self.values[kid]
-        return (v,) if self.single else tuple(v)
+        return self.fields_of(self.names[kid])
 
-    def id_of(self, kv: Any) -> int:
-        """The id of join key ``kv``, assigning the next one if new."""
-        kid = self.ids.get(kv)
-        if kid is None:
-            kid = len(self.values)
-            fields: tuple[FieldValue, ...] = (kv,) if self.single else tuple(kv)
-            enc = encode_fields(fields)
-            self.ids[kv] = kid
-            self.values.append(kv)
-            self.encoded.append(enc)
+    def id_of(self, key: JoinKey) -> int:
+        """The id of ``key``, assigning the next one if new."""
+        kid = super().id_of(key)
+        if kid == len(self.json):
+            fields = self.fields_of(key)
             self.json.append(dumps(dict(zip(self.on, fields, strict=True))))
-            self.by_encoded[enc] = kid
+            self.by_encoded[self.encoded[kid]] = kid
         return kid
 
-    def ids_of(self, kvs: Sequence[Any]) -> IntArray:
+    def ids_of(self, keys: Sequence[JoinKey]) -> IntArray:
         """Vectorized :meth:`id_of`; new keys get ids in first-seen order."""
-        ids = self.ids
         try:
-            return np.fromiter(map(ids.__getitem__, kvs), dtype=np.int64, count=len(kvs))
+            # the hot path: every key is known
+            return np.fromiter(map(self.ids.__getitem__, keys), dtype=np.int64, count=len(keys))
         except KeyError:
-            pass
-        for kv in kvs:
-            if kv not in ids:
-                self.id_of(kv)
-        return np.fromiter(map(ids.__getitem__, kvs), dtype=np.int64, count=len(kvs))
+            return super().ids_of(keys)
 
-    def from_encoded(self, enc: bytes) -> int:
-        """The id of the key whose equal fields encode to ``enc``."""
+    def from_encoded(self, enc: EncodedKey) -> int:
+        """The id of the key whose equal fields encode to ``enc`` (interned if new)."""
         kid = self.by_encoded.get(enc)
         if kid is not None:
             return kid
@@ -78,13 +70,17 @@ class KeyTable:
 
     def compact(self, live: IntArray) -> IntArray:
         """Keep only the keys ``live`` (sorted ids); return the old-id -> new-id map."""
-        remap = np.full(len(self.values), -1, dtype=np.int64)
-        remap[live] = np.arange(len(live), dtype=np.int64)
-        keep = live.tolist()
-        self.values = [self.values[k] for k in keep]
-        self.encoded = [self.encoded[k] for k in keep]
-        self.json = [self.json[k] for k in keep]
-        self.ids = {v: i for i, v in enumerate(self.values)}
+        remap = super().compact(live)
+        self.json = [self.json[k] for k in live.tolist()]
         self.by_encoded = {e: i for i, e in enumerate(self.encoded)}
         self._json_arr = np.empty(0, dtype=object)
         return remap
+
+    @staticmethod
+    def fields_of(key: JoinKey) -> tuple[FieldValue, ...]:
+        """The equal-field values of a join key as a tuple."""
+        return key if isinstance(key, tuple) else (key,)
+
+    @staticmethod
+    def _encode_fields(key: JoinKey) -> bytes:
+        return encode_fields(key if isinstance(key, tuple) else (key,))

@@ -5,27 +5,22 @@ layouts (which join keys have messages in which expiry bucket).
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
-from stores.keys import MIN_I64, decode_i64, encode_i64, prefix_upper_bound, ts_range
-from stores.rocks import ColumnFamily, StoreBatch, TaskStore
-from window_operator.join.common import IntArray
-from window_operator.join.layouts import MSG_TAG
+from stores.keys import MIN_I64
+from stores.keyspace import EncodedKey
+from stores.rocks import StoreBatch, TaskStore
+from window_operator.arrays import IntArray
+from window_operator.join.state import FRAMES, SWEEP, FrameRecord, MessageCodec
 
 __all__ = ["SweepIndex", "WindowFrames"]
-
-_WINDOW_TAG = b"W"
-_SWEEP_TAG = b"X"
-_WMETA = struct.Struct(">qqqqq")
 
 
 class WindowFrames:
     """Window metadata per ``(side, frame)``: ``[count, min_ts, max_ts, min_pos, max_pos]``.
 
     Frames are tumbling, ``frame_ms`` long; a message belongs to the one that includes
-    it. Stored under ``W <side> i64(frame)``.
+    it. Stored in :data:`~window_operator.join.state.FRAMES`.
     """
 
     def __init__(self, frame_ms: int) -> None:
@@ -67,43 +62,43 @@ class WindowFrames:
         for side, f in sorted(self.dirty):
             m = self.meta.get((side, f))
             if m is not None:
-                key = _WINDOW_TAG + MSG_TAG[side] + encode_i64(f)
-                batch.put(ColumnFamily.WINDOW_META, key, _WMETA.pack(*m))
+                ks = FRAMES[side]
+                batch.put(ks.cf, ks.key(f), FrameRecord.encode(m))
         self.dirty.clear()
 
     def expire(self, side: int, cut: int, batch: StoreBatch) -> None:
         """Drop the frames of ``side`` that end at or before ``cut``."""
         frame = self.frame_ms
-        w_tag = _WINDOW_TAG + MSG_TAG[side]
-        batch.delete_range(ColumnFamily.WINDOW_META, *ts_range(w_tag, MIN_I64, cut - frame + 1))
+        batch.delete_keys(FRAMES[side].before(cut - frame + 1))
         for kw in [kw for kw in self.meta if kw[0] == side and kw[1] + frame <= cut]:
             del self.meta[kw]
             self.dirty.discard(kw)
 
     def restore(self, side: int, store: TaskStore) -> None:
         """Load the persisted frames of ``side``."""
-        w_tag = _WINDOW_TAG + MSG_TAG[side]
-        for k, v in store.scan(ColumnFamily.WINDOW_META, w_tag, prefix_upper_bound(w_tag)):
-            self.meta[(side, decode_i64(k, 2))] = list(_WMETA.unpack(v))
+        ks = FRAMES[side]
+        for k, v in store.scan_range(ks.all()):
+            (frame,) = ks.parse(k)
+            self.meta[(side, frame)] = FrameRecord.decode(v)
 
 
 class SweepIndex:
     """Which join keys have messages in which ``sweep_ms`` bucket, per side.
 
-    Key-first layouts expire by one range delete per join key and bucket. Stored under
-    ``X <side> i64(bucket) <equal_flds>``.
+    Key-first layouts expire by one range delete per join key and bucket. Stored in
+    :data:`~window_operator.join.state.SWEEP`.
     """
 
     def __init__(self, sweep_ms: int) -> None:
         self.sweep_ms = sweep_ms
-        self.buckets: tuple[dict[int, set[bytes]], dict[int, set[bytes]]] = ({}, {})
+        self.buckets: tuple[dict[int, set[EncodedKey]], dict[int, set[EncodedKey]]] = ({}, {})
         self.new: list[bytes] = []
 
-    def note(self, side: int, kids: IntArray, ts: IntArray, encoded: list[bytes]) -> None:
+    def note(self, side: int, kids: IntArray, ts: IntArray, encoded: list[EncodedKey]) -> None:
         """Record which join keys have messages in which expiry bucket."""
         buckets = ts // self.sweep_ms
         index = self.buckets[side]
-        tag = _SWEEP_TAG + MSG_TAG[side]
+        ks = SWEEP[side]
         b_lo, b_hi = int(buckets.min()), int(buckets.max())
         for bucket in range(b_lo, b_hi + 1):
             sel = kids if b_lo == b_hi else kids[buckets == bucket]
@@ -115,32 +110,30 @@ class SweepIndex:
             new = set(map(encoded.__getitem__, sel.tolist())) - prefixes
             if new:
                 prefixes |= new
-                head = tag + encode_i64(bucket)
-                self.new.extend(head + p for p in sorted(new))
+                self.new.extend(ks.keys(bucket, sorted(new)))
 
     def write(self, batch: StoreBatch) -> None:
         """Persist the new index entries."""
-        batch.put_many(ColumnFamily.WINDOW_META, self.new, [b""] * len(self.new))
+        batch.put_many(SWEEP[0].cf, self.new, [b""] * len(self.new))
         self.new = []
 
-    def expire(self, side: int, cut: int, batch: StoreBatch) -> None:
+    def expire(self, side: int, cut: int, codec: MessageCodec, batch: StoreBatch) -> None:
         """Key-first layout: one range delete per join key of each expired bucket."""
         g = self.sweep_ms
         index = self.buckets[side]
         done = sorted(b for b in index if (b + 1) * g <= cut)
         if not done:
             return
-        prefixes: set[bytes] = set()
+        prefixes: set[EncodedKey] = set()
         for b in done:
             prefixes |= index.pop(b)
-        tag = MSG_TAG[side]
-        for prefix in sorted(prefixes):
-            batch.delete_range(ColumnFamily.MESSAGES, *ts_range(tag + prefix, MIN_I64, cut))
-        x_tag = _SWEEP_TAG + tag
-        batch.delete_range(ColumnFamily.WINDOW_META, *ts_range(x_tag, MIN_I64, done[-1] + 1))
+        for keys in codec.keyspace.key_times_many(sorted(prefixes), MIN_I64, cut):
+            batch.delete_keys(keys)
+        batch.delete_keys(SWEEP[side].before(done[-1] + 1))
 
     def restore(self, side: int, store: TaskStore) -> None:
         """Load the persisted index of ``side``."""
-        x_tag = _SWEEP_TAG + MSG_TAG[side]
-        for k, _ in store.scan(ColumnFamily.WINDOW_META, x_tag, prefix_upper_bound(x_tag)):
-            self.buckets[side].setdefault(decode_i64(k, 2), set()).add(k[10:])
+        ks = SWEEP[side]
+        for k, _ in store.scan_range(ks.all()):
+            entry = ks.parse(k)
+            self.buckets[side].setdefault(entry.time, set()).add(entry.key)

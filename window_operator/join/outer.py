@@ -5,23 +5,18 @@ emitted unmatched, when a late match retracts them, and how they are persisted.
 from __future__ import annotations
 
 import heapq
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 
-from stores.keys import MIN_I64, encode_i64, prefix_upper_bound, ts_range
-from stores.rocks import ColumnFamily, StoreBatch, TaskStore
-from window_operator.join.common import BoolArray, IntArray, ObjArray
-from window_operator.join.keys import KeyTable
-from window_operator.join.layouts import MSG_TAG
+from stores.keyspace import EncodedKey
+from stores.rocks import StoreBatch, TaskStore
+from window_operator.arrays import BoolArray, IntArray, ObjArray
+from window_operator.join.keys import JoinKeyTable
 from window_operator.join.spec import JoinSpec
+from window_operator.join.state import OUTER, OuterRecord
 
 __all__ = ["OuterRow", "OuterRows"]
-
-_OUTER_TAG = b"U"
-#: The outer-join record after its flag byte: ts, position, length of the equal fields.
-_HDR = struct.Struct(">qqI")
 
 
 @dataclass(slots=True)
@@ -33,6 +28,8 @@ class OuterRow:
     rec: bytes
     emitted: bool
     persisted: bool
+    #: the row's position in its input (``partition * 2**48 + offset``)
+    pos: int = -1
 
 
 class OuterRows:
@@ -40,13 +37,14 @@ class OuterRows:
 
     A row is emitted unmatched once the watermark passes its deadline
     (:meth:`JoinSpec.deadline`) and never after it has matched; a row that matches after
-    it was emitted is retracted. Rows are persisted in the Window Meta Store under
-    ``U <side> i64(ts) i64(position)``.
+    it was emitted is retracted. Rows are persisted in the Window Meta Store
+    (:data:`~window_operator.join.state.OUTER`).
     """
 
     def __init__(self, side: int, spec: JoinSpec) -> None:
         self.side = side
         self.spec = spec
+        self.keyspace = OUTER[side]
         self.rows: dict[int, OuterRow] = {}
         self.deadlines: list[tuple[int, int]] = []
         self.expiry: list[tuple[int, int]] = []
@@ -59,7 +57,7 @@ class OuterRows:
         """Track the new rows selected by ``unmatched`` until they match or expire."""
         for i in np.flatnonzero(unmatched).tolist():
             t, p = int(ts[i]), int(pos[i])
-            self.rows[p] = OuterRow(int(kids[i]), t, rec[i], emitted=False, persisted=False)
+            self.rows[p] = OuterRow(int(kids[i]), t, rec[i], emitted=False, persisted=False, pos=p)
             self.dirty.add(p)
             heapq.heappush(self.deadlines, (self.spec.deadline(self.side, t), p))
             heapq.heappush(self.expiry, (t, p))
@@ -75,7 +73,7 @@ class OuterRows:
                 continue
             self.dirty.discard(p)
             if row.persisted:
-                self.deletes.append(self.key(row.ts, p))
+                self.deletes.append(self.keyspace.key(row.ts, p))
             if row.emitted:
                 retracted.append(row)
         return retracted
@@ -93,20 +91,16 @@ class OuterRows:
             due.append(row)
         return due
 
-    def key(self, ts: int, pos: int) -> bytes:
-        """The Window Meta Store key of the row at ``(ts, pos)``."""
-        return _OUTER_TAG + MSG_TAG[self.side] + encode_i64(ts) + encode_i64(pos)
-
-    def write(self, batch: StoreBatch, encoded: list[bytes]) -> None:
+    def write(self, batch: StoreBatch, encoded: list[EncodedKey]) -> None:
         """Persist the changed rows (``encoded[kid]``: the equal fields of a key)."""
+        ks = self.keyspace
         for key in self.deletes:
-            batch.delete(ColumnFamily.WINDOW_META, key)
+            batch.delete(ks.cf, key)
         self.deletes = []
         for p in sorted(self.dirty):
             row = self.rows[p]
-            enc = encoded[row.kid]
-            value = bytes((row.emitted,)) + _HDR.pack(row.ts, p, len(enc)) + enc + row.rec
-            batch.put(ColumnFamily.WINDOW_META, self.key(row.ts, p), value)
+            value = OuterRecord.encode(row.emitted, row.ts, p, encoded[row.kid], row.rec)
+            batch.put(ks.cf, ks.key(row.ts, p), value)
             row.persisted = True
         self.dirty.clear()
 
@@ -117,21 +111,19 @@ class OuterRows:
             row = self.rows.pop(p, None)
             if row is not None:
                 self.dirty.discard(p)
-        tag = _OUTER_TAG + MSG_TAG[self.side]
-        batch.delete_range(ColumnFamily.WINDOW_META, *ts_range(tag, MIN_I64, cut))
+        batch.delete_keys(self.keyspace.before(cut))
 
-    def restore(self, store: TaskStore, keys: KeyTable) -> None:
+    def restore(self, store: TaskStore, keys: JoinKeyTable) -> None:
         """Load the persisted rows of this side (interning their join keys)."""
-        w = _HDR.size
-        u_tag = _OUTER_TAG + MSG_TAG[self.side]
-        for _, v in store.scan(ColumnFamily.WINDOW_META, u_tag, prefix_upper_bound(u_tag)):
-            t, p, fl = _HDR.unpack_from(v, 1)
-            kid = keys.from_encoded(v[1 + w : 1 + w + fl])
-            emitted = bool(v[0])
-            self.rows[p] = OuterRow(kid, t, v[1 + w + fl :], emitted=emitted, persisted=True)
-            if not emitted:
-                heapq.heappush(self.deadlines, (self.spec.deadline(self.side, t), p))
-            heapq.heappush(self.expiry, (t, p))
+        for _, v in store.scan_range(self.keyspace.all()):
+            r = OuterRecord.decode(v)
+            kid = keys.from_encoded(r.fields)
+            self.rows[r.pos] = OuterRow(
+                kid, r.ts, r.rec, emitted=r.emitted, persisted=True, pos=r.pos
+            )
+            if not r.emitted:
+                heapq.heappush(self.deadlines, (self.spec.deadline(self.side, r.ts), r.pos))
+            heapq.heappush(self.expiry, (r.ts, r.pos))
 
     def live_kids(self) -> IntArray:
         """The key ids the rows refer to."""

@@ -1,5 +1,5 @@
-"""What a join operator hands out: results (row and columnar, with their JSON form),
-per-call statistics, and the stored messages and window metadata it can be asked for.
+"""What a join operator hands out: results (row and columnar, with their JSON form), and
+the stored messages and window metadata it can be asked for.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Any
 import orjson
 
 from stores.keys import FieldValue
-from window_operator.join.common import IntArray, message_position
+from window_operator.arrays import IntArray
+from window_operator.join.common import message_position
 
 __all__ = [
     "JoinKind",
     "JoinMessage",
     "JoinResult",
     "JoinResultBatch",
-    "JoinStats",
     "JoinWindow",
 ]
 
@@ -82,6 +82,10 @@ class JoinResultBatch:
     right: list[bytes] | None
     left_ts: IntArray | None
     right_ts: IntArray | None
+    #: positions (``partition * 2**48 + offset``) of the left / right messages: with both,
+    #: a pair's identity (what the output topic is keyed by)
+    left_pos: IntArray | None = None
+    right_pos: IntArray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -128,17 +132,6 @@ class JoinResultBatch:
             JoinResult(self.kind, loads(self.keys[i]), lefts[i], rights[i], lts[i], rts[i])
             for i in range(n)
         ]
-
-
-@dataclass(frozen=True, slots=True)
-class JoinStats:
-    """What one call did with its input."""
-
-    applied: int = 0
-    replayed: int = 0
-    rejected: int = 0
-    late: int = 0
-    matches: int = 0
 
 
 @dataclass(frozen=True, slots=True)

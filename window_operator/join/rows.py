@@ -7,11 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stores.keys import MIN_I64, decode_i64, encode_i64, prefix_upper_bound
-from stores.rocks import ColumnFamily, TaskStore
-from window_operator.join.common import LEFT
-from window_operator.join.keys import KeyTable
-from window_operator.join.layouts import MSG_TAG, StoreLayout, decode_message
+import numpy as np
+
+from stores.keys import MIN_I64
+from stores.keyspace import EncodedKey
+from stores.rocks import StoreBatch, TaskStore
+from window_operator.arrays import IntArray
+from window_operator.join.common import LEFT, obj_array
+from window_operator.join.keys import JoinKeyTable
+from window_operator.join.reads import Partners
+from window_operator.join.state import MessageCodec
 
 __all__ = ["RowsEntry", "RowsWindows"]
 
@@ -34,7 +39,8 @@ class RowsWindows:
     last retention sweep.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, codecs: tuple[MessageCodec, MessageCodec]) -> None:
+        self.codecs = codecs
         self.state: tuple[dict[int, list[RowsEntry]], dict[int, list[RowsEntry]]] = ({}, {})
         self.deletes: list[bytes] = []
         self.swept = [MIN_I64, MIN_I64]
@@ -44,46 +50,53 @@ class RowsWindows:
         side: int,
         n_rows: int,
         floor: int,
-        kids: list[int],
-        ts: list[int],
-        pos: list[int],
+        kids: IntArray,
+        ts: IntArray,
+        pos: IntArray,
         recs: list[bytes],
-        seqs: list[int],
-        encoded: list[bytes],
-    ) -> tuple[list[int], list[int], list[bytes]]:
+        seqs: IntArray,
+        encoded: list[EncodedKey],
+    ) -> Partners:
         """Join new messages of ``side`` against the other side, then retain them.
 
-        Partners with ``ts`` below ``floor`` are invisible. Returns, per match, the index
-        of the new message, and the partner's event time and record.
+        Partners with ``ts`` below ``floor`` are invisible.
         """
         other = self.state[1 - side]
         mine = self.state[side]
         p_own: list[int] = []
         p_ts: list[int] = []
+        p_pos: list[int] = []
         p_rec: list[bytes] = []
-        tag = MSG_TAG[LEFT]
-        for j, kid in enumerate(kids):
+        keyspace = self.codecs[LEFT].keyspace
+        columns = zip(kids.tolist(), seqs.tolist(), ts.tolist(), pos.tolist(), recs, strict=True)
+        for j, (kid, seq, t, p, rec) in enumerate(columns):
             for e in other.get(kid, ()):
                 if e.ts >= floor:
                     p_own.append(j)
                     p_ts.append(e.ts)
+                    p_pos.append(e.pos)
                     p_rec.append(e.rec)
             entries = mine.setdefault(kid, [])
-            entries.append(RowsEntry(seqs[j], ts[j], pos[j], recs[j]))
+            entries.append(RowsEntry(seq, t, p, rec))
             if side == LEFT and len(entries) > n_rows:
                 # only the n latest lefts of a key can still be joined
                 enc = encoded[kid]
                 for old in entries[:-n_rows]:
-                    self.deletes.append(tag + enc + encode_i64(old.seq))
+                    self.deletes.append(keyspace.key(fields=enc, offset=old.seq))
                 del entries[:-n_rows]
-        return p_own, p_ts, p_rec
+        return Partners(
+            np.asarray(p_own, dtype=np.int64),
+            np.asarray(p_ts, dtype=np.int64),
+            np.asarray(p_pos, dtype=np.int64),
+            obj_array(p_rec),
+        )
 
-    def expire(self, side: int, cut: int, sweep_ms: int, encoded: list[bytes]) -> None:
+    def expire(self, side: int, cut: int, sweep_ms: int, encoded: list[EncodedKey]) -> None:
         """Drop entries past retention (swept once per ``sweep_ms``)."""
         if cut < self.swept[side] + sweep_ms:
             return
         self.swept[side] = cut
-        tag = MSG_TAG[side]
+        keyspace = self.codecs[side].keyspace
         state = self.state[side]
         for kid in list(state):
             entries = state[kid]
@@ -92,17 +105,44 @@ class RowsWindows:
                 continue
             for e in entries:
                 if e.ts < cut:
-                    self.deletes.append(tag + encoded[kid] + encode_i64(e.seq))
+                    self.deletes.append(keyspace.key(fields=encoded[kid], offset=e.seq))
             if keep:
                 state[kid] = keep
             else:
                 del state[kid]
 
-    def restore(self, side: int, store: TaskStore, layout: StoreLayout, keys: KeyTable) -> None:
+    def write(self, batch: StoreBatch) -> None:
+        """Delete the messages that left their window or retention since the last write."""
+        cf = self.codecs[LEFT].keyspace.cf
+        for key in self.deletes:
+            batch.delete(cf, key)
+        self.deletes = []
+
+    def restore(self, side: int, store: TaskStore, keys: JoinKeyTable) -> None:
         """Load the stored messages of ``side`` (interning their join keys)."""
-        tag = MSG_TAG[side]
+        codec = self.codecs[side]
+        items = list(store.scan_range(codec.keyspace.all()))
+        msgs = codec.decode([k for k, _ in items], [v for _, v in items])
+        assert msgs.seq is not None
         state = self.state[side]
-        for k, v in store.scan(ColumnFamily.MESSAGES, tag, prefix_upper_bound(tag)):
-            enc, t, p, rec = decode_message(layout, k, v)
-            kid = keys.from_encoded(enc)
-            state.setdefault(kid, []).append(RowsEntry(decode_i64(k, len(k) - 8), t, p, rec))
+        for enc, seq, t, p, rec in zip(
+            msgs.fields,
+            msgs.seq.tolist(),
+            msgs.ts.tolist(),
+            msgs.pos.tolist(),
+            msgs.rec,
+            strict=True,
+        ):
+            state.setdefault(keys.from_encoded(enc), []).append(RowsEntry(seq, t, p, rec))
+
+    def live_kids(self) -> list[IntArray]:
+        """The key ids the retained messages refer to."""
+        return [np.asarray(list(entries), dtype=np.int64) for entries in self.state]
+
+    def remap(self, remap: IntArray) -> None:
+        """Renumber the key ids (old id -> ``remap[old]``)."""
+        left, right = self.state
+        self.state = (
+            {int(remap[k]): v for k, v in left.items()},
+            {int(remap[k]): v for k, v in right.items()},
+        )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from stores.rocks import TaskStore
 from window_operator.config import ConfigError, ConfigProblem, JoinJobConfig
-from window_operator.join.common import UnknownSourceError
+from window_operator.join.common import LEFT, RIGHT, UnknownSourceError
 from window_operator.join.decoding import JoinDecoder
 from window_operator.join.layouts import choose_layout
 from window_operator.join.operator import JoinOperator
@@ -76,5 +76,5 @@ def build_join_runtime(config: JoinJobConfig, *, source: str | None = None) -> J
         left_topic=j.left.topic_name,
         right_topic=j.right.topic_name,
     )
-    decoders = (JoinDecoder(j.left, j.on), JoinDecoder(j.right, j.on))
+    decoders = (JoinDecoder(j.left, j.on, LEFT), JoinDecoder(j.right, j.on, RIGHT))
     return JoinRuntime(config, spec, decoders)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from window_operator.join.common import LEFT, RIGHT
 from window_operator.join.layouts import StoreLayout
+from window_operator.kernel.checkpoint import JsonValue
+from window_operator.policies import EmitPolicy
 
 __all__ = ["MIN_FRAME_MS", "MIN_SWEEP_MS", "ROWS_FRAME_MS", "JoinSpec"]
 
@@ -62,6 +64,31 @@ class JoinSpec:
     def names(self) -> tuple[str, str]:
         """``(left name, right name)``."""
         return (self.left, self.right)
+
+    @property
+    def shape(self) -> dict[str, JsonValue]:
+        """What the stored state depends on (a store is only continued by the same shape)."""
+        return {
+            "type": "join",
+            "layout": self.layout.value,
+            "on": list(self.on),
+            "kind": self.kind,
+            "lo": self.lo,
+            "hi": self.hi,
+            "rows": self.rows,
+        }
+
+    @property
+    def policy(self) -> EmitPolicy:
+        """The watermark and retention settings, as the operator kernel takes them.
+
+        Joins emit as soon as results are known: the emission settings do not apply.
+        """
+        return EmitPolicy(
+            allowed_lateness=self.allowed_lateness,
+            idle_timeout=self.idle_timeout,
+            retention=self.retention,
+        )
 
     def outer(self, side: int) -> bool:
         """Whether unmatched rows of ``side`` are emitted."""

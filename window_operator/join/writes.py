@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stores.rocks import ColumnFamily, StoreBatch
-from window_operator.join.common import EMPTY, IntArray, obj_array
-from window_operator.join.layouts import MSG_TAG, StoreLayout, encode_messages
+from stores.keyspace import EncodedKey
+from stores.rocks import StoreBatch
+from window_operator.arrays import IntArray
+from window_operator.join.common import EMPTY, obj_array
+from window_operator.join.state import MessageCodec
 
 __all__ = ["PendingMessages"]
 
@@ -41,16 +43,12 @@ class PendingMessages:
         """Forget the queued messages."""
         self.kids, self.ts, self.pos, self.recs, self.seqs = [], [], [], [], []
 
-    def write(
-        self, side: int, layout: StoreLayout, encoded: list[bytes], batch: StoreBatch
-    ) -> None:
+    def write(self, codec: MessageCodec, encoded: list[EncodedKey], batch: StoreBatch) -> None:
         """One bulk put of the staged messages, in key order (RocksDB inserts a sorted
         batch markedly faster than a random one); the queue is then empty."""
         if not self:
             return
-        keys, values = encode_messages(
-            layout,
-            MSG_TAG[side],
+        keys, values = codec.encode(
             encoded,
             np.concatenate(self.kids),
             np.concatenate(self.ts),
@@ -58,5 +56,5 @@ class PendingMessages:
             np.concatenate(self.seqs) if self.seqs else EMPTY,
             obj_array([r for chunk in self.recs for r in chunk]),
         )
-        batch.put_many(ColumnFamily.MESSAGES, keys, values)
+        batch.put_many(codec.keyspace.cf, keys, values)
         self.clear()

@@ -1,0 +1,228 @@
+"""The plan of a join job: two inputs routed by join key into the same state tasks.
+
+Rows cross the exchange as their join key's store encoding (the equal fields), event
+time, input position and the record JSON carried into results; they are routed by a
+stable hash of that encoding, so both sides of a key meet in one task. Results go to
+the output topic keyed by the positions of the messages they pair (``{"left":
+[partition, offset], "right": [...]}``, ``null`` for the side an unmatched row lacks),
+so a consumer can tell every pair once; a ``RETRACT`` is a tombstone under the key of
+the unmatched record it withdraws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from stores.keys import decode_fields, encode_fields
+from stores.rocks import TaskStore
+from window_operator.arrays import IntArray
+from window_operator.arrival import future_error
+from window_operator.codecs import AvroPayloadDecoder, JsonPayloadDecoder, PayloadDecoder
+from window_operator.config import JoinInputConfig, JoinJobConfig
+from window_operator.join import JoinRuntime, build_join_runtime
+from window_operator.join.common import POSITION_BITS, JoinKey
+from window_operator.join.decoding import JoinRows
+from window_operator.join.results import JoinKind, JoinResultBatch
+from window_operator.kernel import WindowOperator
+from window_operator.results import ErrorRecord
+from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.plan import DecodedInput, KafkaRecord, SourceSpec
+from window_operator.runtime.routing import task_of_bytes
+
+__all__ = ["JoinPlan", "join_result_key"]
+
+_OFFSET_MASK = (1 << POSITION_BITS) - 1
+
+
+def _payload_decoder(side: JoinInputConfig) -> PayloadDecoder:
+    if side.format == "json":
+        return JsonPayloadDecoder()
+    assert side.avro_schema is not None  # the config requires it for avro
+    return AvroPayloadDecoder(side.avro_schema, wire=side.avro_wire)
+
+
+@dataclass(frozen=True)
+class JoinPlan:
+    """The plan of a join job (see module doc)."""
+
+    runtime: JoinRuntime
+    payloads: tuple[PayloadDecoder, PayloadDecoder]
+
+    @classmethod
+    def of(cls, config: JoinJobConfig) -> JoinPlan:
+        """Build the plan of ``config``."""
+        j = config.join
+        return cls(
+            build_join_runtime(config), (_payload_decoder(j.left), _payload_decoder(j.right))
+        )
+
+    @property
+    def job(self) -> str:
+        """The job name."""
+        return self.runtime.config.job
+
+    @property
+    def sources(self) -> tuple[SourceSpec, ...]:
+        """Left (0) and right (1)."""
+        j = self.runtime.config.join
+        return (
+            SourceSpec(0, j.left.name, j.left.topic_name),
+            SourceSpec(1, j.right.name, j.right.topic_name),
+        )
+
+    @property
+    def partition_keyed(self) -> bool:
+        """Joins are keyed by join key."""
+        return False
+
+    def decode(self, source: int, records: InputRecords) -> DecodedInput[JoinRows]:
+        """Decode a range of one input; far-future events (by Kafka timestamp) rejected."""
+        parsed, failures = self.payloads[source].decode(records.values)
+        failed = dict(failures)
+        good = [i for i in range(len(records)) if i not in failed]
+        topic, part = records.topic, records.partition
+        result = self.runtime.decoders[source].decode_records(
+            [parsed[i] for i in good],
+            partitions=[part] * len(good),
+            offsets=[records.offsets[i] for i in good],
+        )
+        errors = {
+            i: ErrorRecord(self.payloads[source].error_code, reason, part, records.offsets[i])
+            for i, reason in failed.items()
+        }
+        kept = set(result.kept)
+        for j, err in zip(
+            [j for j in range(len(good)) if j not in kept], result.errors, strict=True
+        ):
+            errors[good[j]] = err
+        rows = result.rows
+        rows = self._reject_future(rows, [good[j] for j in result.kept], records, errors)
+        out = [
+            ErrorRecord(
+                e.code,
+                e.reason,
+                part,
+                records.offsets[i],
+                records.values[i],
+                topic,
+                records.keys[i],
+            )
+            for i, e in sorted(errors.items())
+        ]
+        max_ts = int(rows.ts.max()) if len(rows) else None
+        return DecodedInput(rows, out, max_ts)
+
+    def _reject_future(
+        self,
+        rows: JoinRows,
+        inputs: list[int],
+        records: InputRecords,
+        errors: dict[int, ErrorRecord],
+    ) -> JoinRows:
+        max_future = self.runtime.config.watermark.max_future
+        stamps = records.timestamps
+        if max_future is None or stamps is None or not len(rows):
+            return rows
+        arrival = np.asarray([stamps[i] for i in inputs], dtype=np.int64)
+        late = (arrival >= 0) & (rows.ts - arrival > max_future)
+        if not late.any():
+            return rows
+        for r in np.flatnonzero(late).tolist():
+            code, reason = future_error(int(rows.ts[r]), int(arrival[r]), max_future)
+            errors[inputs[r]] = ErrorRecord(code, reason, records.partition, int(rows.offset[r]))
+        return self.take(rows, np.flatnonzero(~late))
+
+    def route(self, batch: JoinRows, n_tasks: int) -> IntArray:
+        """By a stable hash of the join key's encoding: both sides of a key meet."""
+        return task_of_bytes([_encode_key(k) for k in batch.keys], n_tasks)
+
+    def take(self, batch: JoinRows, idx: IntArray) -> JoinRows:
+        """The rows ``idx``."""
+        il = idx.tolist()
+        return JoinRows(
+            batch.source,
+            [batch.keys[i] for i in il],
+            batch.ts[idx],
+            [batch.records[i] for i in il],
+            batch.partition[idx],
+            batch.offset[idx],
+            None if batch.wall_ms is None else batch.wall_ms[idx],
+        )
+
+    def positions(self, batch: JoinRows) -> tuple[IntArray, IntArray]:
+        """Every row's input partition and offset."""
+        return batch.partition, batch.offset
+
+    def to_arrow(self, batch: JoinRows, idx: IntArray) -> pa.RecordBatch:
+        """The rows ``idx`` as Arrow: encoded join key, ts, partition, offset, record JSON."""
+        il = idx.tolist()
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array([_encode_key(batch.keys[i]) for i in il], pa.binary()),
+                pa.array(batch.ts[idx]),
+                pa.array(batch.partition[idx]),
+                pa.array(batch.offset[idx]),
+                pa.array([batch.records[i] for i in il], pa.binary()),
+            ],
+            names=["key", "ts", "partition", "offset", "record"],
+        )
+
+    def from_arrow(self, source: int, parts: list[pa.RecordBatch]) -> JoinRows:
+        """Rows of one input from the exchange, ordered by (partition, offset)."""
+        table = pa.Table.from_batches(parts).sort_by(
+            [("partition", "ascending"), ("offset", "ascending")]
+        )
+        single = len(self.runtime.spec.on) == 1
+        keys: list[JoinKey] = []
+        for enc in table.column("key").to_pylist():
+            fields = decode_fields(enc)
+            keys.append(fields[0] if single else tuple(fields))
+        return JoinRows(
+            source,
+            keys,
+            np.asarray(table.column("ts").to_numpy(), dtype=np.int64),
+            table.column("record").to_pylist(),
+            np.asarray(table.column("partition").to_numpy(), dtype=np.int64),
+            np.asarray(table.column("offset").to_numpy(), dtype=np.int64),
+        )
+
+    def operator(self, store: TaskStore) -> WindowOperator[JoinRows, JoinResultBatch, Any]:
+        """The join operator over ``store``."""
+        op: WindowOperator[JoinRows, JoinResultBatch, Any] = self.runtime.operator(store)
+        return op
+
+    def encode_results(self, results: JoinResultBatch) -> list[KafkaRecord]:
+        """Output records keyed by the pair's positions; a RETRACT is a tombstone."""
+        n = len(results)
+        left = _positions(results.left_pos, n)
+        right = _positions(results.right_pos, n)
+        keys = [join_result_key(lp, rp) for lp, rp in zip(left, right, strict=True)]
+        if results.kind is JoinKind.RETRACT:
+            return [(k, None) for k in keys]
+        values = results.to_json_lines().split(b"\n")[:n]
+        return list(zip(keys, values, strict=True))
+
+
+def _encode_key(key: JoinKey) -> bytes:
+    return encode_fields(key if isinstance(key, tuple) else (key,))
+
+
+def _positions(pos: IntArray | None, n: int) -> list[tuple[int, int] | None]:
+    if pos is None:
+        return [None] * n
+    return [(p >> POSITION_BITS, p & _OFFSET_MASK) for p in pos.tolist()]
+
+
+def join_result_key(left: tuple[int, int] | None, right: tuple[int, int] | None) -> bytes:
+    """The Kafka key of a join result: the (partition, offset) of each message it pairs."""
+    return orjson.dumps(
+        {
+            "left": None if left is None else list(left),
+            "right": None if right is None else list(right),
+        }
+    )
