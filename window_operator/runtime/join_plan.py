@@ -86,10 +86,12 @@ class JoinPlan:
         failed = dict(failures)
         good = [i for i in range(len(records)) if i not in failed]
         topic, part = records.topic, records.partition
+        stamps = records.timestamps
         result = self.runtime.decoders[source].decode_records(
             [parsed[i] for i in good],
             partitions=[part] * len(good),
             offsets=[records.offsets[i] for i in good],
+            wall_ms=None if stamps is None else [stamps[i] for i in good],
         )
         errors = {
             i: ErrorRecord(self.payloads[source].error_code, reason, part, records.offsets[i])
@@ -141,6 +143,10 @@ class JoinPlan:
         """By a stable hash of the join key's encoding: both sides of a key meet."""
         return task_of_bytes([_encode_key(k) for k in batch.keys], n_tasks)
 
+    def source_of(self, batch: JoinRows) -> int:
+        """The input of the rows."""
+        return batch.source
+
     def take(self, batch: JoinRows, idx: IntArray) -> JoinRows:
         """The rows ``idx``."""
         il = idx.tolist()
@@ -159,24 +165,41 @@ class JoinPlan:
         return batch.partition, batch.offset
 
     def to_arrow(self, batch: JoinRows, idx: IntArray) -> pa.RecordBatch:
-        """The rows ``idx`` as Arrow: encoded join key, ts, partition, offset, record JSON."""
+        """The rows ``idx`` as Arrow: encoded join key, ts, partition, offset, arrival (the
+        Kafka timestamp, -1: none), record JSON."""
         il = idx.tolist()
+        arrival = batch.wall_ms[idx] if batch.wall_ms is not None else np.full(len(il), -1)
         return pa.RecordBatch.from_arrays(
             [
                 pa.array([_encode_key(batch.keys[i]) for i in il], pa.binary()),
                 pa.array(batch.ts[idx]),
                 pa.array(batch.partition[idx]),
                 pa.array(batch.offset[idx]),
+                pa.array(np.asarray(arrival, dtype=np.int64)),
                 pa.array([batch.records[i] for i in il], pa.binary()),
             ],
-            names=["key", "ts", "partition", "offset", "record"],
+            names=["key", "ts", "partition", "offset", "arrival", "record"],
         )
 
-    def from_arrow(self, source: int, parts: list[pa.RecordBatch]) -> JoinRows:
-        """Rows of one input from the exchange, ordered by (partition, offset)."""
-        table = pa.Table.from_batches(parts).sort_by(
-            [("partition", "ascending"), ("offset", "ascending")]
-        )
+    def arrange(self, parts: dict[int, list[pa.RecordBatch]]) -> list[JoinRows]:
+        """Left rows, then right rows; for a rows join (where arrival order decides) the
+        rows of both inputs by arrival time (Kafka timestamp), then input and position,
+        cut into runs of one input."""
+        tables = {s: pa.Table.from_batches(p) for s, p in parts.items() if p}
+        if not tables:
+            return []
+        if self.runtime.spec.rows is None:
+            return [self._rows(s, _ordered(t)) for s, t in sorted(tables.items())]
+        both = pa.concat_tables(
+            [t.append_column("source", pa.array(np.full(t.num_rows, s))) for s, t in tables.items()]
+        ).sort_by([(c, "ascending") for c in ("arrival", "source", "partition", "offset")])
+        source = both.column("source").to_numpy()
+        cuts = np.flatnonzero(np.diff(source)) + 1
+        bounds = [0, *cuts.tolist(), both.num_rows]
+        runs = zip(bounds[:-1], bounds[1:], strict=True)
+        return [self._rows(int(source[a]), both.slice(a, b - a)) for a, b in runs]
+
+    def _rows(self, source: int, table: pa.Table) -> JoinRows:
         single = len(self.runtime.spec.on) == 1
         keys: list[JoinKey] = []
         for enc in table.column("key").to_pylist():
@@ -206,6 +229,10 @@ class JoinPlan:
             return [(k, None) for k in keys]
         values = results.to_json_lines().split(b"\n")[:n]
         return list(zip(keys, values, strict=True))
+
+
+def _ordered(table: pa.Table) -> pa.Table:
+    return table.sort_by([("partition", "ascending"), ("offset", "ascending")])
 
 
 def _encode_key(key: JoinKey) -> bytes:

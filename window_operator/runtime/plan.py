@@ -75,6 +75,10 @@ class JobPlan(Protocol[B, R]):
         """The state task of every row."""
         ...
 
+    def source_of(self, batch: B) -> int:
+        """The input a batch of rows comes from."""
+        ...
+
     def take(self, batch: B, idx: IntArray) -> B:
         """The rows ``idx`` of a batch."""
         ...
@@ -87,8 +91,9 @@ class JobPlan(Protocol[B, R]):
         """The rows ``idx`` as Arrow (what crosses the exchange)."""
         ...
 
-    def from_arrow(self, source: int, parts: list[pa.RecordBatch]) -> B:
-        """Rows of one source from the exchange, ordered by (partition, offset)."""
+    def arrange(self, parts: dict[int, list[pa.RecordBatch]]) -> list[B]:
+        """A state task's rows of a batch (Arrow parts per source), as the batches to add
+        in order: each source's rows ordered by (partition, offset)."""
         ...
 
     def operator(self, store: TaskStore) -> WindowOperator[B, R, Any]:

@@ -107,6 +107,10 @@ class AggregationPlan:
             return task_of_partitions(batch.partition, n_tasks)
         return task_of_keys(batch.keys, n_tasks)
 
+    def source_of(self, batch: EventBatch) -> int:
+        """The one input."""
+        return 0
+
     def take(self, batch: EventBatch, idx: IntArray) -> EventBatch:
         """The rows ``idx`` of a batch."""
         return batch.take(idx)
@@ -119,9 +123,10 @@ class AggregationPlan:
         """The rows ``idx`` as Arrow."""
         return event_batch_to_arrow(batch, idx)
 
-    def from_arrow(self, source: int, parts: list[pa.RecordBatch]) -> EventBatch:
-        """Rows from the exchange, ordered by (partition, offset)."""
-        return event_batch_from_arrow(parts, self.runtime.decoder.object_fields)
+    def arrange(self, parts: dict[int, list[pa.RecordBatch]]) -> list[EventBatch]:
+        """The one input's rows, ordered by (partition, offset)."""
+        fields = self.runtime.decoder.object_fields
+        return [event_batch_from_arrow(p, fields) for _, p in sorted(parts.items())]
 
     def operator(self, store: TaskStore) -> WindowOperator[EventBatch, ResultBatch, Any]:
         """The job's operator over ``store``."""

@@ -199,9 +199,8 @@ class TaskRunner(Generic[B, R]):
         for rows in inp.rows:
             by_source[rows.source].append(from_ipc(rows.data))
         applied: list[B] = []
-        for source in sorted(by_source):
-            batch = self.plan.from_arrow(source, by_source[source])
-            op, kept = self._add(state, op, inp, (source, batch), applied, errors, report)
+        for batch in self.plan.arrange(dict(by_source)):
+            op, kept = self._add(state, op, inp, batch, applied, errors, report)
             applied.append(kept)
         for r in inp.ranges:
             op.mark_consumed(r.partition, r.end - 1, source=r.source)
@@ -215,13 +214,13 @@ class TaskRunner(Generic[B, R]):
         state: TaskState,
         op: WindowOperator[B, R, Any],
         inp: TaskInput,
-        sourced: tuple[int, B],
+        batch: B,
         applied: list[B],
         errors: list[ErrorRecord],
         report: TaskReport,
     ) -> tuple[WindowOperator[B, R, Any], B]:
-        """Add one source's rows; rows that make the operator raise become error records."""
-        source, batch = sourced
+        """Add rows of one source; rows that make the operator raise become error records."""
+        source = self.plan.source_of(batch)
 
         def reopen() -> WindowOperator[B, R, Any]:
             fresh = self.plan.operator(state.store)
