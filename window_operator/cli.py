@@ -299,7 +299,6 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     import orjson
 
-    from window_operator.runtime.queries import stored_windows
     from window_operator.runtime.settings import task_state_dir
 
     settings = _task_settings(args, with_kafka=False)
@@ -315,24 +314,44 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise CliError(f"no local state under {root}: run the job or `window-operator restore`")
     found = 0
     for task in tasks:
-        for w in stored_windows(settings, task, args.key, start, end):
+        for line in _inspect_task(settings, task, args.key, start, end):
             found += 1
-            sys.stdout.buffer.write(
-                orjson.dumps(
-                    {
-                        "task": task,
-                        "key": w.key,
-                        "window_start": w.window_start,
-                        "window_end": w.window_end,
-                        "fired": w.fired,
-                        "values": w.values,
-                    }
-                )
-                + b"\n"
-            )
+            sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
     if not found:
-        print(f"no stored windows for key {args.key!r} in that range", file=sys.stderr)
+        print(f"no stored state for key {args.key!r} in that range", file=sys.stderr)
     return 0
+
+
+def _inspect_task(
+    settings: TaskSettings, task: int, key: str, start: int, end: int
+) -> list[dict[str, object]]:
+    """A task's stored windows of ``key`` (aggregations) or messages (joins), as JSON."""
+    from window_operator.runtime.queries import stored_messages, stored_windows
+
+    if isinstance(settings.config, JoinJobConfig):
+        return [
+            {
+                "task": task,
+                "source": m.source,
+                "key": list(m.key),
+                "ts": m.ts,
+                "partition": m.partition,
+                "offset": m.offset,
+                "record": m.record,
+            }
+            for m in stored_messages(settings, task, key, start, end)
+        ]
+    return [
+        {
+            "task": task,
+            "key": w.key,
+            "window_start": w.window_start,
+            "window_end": w.window_end,
+            "fired": w.fired,
+            "values": w.values,
+        }
+        for w in stored_windows(settings, task, key, start, end)
+    ]
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:

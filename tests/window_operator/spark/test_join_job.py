@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 from confluent_kafka import Producer
 from jobkit import create_topic, read_topic
 from joinkit import Ev, nested_loop
@@ -160,3 +163,42 @@ def test_a_random_join_of_unkeyed_inputs_matches_the_oracle(
         if -1 not in (ln, rn) and -2 not in (ln, rn):
             got[(r["kind"], ln, rn)] += 1
     assert got == nested_loop(evs, ["k"], -5_000, 10_000, kind)
+
+
+def test_restore_and_inspect_a_join(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    orders, ships = unique_name("orders"), unique_name("shipments")
+    for t in (orders, ships):
+        create_topic(kafka_bootstrap, t, 2)
+    for i, line in enumerate(
+        (ROOT / "config/samples/orders-shipments.jsonl").read_bytes().splitlines()
+    ):
+        rec = orjson.loads(line)
+        source, wall = rec.pop("source"), rec.pop("wall_ms")
+        rec.pop("offset")
+        produce_at(kafka_bootstrap, orders if source == "orders" else ships,
+                   [(orjson.dumps(rec), i % 2, wall + i)])  # fmt: skip
+    config = seed_config(tmp_path, unique_name("job"), (orders, ships), range="2m")
+    run(spark, config, kafka_bootstrap)
+    data = orjson.loads(config.model_dump_json())
+    data["state"]["dir"] = str(tmp_path / "restored")  # an empty state dir: rebuilt from Kafka
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    base = [sys.executable, "-m", "window_operator"]
+    servers = ["--config", str(path), "--bootstrap-servers", kafka_bootstrap]
+    restore = subprocess.run([*base, "restore", *servers], capture_output=True, text=True)
+    assert restore.returncode == 0, restore.stderr
+    inspect = subprocess.run(
+        [*base, "inspect", "--config", str(path), "--key", "1"], capture_output=True, text=True
+    )
+    assert inspect.returncode == 0, inspect.stderr
+    messages = [orjson.loads(x) for x in inspect.stdout.splitlines()]
+    # order 1 and shipments 1001, 1002 of id 1: both inputs' messages of the key
+    assert sorted(
+        (m["source"], m["record"].get("value", m["record"].get("cost"))) for m in messages
+    ) == [
+        ("orders", 0),
+        ("shipments", 2),
+        ("shipments", 3),
+    ]
