@@ -121,6 +121,8 @@ class ErrorRecord:
     topic: str | None = None
     #: The original Kafka record key, when the record came from Kafka.
     key: bytes | None = None
+    #: The job's name of the input (a join's ``left`` / ``right`` name), when it has several.
+    source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (raw bytes decoded as UTF-8 with replacement)."""

@@ -18,6 +18,7 @@ __all__ = [
     "HEADER_ERROR_REASON",
     "HEADER_SOURCE_OFFSET",
     "HEADER_SOURCE_PARTITION",
+    "HEADER_SOURCE_INPUT",
     "HEADER_SOURCE_TOPIC",
     "encode_error",
     "error_json",
@@ -27,6 +28,7 @@ __all__ = [
 HEADER_ERROR_CODE: Final = "error.code"
 HEADER_ERROR_REASON: Final = "error.reason"
 HEADER_SOURCE_TOPIC: Final = "source.topic"
+HEADER_SOURCE_INPUT: Final = "source.input"
 HEADER_SOURCE_PARTITION: Final = "source.partition"
 HEADER_SOURCE_OFFSET: Final = "source.offset"
 
@@ -38,13 +40,16 @@ def encode_error(
 
     Key and value are the original message's bytes (``key`` when the caller knows it,
     ``err.raw``), so the record can be replayed as is. Headers, UTF-8: ``error.code``,
-    ``error.reason`` and, when known, ``source.topic``, ``source.partition``,
+    ``error.reason`` and, when known, ``source.input`` (a join's input name),
+    ``source.topic``, ``source.partition``,
     ``source.offset`` (a header whose value is unknown is left out).
     """
     headers: list[tuple[str, bytes]] = [
         (HEADER_ERROR_CODE, err.code.value.encode()),
         (HEADER_ERROR_REASON, err.reason.encode()),
     ]
+    if err.source is not None:
+        headers.append((HEADER_SOURCE_INPUT, err.source.encode()))
     if err.topic is not None:
         headers.append((HEADER_SOURCE_TOPIC, err.topic.encode()))
     if err.partition is not None:

@@ -104,6 +104,7 @@ class JoinPlan:
             errors[good[j]] = err
         rows = result.rows
         rows = self._reject_future(rows, [good[j] for j in result.kept], records, errors)
+        name = self.sources[source].name
         out = [
             ErrorRecord(
                 e.code,
@@ -113,6 +114,7 @@ class JoinPlan:
                 records.values[i],
                 topic,
                 records.keys[i],
+                name,
             )
             for i, e in sorted(errors.items())
         ]

@@ -202,3 +202,45 @@ def test_restore_and_inspect_a_join(
         ("shipments", 2),
         ("shipments", 3),
     ]
+
+
+def test_bad_input_on_both_join_sides_is_reported_with_its_side(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    left_t, right_t = unique_name("left"), unique_name("right")
+    for t in (left_t, right_t):
+        create_topic(kafka_bootstrap, t, 1)
+    good_l = [orjson.dumps({"k": k, "ts": BASE + k, "n": k}) for k in range(5)]
+    good_r = [orjson.dumps({"k": k, "ts": BASE + k + 100, "n": 100 + k}) for k in range(5)]
+    produce_at(
+        kafka_bootstrap, left_t, [(v, 0, BASE) for v in [*good_l[:2], b"{broken", *good_l[2:]]]
+    )
+    produce_at(
+        kafka_bootstrap,
+        right_t,
+        [(v, 0, BASE) for v in [good_r[0], b'{"k": 1, "n": 7}', *good_r[1:]]],
+    )
+    data: dict[str, Any] = {
+        "job": unique_name("job"),
+        "join": {
+            "left": {"name": "l", "topic": left_t, "timestamp": "ts"},
+            "right": {"name": "r", "topic": right_t, "timestamp": "ts"},
+            "on": ["k"],
+            "range": "1s",
+        },
+        "state": {"dir": str(tmp_path / "state")},
+        "spark": {"trigger": "available_now"},
+    }
+    config = parse_any_config(data, base_dir=tmp_path)
+    assert isinstance(config, JoinJobConfig)
+    run(spark, config, kafka_bootstrap)
+    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
+    got = sorted(
+        (h["source.input"], h["error.code"], h["source.offset"])
+        for h in ({k: v.decode() for k, v in m.headers()} for m in errors)
+    )
+    assert got == [("l", "BAD_JSON", "2"), ("r", "MISSING_TIMESTAMP", "1")]
+    pairs = upsert_view(kafka_bootstrap, config.output.topic).values()
+    assert sorted((r["left"]["n"], r["right"]["n"]) for r in pairs) == [
+        (k, 100 + k) for k in range(5)
+    ]
