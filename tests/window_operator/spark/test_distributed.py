@@ -29,6 +29,7 @@ from jobkit import (
     read_topic,
     sentinels,
 )
+from joinjobkit import random_join
 
 from window_operator.broker import free_port
 
@@ -141,3 +142,36 @@ def test_tasks_move_between_executors_and_results_stay_exact(
     assert sum(t["restored_records"] for t in tasks) > 0
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def test_a_join_on_the_cluster_is_exact(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    cluster: tuple[str, list[Path]],
+) -> None:
+    master, worker_states = cluster
+    names = (unique_name("job"), unique_name("left"), unique_name("right"))
+    join = random_join(
+        kafka_bootstrap,
+        tmp_path,
+        names,
+        kind="left",
+        spark={"trigger": "available_now", "max_offsets_per_trigger": 600},
+    )
+    config_path = tmp_path / "job.yaml"
+    config_path.write_text(yaml.safe_dump(orjson.loads(join.config.model_dump_json())))
+    report = tmp_path / "report.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "window_operator", "run", "--config", str(config_path),
+         "--bootstrap-servers", kafka_bootstrap, "--available-now", "--master", master,
+         "--conf", "spark.executor.cores=1", "--conf", "spark.locality.wait=0",
+         "--report", str(report)],
+        capture_output=True, timeout=900,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()[-4000:]
+    tasks = [t for line in report.read_bytes().splitlines() for t in orjson.loads(line)["tasks"]]
+    roots = {str(s) for s in worker_states}
+    assert {next(r for r in roots if r in t["location"]) for t in tasks} == roots
+    assert join.got(kafka_bootstrap) == join.expected()

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,9 +11,8 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from confluent_kafka import Producer
 from jobkit import create_topic, read_topic
-from joinkit import Ev, nested_loop
+from joinjobkit import BASE, produce_at, random_join, upsert_view
 
 from window_operator.config import JoinJobConfig, load_any_config, parse_any_config
 from window_operator.join import build_join_runtime
@@ -25,15 +22,6 @@ from window_operator.spark.driver import StreamingJob
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[3]
-BASE = 1_700_000_000_000
-
-
-def produce_at(bootstrap: str, topic: str, rows: list[tuple[bytes, int, int]]) -> None:
-    """Produce ``(value, partition, kafka timestamp)`` rows in order, keyed by nothing."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
-    for value, partition, ts in rows:
-        p.produce(topic, value=value, partition=partition, timestamp=ts)
-    assert p.flush(60) == 0
 
 
 def run(spark: Any, config: JoinJobConfig, bootstrap: str) -> StreamingJob:
@@ -42,20 +30,6 @@ def run(spark: Any, config: JoinJobConfig, bootstrap: str) -> StreamingJob:
     assert job.await_termination(600), "the AvailableNow query did not finish"
     assert job.query.exception() is None
     return job
-
-
-def upsert_view(bootstrap: str, topic: str) -> dict[bytes, dict[str, Any]]:
-    """The output topic as a consumer of the upsert log sees it (tombstones delete)."""
-    table: dict[bytes, dict[str, Any]] = {}
-    seen: Counter[bytes] = Counter()
-    for m in read_topic(bootstrap, topic):
-        if m.value() is None:
-            table.pop(m.key(), None)
-        else:
-            seen[m.key()] += 1
-            table[m.key()] = orjson.loads(m.value())
-    assert max(seen.values(), default=1) == 1, "a result was sent twice"
-    return table
 
 
 def seed_config(tmp: Path, name: str, topics: tuple[str, str], **join: Any) -> JoinJobConfig:
@@ -122,47 +96,10 @@ def test_a_random_join_of_unkeyed_inputs_matches_the_oracle(
     unique_name: Callable[[str], str],
     kind: str,
 ) -> None:
-    rng = random.Random(31)
-    left_t, right_t = unique_name("left"), unique_name("right")
-    for t in (left_t, right_t):
-        create_topic(kafka_bootstrap, t, 3)
-    evs: list[Ev] = []
-    for n in range(3_000):
-        side = rng.randrange(2)
-        late = rng.random() < 0.05  # some arrive behind the watermark
-        ts = BASE + n * 20 - (rng.randrange(1, 30_000) if late else 0)
-        evs.append(Ev(side, rng.randrange(150), "", ts, n))
-    rows: dict[int, list[tuple[bytes, int, int]]] = {0: [], 1: []}
-    for i, e in enumerate(evs):
-        rows[e.side].append((orjson.dumps(e.record), i % 3, BASE + i))
-    for side, topic in ((0, left_t), (1, right_t)):
-        end = {"k": "__end__", "k2": "", "ts": BASE + 10_000_000, "n": -1 - side}
-        sentinel = [(orjson.dumps(end), p, BASE) for p in range(3)]
-        produce_at(kafka_bootstrap, topic, rows[side] + sentinel)
-    data: dict[str, Any] = {
-        "job": unique_name("job"),
-        "join": {
-            "left": {"name": "l", "topic": left_t, "timestamp": "ts"},
-            "right": {"name": "r", "topic": right_t, "timestamp": "ts"},
-            "on": ["k"],
-            "between": ["-5s", "10s"],
-            "kind": kind,
-        },
-        "watermark": {"allowed_lateness": "2s"},
-        "retention": {"time": "1h"},
-        "state": {"dir": str(tmp_path / "state"), "tasks": 2},
-        "spark": {"trigger": "available_now", "max_offsets_per_trigger": 1_000},
-    }
-    config = parse_any_config(data, base_dir=tmp_path)
-    assert isinstance(config, JoinJobConfig)
-    run(spark, config, kafka_bootstrap)
-    got: Counter[tuple[str, int | None, int | None]] = Counter()
-    for r in upsert_view(kafka_bootstrap, config.output.topic).values():
-        ln = None if r["left"] is None else r["left"]["n"]
-        rn = None if r["right"] is None else r["right"]["n"]
-        if -1 not in (ln, rn) and -2 not in (ln, rn):
-            got[(r["kind"], ln, rn)] += 1
-    assert got == nested_loop(evs, ["k"], -5_000, 10_000, kind)
+    names = (unique_name("job"), unique_name("left"), unique_name("right"))
+    join = random_join(kafka_bootstrap, tmp_path, names, kind=kind)
+    run(spark, join.config, kafka_bootstrap)
+    assert join.got(kafka_bootstrap) == join.expected()
 
 
 def test_restore_and_inspect_a_join(
