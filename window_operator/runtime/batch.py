@@ -35,7 +35,7 @@ from window_operator.runtime.exchange import (
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.plans import plan_for
-from window_operator.runtime.routing import task_of_partitions
+from window_operator.runtime.routing import error_lane
 from window_operator.runtime.runner import TaskReport, TaskRunner
 from window_operator.runtime.settings import TaskSettings
 
@@ -44,7 +44,6 @@ __all__ = [
     "LocalBatch",
     "LocalJob",
     "Shuffled",
-    "error_lane",
     "map_range",
     "reduce_task",
     "timer_input",
@@ -85,11 +84,6 @@ def advance_clock(
         allowed_lateness=cfg.watermark.allowed_lateness,
         idle_timeout=cfg.watermark.idle_timeout,
     )
-
-
-def error_lane(partition: int, tasks: int) -> int:
-    """The state task that sends the rejected records of an input partition."""
-    return int(task_of_partitions(np.array([partition]), tasks)[0])
 
 
 def source_index(plan: JobPlan[Any, Any], topic: str) -> int:

@@ -1,5 +1,6 @@
-"""Reading single input records back from Kafka (for the rare error record of a row that
-made the operator raise: the exchange carries decoded columns, not the original bytes)."""
+"""Reading input back from Kafka: a partition range (the map side's read, and a state
+task's re-read of input its state lacks), and single records (the original bytes of a
+row that made the operator raise: the exchange carries decoded columns, not bytes)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["read_records"]
+from window_operator.runtime.inputs import InputRecords
+
+__all__ = ["read_input", "read_records"]
 
 
 def read_records(
@@ -48,3 +51,42 @@ def read_records(
     finally:
         consumer.close()
     return found
+
+
+def read_input(
+    consumer_config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    start: int,
+    until: int,
+    *,
+    timeout_s: float,
+) -> InputRecords:
+    """The records ``start <= offset < until`` of an input partition (``start`` may be
+    :data:`~window_operator.kafka_range.EARLIEST`), with keys, values and timestamps.
+
+    Raises :class:`~window_operator.kafka_range.KafkaSourceError` when they are gone
+    (deleted by retention) or the broker delivers nothing for ``timeout_s``.
+    """
+    from window_operator.kafka_range import KafkaRange, range_consumer_config, read_messages
+
+    offsets: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    stamps: list[int] = []
+    rng = KafkaRange(
+        topic,
+        partition,
+        start,
+        until,
+        range_consumer_config(consumer_config),
+        poll_timeout_ms=int(timeout_s * 1000),
+    )
+    for msgs in read_messages(rng):
+        for m in msgs:
+            offsets.append(m.offset())
+            keys.append(m.key())
+            values.append(m.value())
+            kind, ts = m.timestamp()
+            stamps.append(ts if kind else -1)
+    return InputRecords(topic, partition, offsets, keys, values, stamps)

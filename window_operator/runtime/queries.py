@@ -42,9 +42,7 @@ def parse_join_key(text: str, fields: int) -> Any:
     return value
 
 
-def stored_messages(
-    settings: TaskSettings, task: int, key: str, start: int, end: int
-) -> list[Any]:
+def stored_messages(settings: TaskSettings, task: int, key: str, start: int, end: int) -> list[Any]:
     """The stored messages of join key ``key`` with event time in ``[start, end)``."""
     from window_operator.config import JoinJobConfig
     from window_operator.join import JoinOperator

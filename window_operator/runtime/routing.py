@@ -20,7 +20,7 @@ import numpy as np
 
 from window_operator.arrays import IntArray
 
-__all__ = ["task_of_bytes", "task_of_keys", "task_of_partitions"]
+__all__ = ["error_lane", "task_of_bytes", "task_of_keys", "task_of_partitions"]
 
 
 def task_of_bytes(keys: Sequence[bytes], n_tasks: int) -> IntArray:
@@ -41,3 +41,8 @@ def task_of_partitions(partitions: IntArray, n_tasks: int) -> IntArray:
     """The state task of records whose operator is keyed by input partition."""
     out: IntArray = np.asarray(partitions, dtype=np.int64) % n_tasks
     return out
+
+
+def error_lane(partition: int, n_tasks: int) -> int:
+    """The state task that sends the rejected records of an input partition."""
+    return partition % n_tasks

@@ -19,6 +19,7 @@ A failure talking to Kafka discards the producer and runs the batch again from s
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections import defaultdict
@@ -30,13 +31,14 @@ import numpy as np
 from stores.changelog import ChangelogError
 from window_operator.arrays import IntArray
 from window_operator.errors import OutputSendError, WindowOperatorError
+from window_operator.kafka_range import KafkaSourceError
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
 from window_operator.runtime.commit import TaskState
-from window_operator.runtime.exchange import TaskInput, from_ipc
+from window_operator.runtime.exchange import InputRange, Rows, TaskInput, from_ipc, to_ipc
 from window_operator.runtime.faults import crash_point, trace
 from window_operator.runtime.guard import add_guarded, internal_error
-from window_operator.runtime.lookup import read_records
+from window_operator.runtime.lookup import read_input, read_records
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import (
     discard_producer,
@@ -44,10 +46,13 @@ from window_operator.runtime.producers import (
     transactional_id,
     transactional_producer,
 )
+from window_operator.runtime.routing import error_lane
 from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
 
 __all__ = ["BrokerUnavailableError", "InputGapError", "TaskReport", "TaskRunner"]
+
+log = logging.getLogger(__name__)
 
 B = TypeVar("B")
 R = TypeVar("R")
@@ -144,7 +149,7 @@ class TaskRunner(Generic[B, R]):
             report.restored_records = state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
             op = self.plan.operator(state.store)
-            self._check_positions(op, inp)
+            inp = self._check_positions(op, inp)
             op, errors = self._apply(state, op, inp, report)
             report.seconds_operator = time.perf_counter() - t0 - report.seconds_restore
             self._send(producer, state, op, errors, inp, report)
@@ -156,11 +161,12 @@ class TaskRunner(Generic[B, R]):
         report.seconds = time.perf_counter() - t0
         return report
 
-    def _check_positions(self, op: WindowOperator[B, R, Any], inp: TaskInput) -> None:
+    def _check_positions(self, op: WindowOperator[B, R, Any], inp: TaskInput) -> TaskInput:
+        """Step 2: the input must continue where the state ends; a gap is read here."""
         if op.batches == 0 and inp.batch_id > 0 and inp.ranges:
             # Every task runs (and commits) every batch: a task without a checkpoint
             # after the first batch has lost its state.
-            first = min((r for r in inp.ranges), key=lambda r: (r.source, r.partition))
+            first = min(inp.ranges, key=lambda r: (r.source, r.partition))
             raise InputGapError(
                 f"task {self.task} has no state, but the job is at batch {inp.batch_id} "
                 f"(input {first.topic}[{first.partition}] from offset {first.start}): its "
@@ -169,20 +175,50 @@ class TaskRunner(Generic[B, R]):
             )
         offsets = op.offsets
         gaps = [
-            (r, offsets[r.position])
+            InputRange(r.source, r.topic, r.partition, offsets[r.position] + 1, r.start)
             for r in inp.ranges
             if r.position in offsets and offsets[r.position] + 1 < r.start
         ]
-        if gaps:
-            text = ", ".join(
-                f"{r.topic}[{r.partition}] {last + 1}..{r.start - 1}" for r, last in gaps
-            )
-            raise InputGapError(
-                f"task {self.task}: its state ends before batch {inp.batch_id} starts "
-                f"(offsets never applied: {text}); the changelog lost its tail (a broker "
-                "that lost acknowledged writes?). Restart from a Spark checkpoint that "
-                "matches, or reprocess those offsets"
-            )
+        if not gaps:
+            return inp
+        return self._read_gaps(inp, gaps)
+
+    def _read_gaps(self, inp: TaskInput, gaps: list[InputRange]) -> TaskInput:
+        """The batch with the input the state lacks read back from Kafka (before its rows).
+
+        The changelog lost its tail (a broker that lost acknowledged writes), so the task
+        restored an older state than Spark's checkpoint assumes: the offsets between
+        are re-read, so nothing is skipped.
+        """
+        text = ", ".join(f"{g.topic}[{g.partition}] {g.start}..{g.end - 1}" for g in gaps)
+        log.warning("task %d: state behind batch %d, re-reading %s", self.task, inp.batch_id, text)
+        rows: list[Rows] = []
+        errors: list[ErrorRecord] = []
+        for g in gaps:
+            try:
+                records = read_input(
+                    self.settings.consumer_config(),
+                    g.topic,
+                    g.partition,
+                    g.start,
+                    g.end,
+                    timeout_s=self.settings.broker_timeout_s,
+                )
+            except KafkaSourceError as exc:
+                raise InputGapError(
+                    f"task {self.task}: its state ends before batch {inp.batch_id} starts and "
+                    f"the input it lacks is gone from Kafka ({text}: {exc}); restart from a "
+                    "Spark checkpoint that matches the changelog, or accept the loss by "
+                    "restoring the state from scratch"
+                ) from exc
+            decoded = self.plan.decode(g.source, records)
+            tasks = self.plan.route(decoded.batch, self.settings.tasks)
+            mine = np.flatnonzero(tasks == self.task)
+            if len(mine):
+                rows.append(Rows(g.source, to_ipc(self.plan.to_arrow(decoded.batch, mine))))
+            lane = error_lane(g.partition, self.settings.tasks) == self.task
+            errors += decoded.errors if lane else []
+        return replace(inp, rows=rows + inp.rows, errors=errors + inp.errors)
 
     def _apply(
         self,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from window_operator.runtime import lookup
 from window_operator.runtime.batch import (
     BatchContext,
     Shuffled,
@@ -34,30 +35,13 @@ __all__ = ["map_side", "read_input", "reduce_side", "timer_pass"]
 
 def read_input(settings: TaskSettings, row: Any) -> tuple[InputRange | None, InputRecords]:
     """The records of one offset range row (``None`` range: nothing was read)."""
-    from window_operator.spark.kafka_source import read_range
-
     topic, partition = str(row["topic"]), int(row["partition"])
     start, until = int(row["start_offset"]), int(row["until_offset"])
-    offsets: list[int] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    stamps: list[int] = []
-    for msgs in read_range(
-        topic,
-        partition,
-        start,
-        until,
-        settings.consumer_config(),
-        poll_timeout_ms=int(settings.broker_timeout_s * 1000),
-    ):
-        for m in msgs:
-            offsets.append(m.offset())
-            keys.append(m.key())
-            values.append(m.value())
-            kind, ts = m.timestamp()
-            stamps.append(ts if kind else -1)
-    records = InputRecords(topic, partition, offsets, keys, values, stamps)
-    first = offsets[0] if start < 0 and offsets else start
+    records = lookup.read_input(
+        settings.consumer_config(), topic, partition, start, until,
+        timeout_s=settings.broker_timeout_s,
+    )  # fmt: skip
+    first = records.offsets[0] if start < 0 and len(records) else start
     if first < 0:
         return None, records  # an empty range read from "earliest": nothing to mark
     source = source_index(plan_for(settings), topic)

@@ -13,6 +13,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from window_operator.kafka_range import EARLIEST, KafkaSourceError
+
 __all__ = [
     "EARLIEST",
     "KAFKA_COLUMNS",
@@ -63,8 +65,6 @@ RANGES_SCHEMA = StructType(
 KAFKA_COLUMNS: tuple[str, ...] = tuple(KAFKA_SCHEMA.fieldNames())
 """Column names of :data:`KAFKA_SCHEMA`, in order."""
 
-EARLIEST = -2
-"""Offset placeholder for the earliest available offset (as in Spark's JSON offsets)."""
 LATEST = -1
 """Offset placeholder for the latest offset (as in Spark's JSON offsets)."""
 
@@ -72,5 +72,3 @@ TopicPartitionKey = tuple[str, int]
 OffsetMap = dict[TopicPartitionKey, int]
 
 
-class KafkaSourceError(RuntimeError):
-    """The Kafka source could not read what it was asked to (timeouts, data loss, errors)."""
