@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "MutationKind",
     "StoreBatch",
     "StoreClosedError",
+    "StoreLockedError",
     "TaskStore",
 ]
 
@@ -89,6 +91,10 @@ class KeyRange:
     cf: ColumnFamily
     lo: bytes
     hi: bytes | None
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store's lock."""
 
 
 class StoreClosedError(StoreError):
@@ -154,17 +160,25 @@ class StoreBatch:
         return sum(len(e.keys) if isinstance(e, BulkPut) else 1 for e in self.entries)
 
 
-def _open(path: Path) -> Rdict:
+def _open(path: Path, lock_wait_s: float) -> Rdict:
     cfs = {cf.value: Options(raw_mode=True) for cf in ColumnFamily}
-    try:
-        return Rdict(str(path), options=_options(), column_families=cfs)
-    except Exception as exc:  # noqa: BLE001 - rocksdict raises a plain Exception
-        if "lock" not in str(exc).lower():
-            raise
+    deadline = time.monotonic() + lock_wait_s
+    while True:
+        try:
+            return Rdict(str(path), options=_options(), column_families=cfs)
+        except Exception as exc:  # noqa: BLE001 - rocksdict raises a plain Exception
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() >= deadline:
+                raise StoreLockedError(
+                    f"the task store {path} stayed locked by another process for "
+                    f"{lock_wait_s:.0f} s (a worker of a job that was killed?)"
+                ) from exc
         # A closed store of this process whose handles wait in a reference cycle still
-        # holds the file lock: collect it and try once more.
+        # holds the file lock: collect it. A worker of a killed job may still hold it for
+        # a few seconds until it notices its parent is gone: wait for it.
         gc.collect()
-        return Rdict(str(path), options=_options(), column_families=cfs)
+        time.sleep(0.2)
 
 
 def _options() -> Options:
@@ -177,10 +191,10 @@ def _options() -> Options:
 class TaskStore:
     """A task's RocksDB database with the window operator's column families."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, lock_wait_s: float = 60.0) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._db: Rdict | None = _open(self.path)
+        self._db: Rdict | None = _open(self.path, lock_wait_s)
         self._cfs = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
         self._handles = {cf: self._db.get_column_family_handle(cf.value) for cf in ColumnFamily}
         #: per column family, the range covering every range delete since the last compaction

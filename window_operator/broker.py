@@ -125,6 +125,13 @@ class LocalBroker:
         if self._own_dir and self.data_dir is not None:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """SIGKILL the broker (its data directory stays, for a restart with :meth:`start`)."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
     def __enter__(self) -> LocalBroker:
         return self.start()
 

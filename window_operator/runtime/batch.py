@@ -32,6 +32,7 @@ from window_operator.runtime.exchange import (
     TaskInput,
     to_ipc,
 )
+from window_operator.runtime.faults import trace
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.plans import plan_for
@@ -97,6 +98,7 @@ def source_index(plan: JobPlan[Any, Any], topic: str) -> int:
 def map_range(ctx: BatchContext, rng: InputRange, records: InputRecords) -> Iterator[Shuffled]:
     """The map side of one range (see module doc); ``ctx.tasks`` gets the driver's report."""
     t0 = time.perf_counter()
+    trace("map", -1, ctx.batch_id, f"{rng.topic}[{rng.partition}]")
     plan = plan_for(ctx.settings)
     n = ctx.tasks
     decoded = plan.decode(rng.source, records)

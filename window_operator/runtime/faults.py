@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-__all__ = ["crash_point", "trace"]
+__all__ = ["TRACE_ENV", "crash_point", "trace", "tracing"]
 
 #: A file the task appends ``<time> <phase> <task> <batch>`` lines to (harness only).
 TRACE_ENV = "WINDOW_OPERATOR_TRACE"
@@ -38,15 +38,22 @@ def crash_point(name: str, records: int, batch_id: int = -1) -> None:
     except FileNotFoundError:
         return
     os.killpg(int(os.environ["WINDOW_OPERATOR_CRASH_PGID"]), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
+    # PySpark's Python workers run in a process group of their own: end it too, so no
+    # worker outlives the job (and holds a store's lock while a restart needs it)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def trace(phase: str, task: int, batch_id: int) -> None:
+def tracing() -> bool:
+    """Whether progress is traced (the crash harness runs the job)."""
+    return bool(os.environ.get(TRACE_ENV))
+
+
+def trace(phase: str, task: int, batch_id: int, detail: str = "") -> None:
     """Record that a task reached a phase of a batch (when ``WINDOW_OPERATOR_TRACE`` is set)."""
     path = os.environ.get(TRACE_ENV)
     if not path:
         return
-    line = f"{time.time():.3f} {phase} {task} {batch_id}\n".encode()
+    line = f"{time.time():.3f} {phase} {task} {batch_id} {detail}".rstrip().encode() + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)

@@ -18,7 +18,7 @@ its source position, and processes the rest:
 
 Both searches are deterministic, so a replay of the batch gives the same verdicts and
 state. Failures that are not about a record propagate: ``MemoryError``, ``OSError``, a
-closed store, and a batch of several rows in which every row fails on its own (the
+store failure, and a batch of several rows in which every row fails on its own (the
 operator fails whatever it is given).
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from stores.rocks import StoreClosedError
+from stores.errors import StoreError
 from window_operator.arrays import IntArray
 from window_operator.codecs.inputs import InputDecoder
 from window_operator.events import DecodeResult, EventBatch
@@ -43,7 +43,7 @@ __all__ = ["FATAL_ERRORS", "Applied", "add_guarded", "decode_guarded", "internal
 _log = logging.getLogger(__name__)
 
 #: Exceptions never blamed on a record: the task fails and Spark retries it.
-FATAL_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, StoreClosedError)
+FATAL_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, StoreError)
 
 
 def internal_error(

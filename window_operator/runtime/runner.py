@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Generic, TypeVar
@@ -36,7 +37,7 @@ from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
 from window_operator.runtime.commit import TaskState
 from window_operator.runtime.exchange import InputRange, Rows, TaskInput, from_ipc, to_ipc
-from window_operator.runtime.faults import crash_point, trace
+from window_operator.runtime.faults import crash_point, trace, tracing
 from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.runtime.lookup import read_input, read_records
 from window_operator.runtime.plan import JobPlan
@@ -312,7 +313,9 @@ class TaskRunner(Generic[B, R]):
             self.topics,
             transactional=self.settings.exactly_once,
             timeout_s=self.settings.broker_timeout_s,
+            attempt=uuid.uuid4().hex if tracing() else None,
         )
+        trace("apply", self.task, inp.batch_id)
         sink.begin()
         for results in op.take_result_batches():
             report.results += sink.results(self.plan.encode_results(results))
@@ -325,10 +328,10 @@ class TaskRunner(Generic[B, R]):
         report.compensated = len(state.restored.uncommitted)
         report.changelog_records = delivery.records
         marker = sink.commit(delivery)
-        trace("changelog", self.task, inp.batch_id)
+        trace("changelog", self.task, inp.batch_id, sink.attempt or "")
         crash_point("after_changelog", report.rows, inp.batch_id)
         state.commit(batch, marker)
-        trace("committed", self.task, inp.batch_id)
+        trace("local-commit", self.task, inp.batch_id)
         report.seconds_commit = time.perf_counter() - t0
 
 

@@ -47,12 +47,22 @@ class OutputSink:
     """Produces one state task's batch to Kafka (see module doc)."""
 
     def __init__(
-        self, producer: Any, topics: SinkTopics, *, transactional: bool, timeout_s: float
+        self,
+        producer: Any,
+        topics: SinkTopics,
+        *,
+        transactional: bool,
+        timeout_s: float,
+        attempt: str | None = None,
     ) -> None:
         self.producer = producer
         self.topics = topics
         self.transactional = transactional
         self.timeout_s = timeout_s
+        #: an id of this attempt at the batch, put in an ``attempt`` header of every
+        #: result (audits: which attempt a result came from)
+        self.attempt = attempt
+        self._headers = None if attempt is None else [("attempt", attempt.encode())]
         self._deliveries = _Deliveries()
         self.sent = 0
 
@@ -65,7 +75,14 @@ class OutputSink:
         """Produce encoded window results; how many."""
         n = 0
         for key, value in records:
-            produce(self.producer, self.topics.results, key, value, on_delivery=self._deliveries)
+            produce(
+                self.producer,
+                self.topics.results,
+                key,
+                value,
+                headers=self._headers,
+                on_delivery=self._deliveries,
+            )
             n += 1
         self.sent += n
         return n

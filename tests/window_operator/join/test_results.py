@@ -24,10 +24,14 @@ def test_matches_put_each_record_on_its_own_side() -> None:
         np.array([1], dtype=INT), np.array([50], dtype=INT), np.array([7], dtype=INT),
         np.array([b'{"p":0}'], dtype=object),
     )  # fmt: skip
-    emitter.matches(RIGHT, np.array([0, 1], dtype=INT), np.array([5, 6], dtype=INT), own, partners)
+    kids, ts, pos = np.array([0, 1], INT), np.array([5, 6], INT), np.array([10, 11], INT)
+    emitter.matches(RIGHT, kids, ts, pos, own, partners)
     emitter.rows(JoinKind.LEFT_UNMATCHED, LEFT, [OuterRow(0, 3, b'{"u":1}', True, False)])
     (match, unmatched) = out.take_results()
     assert match.to_results() == [JoinResult(JoinKind.MATCH, {"id": 2}, {"p": 0}, {"o": 1}, 50, 6)]
+    # the pair's identity: the partner's position on the left, the new message's on the right
+    assert match.left_pos is not None and match.right_pos is not None
+    assert (match.left_pos.tolist(), match.right_pos.tolist()) == ([7], [11])
     assert match.to_json_lines() == (
         b'{"kind":"MATCH","key":{"id":2},"left":{"p":0},"right":{"o":1},'
         b'"left_ts":50,"right_ts":6}\n'

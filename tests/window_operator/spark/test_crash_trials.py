@@ -1,0 +1,35 @@
+"""Exactly once under random kills: the crash harness of ``benchmarks/crash_trials.py``,
+reduced (five kills of an aggregation job, one with a broker SIGKILL)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+import crash_trials  # noqa: E402
+
+
+def test_five_random_kills_lose_nothing_and_send_nothing_twice() -> None:
+    args = argparse.Namespace(
+        kills=5,
+        events=1_500,
+        broker_kills=0.2,
+        wipe=0.2,
+        startup_kills=0.0,
+        min_delay=0.0,
+        max_delay=4.0,
+        keep=False,
+    )
+    out = crash_trials.Trials()
+    crash_trials.run_trials("aggregation", args, random.Random(5), out)
+    v = out.verdicts["aggregation"]
+    assert out.kills == 5
+    assert v.windows > 0 and (v.lost, v.wrong, v.duplicates) == (0, 0, 0), v
+    assert (v.errors_missing, v.errors_twice) == (0, 0) and v.errors_expected == 5
