@@ -453,7 +453,8 @@ def run_trials(kind: str, args: argparse.Namespace, rng: random.Random, out: Tri
                 for d in (work / "state" / job.config["job"]).glob("task-*"):
                     shutil.rmtree(d, ignore_errors=True)
                 out.wipes += 1
-            if rng.random() < args.broker_kills:
+            forced = trial in getattr(args, "broker_kill_trials", ())
+            if rng.random() < args.broker_kills or forced:
                 broker.kill()
                 time.sleep(rng.uniform(1.0, 5.0))
                 broker.start()

@@ -61,6 +61,7 @@ def kafka_bootstrap() -> Iterator[str]:
     from window_operator.runtime.producers import close_producers
 
     with LocalBroker() as broker:
+        _LOCAL_BROKER["local"] = True
         os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
         try:
             yield broker.bootstrap_servers
@@ -70,6 +71,15 @@ def kafka_bootstrap() -> Iterator[str]:
 
             gc.collect()  # and the tests' own clients, before the broker stops
             os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+
+
+@pytest.fixture(scope="session")
+def local_broker(kafka_bootstrap: str) -> bool:
+    """Whether the tests run against the local noida-db broker (not a real Kafka)."""
+    return _LOCAL_BROKER.get("local", False)
+
+
+_LOCAL_BROKER: dict[str, bool] = {}
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ def test_five_random_kills_lose_nothing_and_send_nothing_twice() -> None:
     args = argparse.Namespace(
         kills=5,
         events=1_500,
-        broker_kills=0.2,
+        broker_kills=0.0,
+        broker_kill_trials={2},
         wipe=0.2,
         startup_kills=0.0,
         min_delay=0.0,
@@ -30,6 +31,6 @@ def test_five_random_kills_lose_nothing_and_send_nothing_twice() -> None:
     out = crash_trials.Trials()
     crash_trials.run_trials("aggregation", args, random.Random(5), out)
     v = out.verdicts["aggregation"]
-    assert out.kills == 5
+    assert (out.kills, out.broker_kills) == (5, 1)
     assert v.windows > 0 and (v.lost, v.wrong, v.duplicates) == (0, 0, 0), v
     assert (v.errors_missing, v.errors_twice) == (0, 0) and v.errors_expected == 5

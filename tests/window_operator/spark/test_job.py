@@ -28,7 +28,7 @@ from window_operator.spark.driver import StreamingJob
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
-N_EVENTS = 100_000
+N_EVENTS = 50_000
 
 
 def run_job(spark: Any, config: JobConfig, bootstrap: str) -> StreamingJob:
@@ -38,8 +38,13 @@ def run_job(spark: Any, config: JobConfig, bootstrap: str) -> StreamingJob:
     return job
 
 
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_json_end_to_end_matches_the_oracle(
-    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    guarantee: str,
 ) -> None:
     topic = unique_name("clicks")
     create_topic(kafka_bootstrap, topic, 4)
@@ -47,7 +52,13 @@ def test_json_end_to_end_matches_the_oracle(
     produce(kafka_bootstrap, topic, stream.records())
     ends = sentinels(int(stream.ts.max()), 4)
     produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
-    config = job_config(tmp_path, topic, unique_name("job"))
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        processing={"guarantee": guarantee},
+        spark={"max_offsets_per_trigger": 15_000},
+    )
     job = run_job(spark, config, kafka_bootstrap)
     assert job.run_totals.batches >= 3  # the backlog was split into several micro-batches
     totals = job.run_totals.totals
