@@ -1,82 +1,53 @@
-"""End-to-end throughput: Kafka -> the window job on Spark -> Kafka, against Spark's own windows.
+"""End-to-end throughput: Kafka -> the window job on Spark (through its keyed exchange) ->
+Kafka, next to Spark's own windowing over the same events, in one run.
 
 Run ``python benchmarks/bench_pipeline.py``. Options: ``--events N`` (default 1,000,000),
 ``--keys K`` (10,000), ``--partitions P`` (4), ``--max-offsets-per-trigger M`` (250,000),
-``--shuffle-partitions 4,8`` (B runs with each; the best counts), ``--late-emit``
-(``per_arrival`` by default, see A below), ``--repeat R`` (A and every B run R times,
-alternately; the best counts, the spread is shown), ``--bootstrap host:port`` (default
-``KAFKA_BOOTSTRAP_SERVERS``; else a local noida-db broker is started), ``--profile``
-(where A's time goes, see below; ``--top T`` cProfile lines, 0 for none), ``--tmpdir``.
-Exit status 1 when a check fails.
+``--repeat R`` (every contender R times, alternately; the best counts, the spread is
+shown), ``--only A,B,...`` (a subset of the contenders below), ``--tmpdir``. Exit status 1
+when a check fails.
 
-Workload
---------
-``N`` click events from :func:`window_operator.sample_data.click_stream` (``K`` keys
-``/page/<i>`` with a Zipf-like skew, 10,000 events per second of event time, 10 % of
-them delayed by 1..10,000 ms), produced (not timed) as JSON ``{"page", "ts",
-"latency_ms"}`` to a ``P``-partition topic (``retention.ms=-1``), keyed by page (same key,
-same partition: ``crc32(key) % P``), plus one far-future sentinel event per partition
-(event time + 1 day) so that every real window fires.
+Workload: ``N`` click events (:func:`window_operator.sample_data.click_stream`: ``K`` keys
+with a Zipf-like skew, 10,000 events per second of event time, 10 % delayed by up to
+10 s), produced (not timed) as JSON to two ``P``-partition topics, each on a fresh local
+broker of its own: *unkeyed* (round-robin, each event keyed by its number: a key's events
+are in every partition, as real topics are) and *keyed* (keyed by page, ``crc32 % P``);
+one far-future event per partition makes every window fire. The job: hopping 60 s / 10 s
+``count`` + ``mean(latency_ms)``, allowed lateness 5 s, LATE per arrival, retention 1 h.
 
-Both contenders read the same topic through the same source
-(:func:`window_operator.spark.kafka_source.read_kafka_stream`), with ``Trigger.AvailableNow``
-and the same ``maxOffsetsPerTrigger``, in one ``local[2]`` SparkSession created (and warmed
-with a tiny run of each query) before any clock starts. Each run is timed from the
-query's start to its termination; the rate is ``N / seconds``.
+Contenders, each timed from the query's start to its end (``Trigger.AvailableNow``, the
+same source and ``maxOffsetsPerTrigger``, one ``local[2]`` session warmed up first):
 
-``A``  this project's job (:class:`window_operator.spark.driver.StreamingJob`): hopping
-       60 s / 10 s, ``count`` + ``mean(latency_ms)``, allowed lateness 5 s, late
-       re-emission per late arrival (``--late-emit``), retention 1 h. Kafka -> tasks
-       (RocksDB, changelog writes, acknowledged) -> results in Kafka. Its output topic is
-       read afterwards: the latest result per (key, window) must equal a reference
-       computed from all events (count exact, mean within a relative 1e-9) -> ``check:
-       ok``. (With ``--late-emit 10s`` the check fails: ``TaskRunner.run`` sends its
-       results before ``agg.flush()``, and the late re-emissions that ``flush()`` makes
-       for windows about to expire are never sent. A wrong run keeps its timing.)
-``B``  Spark's windowed aggregation over the same records: ``from_json(value)``,
-       ``withWatermark("event_time", "5 seconds")``, ``groupBy(window(event_time, "60
-       seconds", "10 seconds"), page).agg(count, avg)``, output mode ``update``, the
-       ``noop`` sink (forces the whole computation, writes nothing), default (HDFS-backed,
-       in-memory) state store. Checked: its sources read all ``N + P`` records. B drops
-       events behind its watermark (A keeps them for 1 h and re-emits), so B does less.
+``A``     this job on the unkeyed topic, exactly-once (one Kafka transaction per state task
+          and batch); its output is checked against a reference computed from the events;
+``A-alo`` the same, at-least-once (no transactions): the cost of the transactions;
+``A-keyed`` this job on the keyed topic (the exchange moves less data across tasks);
+``B``     Spark's ``groupBy(window(60 s, 10 s), page).agg(count, avg)`` with a 5 s watermark,
+          update mode, ``noop`` sink (B drops events behind its watermark and writes no
+          output: it does less than A);
+``F-read`` the floor of A's Spark shape: the same source and ``foreachBatch``, a Spark job
+          whose map tasks read their ranges from Kafka and only count them;
+``F-exchange`` the same, plus decoding, routing and the shuffle into the state tasks,
+          which only count their rows (``F-exchange - F-read``: the exchange's cost).
 
-The raw consume rate of the topic (one confluent-kafka consumer, all partitions, to the
-end) is measured once, as the ceiling of any reader. The goal is ``A >= 5 x B``.
-
-``--profile`` adds: A's per-micro-batch times (Spark's progress durations next to the
-task reports' ``seconds``); ``A0``, the floor of A's Spark shape (same source,
-``foreachBatch`` + ``mapInArrow`` whose tasks only count rows); and ``A*``, A run again
-with its tasks (the job's own ``run_tasks``) under timers inside the Spark Python
-workers: exclusive wall time per step of ``TaskRunner.run`` (store open, changelog
-restore, operator load, decode, add, timers, encoding, result produce + acks, flush,
-changelog produce + acks, RocksDB commit, close), the time spent waiting for the input,
-and the merged cProfile of the tasks; then ``A*reuse``, the same with one idempotent
-producer per Python worker (a what-if: the job creates one per task run, and each new
-one waits for librdkafka's producer-id timer, 0.5-1 s, before its first flush).
+Also measured once: the raw consume rate of the unkeyed topic (one plain consumer), the
+ceiling of any reader on this machine, and where A's time goes (the task reports).
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import functools
-import io
-import json
 import os
 import platform
-import pstats
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +55,10 @@ import numpy as np
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from window_operator.broker import LocalBroker
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig, parse_config
-from window_operator.kafka_admin import KafkaAdmin, wait_for_broker
+from window_operator.kafka_admin import KafkaAdmin
 from window_operator.sample_data import ClickStream, click_stream
 
 SIZE_MS = 60_000
@@ -96,7 +68,6 @@ OUT_OF_ORDER = 0.1
 MAX_DELAY_MS = 10_000
 SENTINEL_KEY = "__end__"
 SENTINEL_AHEAD_MS = 86_400_000
-GOAL_RATIO = 5.0
 MEAN_RTOL = 1e-9
 WARM_EVENTS = 2_000
 QUERY_TIMEOUT_S = 1_800
@@ -117,9 +88,7 @@ class Run:
     results: int = 0
     check: str = "ok"
     info: str = ""
-    progress: list[dict[str, Any]] = field(default_factory=list)
-    reports: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
-    config: JobConfig | None = None
+    reports: list[Any] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -144,8 +113,11 @@ def make_stream(n: int, keys: int) -> ClickStream:
     )
 
 
-def produce_stream(bootstrap: str, topic: str, cs: ClickStream, partitions: int) -> None:
-    """The events keyed by page (``crc32 % partitions``), then one sentinel per partition."""
+def produce_stream(
+    bootstrap: str, topic: str, cs: ClickStream, partitions: int, *, keyed: bool = True
+) -> None:
+    """The events keyed by page (``crc32 % partitions``), or round-robin keyed by their
+    number (``keyed=False``), then one sentinel per partition."""
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -168,10 +140,13 @@ def produce_stream(bootstrap: str, topic: str, cs: ClickStream, partitions: int)
     for i, (k, t, v) in enumerate(
         zip(cs.keys, cs.ts.tolist(), cs.latency_ms.tolist(), strict=True)
     ):
-        part = part_of.get(k)
-        if part is None:
-            part = part_of[k] = zlib.crc32(k.encode()) % partitions
-        send(k.encode(), dumps({"page": k, "ts": t, "latency_ms": v}), part)
+        if keyed:
+            part = part_of.get(k)
+            if part is None:
+                part = part_of[k] = zlib.crc32(k.encode()) % partitions
+            send(k.encode(), dumps({"page": k, "ts": t, "latency_ms": v}), part)
+        else:
+            send(b"%d" % i, dumps({"page": k, "ts": t, "latency_ms": v}), i % partitions)
         if i % 10_000 == 0:
             p.poll(0)
     end_ts = int(cs.ts.max()) + SENTINEL_AHEAD_MS
@@ -315,76 +290,6 @@ def check_output(
     return n, kinds
 
 
-# ---------------------------------------------------------------------------- queries
-
-
-def job_config(topic: str, job: str, tmp: Path, args: argparse.Namespace) -> JobConfig:
-    doc: dict[str, Any] = {
-        "job": job,
-        "input": {"topic": topic, "key": "page", "timestamp": "ts"},
-        "window": {"type": "hopping", "size": "60s", "step": "10s"},
-        "aggregations": [
-            {"name": "clicks", "op": "count"},
-            {"name": "mean_latency_ms", "op": "mean", "field": "latency_ms"},
-        ],
-        "watermark": {"allowed_lateness": "5s"},
-        "emit": {"late": args.late_emit},
-        "retention": {"time": "1h"},
-        "state": {"dir": str(tmp / job / "state")},
-        "spark": {
-            "trigger": "available_now",
-            "max_offsets_per_trigger": args.max_offsets_per_trigger,
-        },
-    }
-    return parse_config(doc, base_dir=tmp)
-
-
-def progress_of(query: Any) -> list[dict[str, Any]]:
-    return [json.loads(p.json) for p in query.recentProgress]
-
-
-def run_ours(
-    spark: Any, bootstrap: str, topic: str, events: int, tmp: Path, args: argparse.Namespace
-) -> Run:
-    """A: the window job, timed from query start to termination (topics made before)."""
-    from window_operator.spark.driver import StreamingJob, ensure_topics
-
-    config = job_config(topic, f"bench-a-{uuid.uuid4().hex[:8]}", tmp, args)
-    reports: list[tuple[int, list[dict[str, Any]]]] = []
-    job = StreamingJob(
-        config,
-        bootstrap_servers=bootstrap,
-        spark=spark,
-        on_report=lambda batch_id, rows: reports.append((batch_id, rows)),
-    )
-    ensure_topics(config, bootstrap)
-    t0 = time.perf_counter()
-    job.start()
-    done = job.await_termination(QUERY_TIMEOUT_S)
-    seconds = time.perf_counter() - t0
-    if not done:
-        job.stop()
-        raise CheckFailed(f"A did not finish within {QUERY_TIMEOUT_S}s")
-    if job.query.exception() is not None:
-        raise CheckFailed(f"A failed: {job.query.exception()}")
-    totals = job.run_totals.totals
-    run = Run(
-        "A",
-        seconds,
-        events,
-        batches=job.run_totals.batches,
-        results=totals.get("results", 0),
-        progress=progress_of(job.query),
-        reports=reports,
-        config=config,
-    )
-    run.info = (
-        f"applied {totals.get('applied', 0):,}, rejected {totals.get('rejected', 0)}, "
-        f"changelog records {totals.get('changelog_records', 0):,}"
-    )
-    return run
-
-
 def spark_windows(spark: Any, bootstrap: str, topic: str, max_offsets: int) -> Any:
     """B's streaming DataFrame: Spark's own hopping-window count + avg with a watermark."""
     from pyspark.sql import functions as F
@@ -440,7 +345,7 @@ def run_spark(
         raise CheckFailed(f"B did not finish within {QUERY_TIMEOUT_S}s")
     if query.exception() is not None:
         raise CheckFailed(f"B failed: {query.exception()}")
-    progress = progress_of(query)
+    progress = [orjson.loads(p.json) for p in query.recentProgress]
     read = sum(int(p.get("numInputRows", 0)) for p in progress)
     if read != records:
         raise CheckFailed(f"B read {read:,} records, expected {records:,}")
@@ -450,14 +355,7 @@ def run_spark(
             updated += int(op.get("numRowsUpdated", 0))
             dropped += int(op.get("numRowsDroppedByWatermark", 0))
     out = sum(int(p.get("sink", {}).get("numOutputRows", 0)) for p in progress)
-    run = Run(
-        f"B{shuffle}",
-        seconds,
-        events,
-        batches=len(progress),
-        results=out if out >= 0 else updated,
-        progress=progress,
-    )
+    run = Run("B", seconds, events, batches=len(progress), results=out if out >= 0 else updated)
     run.info = (
         f"shuffle.partitions {shuffle}; state rows updated {updated:,}, "
         f"input rows dropped by watermark {dropped:,}"
@@ -465,668 +363,295 @@ def run_spark(
     return run
 
 
-def run_floor(spark: Any, bootstrap: str, topic: str, events: int, max_offsets: int) -> Run:
-    """A's Spark shape without the tasks: source -> foreachBatch(mapInArrow count)."""
-    from window_operator.spark.kafka_source import read_kafka_stream
+# ---------------------------------------------------------------------------- contenders
 
-    df = read_kafka_stream(
-        spark,
-        bootstrap_servers=bootstrap,
-        topics=[topic],
-        starting_offsets="earliest",
-        max_offsets_per_trigger=max_offsets,
+
+def job_config(topic: str, tmp: Path, args: argparse.Namespace, guarantee: str) -> JobConfig:
+    job = f"bench-a-{uuid.uuid4().hex[:8]}"
+    doc: dict[str, Any] = {
+        "job": job,
+        "input": {"topic": topic, "key": "page", "timestamp": "ts"},
+        "window": {"type": "hopping", "size": "60s", "step": "10s"},
+        "aggregations": [
+            {"name": "clicks", "op": "count"},
+            {"name": "mean_latency_ms", "op": "mean", "field": "latency_ms"},
+        ],
+        "watermark": {"allowed_lateness": "5s"},
+        "emit": {"late": "per_arrival"},
+        "retention": {"time": "1h"},
+        "state": {"dir": str(tmp / job / "state")},
+        "processing": {"guarantee": guarantee},
+        "spark": {
+            "trigger": "available_now",
+            "max_offsets_per_trigger": args.max_offsets_per_trigger,
+        },
+    }
+    return parse_config(doc, base_dir=tmp)
+
+
+def run_ours(
+    name: str, spark: Any, topic: Topic, tmp: Path, args: argparse.Namespace, guarantee: str
+) -> Run:
+    """A: the window job, timed from query start to termination, its output checked."""
+    from window_operator.spark.driver import StreamingJob, prepare_topics
+
+    config = job_config(topic.name, tmp, args, guarantee)
+    reports: list[Any] = []
+    job = StreamingJob(
+        config, bootstrap_servers=topic.bootstrap, spark=spark, on_report=reports.append
     )
-    counted = [0, 0]
-
-    def count_rows(it: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        n = sum(b.num_rows for b in it)
-        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
-
-    def process(batch_df: Any, _batch_id: int) -> None:
-        rows = (
-            batch_df.select("key", "value", "topic", "partition", "offset")
-            .mapInArrow(count_rows, "n long")
-            .collect()
-        )
-        counted[0] += sum(r["n"] for r in rows)
-        counted[1] += 1
-
-    checkpoint = Path(tempfile.mkdtemp(prefix="bench-floor-"))
-    try:
-        t0 = time.perf_counter()
-        query = (
-            df.writeStream.foreachBatch(process)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(QUERY_TIMEOUT_S)
-        seconds = time.perf_counter() - t0
-        progress = progress_of(query)
-    finally:
-        shutil.rmtree(checkpoint, ignore_errors=True)
-    run = Run("A0", seconds, events, batches=counted[1], results=counted[0], progress=progress)
-    run.info = "same source and foreachBatch + mapInArrow shape as A, tasks only count rows"
+    prepare_topics(config, topic.bootstrap)
+    t0 = time.perf_counter()
+    job.start()
+    done = job.await_termination(QUERY_TIMEOUT_S)
+    seconds = time.perf_counter() - t0
+    if not done:
+        job.stop()
+        raise CheckFailed(f"{name} did not finish within {QUERY_TIMEOUT_S}s")
+    if job.query.exception() is not None:
+        raise CheckFailed(f"{name} failed: {job.query.exception()}")
+    totals = job.run_totals.totals
+    run = Run(name, seconds, topic.events, batches=job.run_totals.batches, reports=reports)
+    run.results = totals.get("results", 0)
+    if topic.reference is not None:
+        n, kinds = check_output(topic.bootstrap, config, topic.reference)
+        run.info = f"{n:,} results ({dict(kinds)}), checked against the reference"
     return run
 
 
-def warm_up(spark: Any, bootstrap: str, tmp: Path, args: argparse.Namespace) -> None:
-    """Start the JVM's code paths and the Python workers with tiny runs of each query."""
-    topic = f"bench-warm-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, args.partitions)
-    produce_stream(bootstrap, topic, make_stream(WARM_EVENTS, 100), args.partitions)
-    records = WARM_EVENTS + args.partitions
-    small = argparse.Namespace(**{**vars(args), "max_offsets_per_trigger": WARM_EVENTS // 2})
-    run_ours(spark, bootstrap, topic, WARM_EVENTS, tmp, small)
-    for shuffle in args.shuffle_partitions:
-        run_spark(spark, bootstrap, topic, WARM_EVENTS, records, shuffle, tmp, small)
-    if args.profile:
-        run_floor(spark, bootstrap, topic, WARM_EVENTS, WARM_EVENTS // 2)
-
-
-# ---------------------------------------------------------------------------- profile
-
-
-def batch_table(run: Run) -> list[str]:
-    """A's micro-batches: Spark's durations next to what the tasks reported."""
-    by_batch = dict(run.reports)
-    lines = [
-        f"  {'batch':>5} {'input':>8} {'trigger s':>9} {'addBatch s':>10} {'other s':>7} "
-        f"{'tasks':>5} {'task s sum':>10} {'task s max':>10} {'restored':>8} "
-        f"{'changelog':>9} {'results':>8}"
-    ]
-    tot = Counter[str]()
-    for p in run.progress:
-        d = p.get("durationMs", {})
-        trig = d.get("triggerExecution", 0) / 1000
-        add = d.get("addBatch", 0) / 1000
-        rows = by_batch.get(int(p["batchId"]), [])
-        secs = [float(r["seconds"]) for r in rows]
-        vals = {
-            k: sum(int(r[k]) for r in rows)
-            for k in ("restored_records", "changelog_records", "results")
-        }
-        tot.update({"input": int(p.get("numInputRows", 0)), **vals})
-        tot.update({"trigger_ms": int(d.get("triggerExecution", 0))})
-        tot.update({"add_ms": int(d.get("addBatch", 0))})
-        tot.update({"task_ms": int(sum(secs) * 1000)})
-        lines.append(
-            f"  {p['batchId']:>5} {int(p.get('numInputRows', 0)):>8,} {trig:>9.2f} {add:>10.2f} "
-            f"{trig - add:>7.2f} {len(rows):>5} {sum(secs):>10.2f} {max(secs, default=0):>10.2f} "
-            f"{vals['restored_records']:>8,} {vals['changelog_records']:>9,} "
-            f"{vals['results']:>8,}"
-        )
-    lines.append(
-        f"  {'all':>5} {tot['input']:>8,} {tot['trigger_ms'] / 1000:>9.2f} "
-        f"{tot['add_ms'] / 1000:>10.2f} {(tot['trigger_ms'] - tot['add_ms']) / 1000:>7.2f} "
-        f"{'':>5} {tot['task_ms'] / 1000:>10.2f} {'':>10} {tot['restored_records']:>8,} "
-        f"{tot['changelog_records']:>9,} {tot['results']:>8,}"
-    )
-    lines.append(
-        f"  wall {run.seconds:.2f}s = triggers {tot['trigger_ms'] / 1000:.2f}s + "
-        f"{run.seconds - tot['trigger_ms'] / 1000:.2f}s outside triggers (query start, "
-        "AvailableNow preparation, termination); addBatch = source read + Arrow hand-over + "
-        "tasks (2 task slots)"
-    )
-    return lines
-
-
-class PhaseTimer:
-    """Exclusive wall time per step of ``TaskRunner.run``, by wrapping what it calls.
-
-    A step called inside another (result encoding inside the output send) counts for
-    itself only; its parent gets the rest.
-    """
-
-    def __init__(self) -> None:
-        self.seconds: Counter[str] = Counter()
-        self.calls: Counter[str] = Counter()
-        self._stack: list[list[float]] = []
-
-    def reset(self) -> None:
-        self.seconds.clear()
-        self.calls.clear()
-
-    def wrap(self, owner: Any, attr: str, phase: str) -> None:
-        original = getattr(owner, attr)
-        timer = self
-
-        @functools.wraps(original)
-        def timed(*a: Any, **kw: Any) -> Any:
-            frame = [time.perf_counter(), 0.0]  # start, time spent in nested steps
-            timer._stack.append(frame)
-            try:
-                return original(*a, **kw)
-            finally:
-                timer._stack.pop()
-                elapsed = time.perf_counter() - frame[0]
-                timer.seconds[phase] += elapsed - frame[1]
-                timer.calls[phase] += 1
-                if timer._stack:
-                    timer._stack[-1][1] += elapsed
-
-        setattr(owner, attr, timed)
-
-
-PHASES = (
-    ("store open", "RocksDB open (TaskStore())"),
-    ("restore", "changelog catch-up: consumer, watermark query, replay"),
-    ("operator load", "operator state from RocksDB (runtime.operator)"),
-    ("decode", "JSON payloads -> EventBatch (columnar or per record)"),
-    ("add_batch", "windowing + aggregation (add_batch)"),
-    ("timeout", "timers (agg.timeout)"),
-    ("producer", "Producer() construction"),
-    ("encode", "result encoding (encode_batch)"),
-    ("outputs", "produce results + flush (acks)"),
-    ("flush", "state serialisation (agg.flush(commit=False))"),
-    ("changelog", "changelog produce + flush (acks)"),
-    ("commit", "RocksDB WriteBatch (store.commit)"),
-    ("close", "RocksDB close (flush, handles, gc.collect)"),
-)
-PROFILE_SCHEMA = "phase string, seconds double, calls long, stats binary"
-
-
-def _worker_timer() -> PhaseTimer:
-    """The phase timer of this Python worker, its wrappers installed once per process."""
-    import confluent_kafka
-
-    import stores.rocks as rocks
-    import window_operator.codecs as codecs
-    import window_operator.task as task_mod
-    from stores.changelog import ChangelogWriter
-    from window_operator.job import JobRuntime
-    from window_operator.task import TaskRunner
-    from window_operator.timewindows import WindowedAggregator
-
-    timer: PhaseTimer | None = getattr(task_mod, "_bench_phase_timer", None)
-    if timer is not None:
-        return timer
-    timer = PhaseTimer()
-    timer.wrap(rocks.TaskStore, "__init__", "store open")
-    timer.wrap(task_mod, "restore_from_changelog", "restore")
-    timer.wrap(JobRuntime, "operator", "operator load")
-    timer.wrap(task_mod, "decode_guarded", "decode")  # columnar or per record
-    timer.wrap(WindowedAggregator, "add_batch", "add_batch")
-    timer.wrap(WindowedAggregator, "timeout", "timeout")
-    timer.wrap(confluent_kafka, "Producer", "producer")
-    timer.wrap(codecs.JsonResultEncoder, "encode_batch", "encode")
-    timer.wrap(TaskRunner, "_send_outputs", "outputs")
-    timer.wrap(WindowedAggregator, "flush", "flush")
-    timer.wrap(ChangelogWriter, "log", "changelog")
-    timer.wrap(rocks.TaskStore, "commit", "commit")
-    timer.wrap(rocks.TaskStore, "close", "close")
-    task_mod._bench_phase_timer = timer  # type: ignore[attr-defined]
-    return timer
-
-
-def _install_producer_cache() -> None:
-    """What-if: ``confluent_kafka.Producer(conf)`` returns one producer per config and
-    process while ``confluent_kafka._bench_reuse_producer`` is true (the job itself
-    creates a new idempotent producer per task run)."""
-    import confluent_kafka
-
-    if getattr(confluent_kafka, "_bench_producers", None) is not None:
-        return
-    original = confluent_kafka.Producer
-    cache: dict[str, Any] = {}
-
-    def producer(conf: dict[str, Any], *a: Any, **kw: Any) -> Any:
-        if not getattr(confluent_kafka, "_bench_reuse_producer", False) or a or kw:
-            return original(conf, *a, **kw)
-        key = json.dumps(conf, sort_keys=True, default=str)
-        if key not in cache:
-            cache[key] = original(conf)
-        return cache[key]
-
-    confluent_kafka.Producer = producer
-    confluent_kafka._bench_producers = cache  # type: ignore[attr-defined]
-
-
-def profiled_tasks(
-    settings: Any, batches: Iterator[Any], with_cprofile: bool, reuse_producer: bool
-) -> Iterator[Any]:
-    """``mapInArrow`` body: the job's own ``run_tasks`` under the phase timers."""
-    import marshal
-
-    import confluent_kafka
-    import pyarrow as pa
-
-    from window_operator.spark.driver import run_tasks
-
-    _install_producer_cache()
-    confluent_kafka._bench_reuse_producer = reuse_producer  # type: ignore[attr-defined]
-    timer = _worker_timer()
-    timer.reset()
-    t0 = time.perf_counter()
-    tables = list(batches)  # the input, as run_tasks would take it (read + hand-over)
-    t_input = time.perf_counter() - t0
-    prof = cProfile.Profile() if with_cprofile else None
-
-    def body() -> list[Any]:
-        return list(run_tasks(settings, iter(tables)))
-
-    out = prof.runcall(body) if prof is not None else body()
-    wall = time.perf_counter() - t0 - t_input
-    reports = [r for b in out for r in b.to_pylist()]
-    rows = [(k, timer.seconds[k], timer.calls[k]) for k in timer.seconds]
-    rows.append(("_input", t_input, len(tables)))
-    rows.append(("_run_tasks", wall, 1))
-    rows.append(("_task_seconds", sum(r["seconds"] for r in reports), len(reports)))
-    stats: list[bytes | None] = [None] * len(rows)
-    if prof is not None:
-        prof.create_stats()
-        stats[0] = marshal.dumps(prof.stats)  # type: ignore[attr-defined]
-    yield pa.RecordBatch.from_arrays(
-        [
-            pa.array([r[0] for r in rows], pa.string()),
-            pa.array([float(r[1]) for r in rows], pa.float64()),
-            pa.array([int(r[2]) for r in rows], pa.int64()),
-            pa.array(stats, pa.binary()),
-        ],
-        names=["phase", "seconds", "calls", "stats"],
-    )
-
-
-@dataclass
-class Profiled:
-    """A run of A under the phase timers: totals per phase over all task runs."""
-
-    run: Run
-    seconds: Counter[str]
-    calls: Counter[str]
-    stats: list[bytes]
-
-
-def run_profiled(
-    spark: Any,
-    bootstrap: str,
-    topic: str,
-    events: int,
-    tmp: Path,
-    args: argparse.Namespace,
-    ref: Any,
-    *,
-    reuse_producer: bool = False,
-) -> Profiled:
-    """A again, its tasks under the phase timers (and cProfile) inside the Spark workers.
-
-    Same source, same ``foreachBatch`` + ``mapInArrow`` + ``run_tasks`` as
-    ``StreamingJob``; the output is checked like A's. ``reuse_producer``: the what-if
-    of one idempotent producer per worker process instead of one per task run.
-    """
-    from window_operator.spark.driver import ensure_topics
+def run_floor(
+    name: str, spark: Any, topic: Topic, tmp: Path, args: argparse.Namespace, exchange: bool
+) -> Run:
+    """The floor of A's shape: the same Spark job, with tasks that only count rows."""
+    from window_operator.runtime.batch import BatchContext, map_range
+    from window_operator.runtime.exchange import Rows, from_ipc
+    from window_operator.runtime.settings import TaskSettings
+    from window_operator.spark.exchange import read_input
     from window_operator.spark.kafka_source import read_kafka_stream
-    from window_operator.task import TaskSettings
 
-    config = job_config(topic, f"bench-prof-{uuid.uuid4().hex[:8]}", tmp, args)
-    ensure_topics(config, bootstrap)
-    settings = TaskSettings(
-        config=config, bootstrap_servers=bootstrap, state_dir=str(config.state.dir)
-    )
-    seconds: Counter[str] = Counter()
-    calls: Counter[str] = Counter()
-    stats: list[bytes] = []
-    batches = [0]
-    with_cprofile = args.top > 0 and not reuse_producer
+    config = job_config(topic.name, tmp, args, "at_least_once")
+    settings = TaskSettings(config, topic.bootstrap, str(tmp), tasks=args.partitions)
+    counted = [0, 0]
 
-    def process(batch_df: Any, _batch_id: int) -> None:
-        rows = (
-            batch_df.select("key", "value", "topic", "partition", "offset")
-            .mapInArrow(
-                lambda it: profiled_tasks(settings, it, with_cprofile, reuse_producer),
-                PROFILE_SCHEMA,
+    def read_only(rows: Iterator[Any]) -> Iterator[int]:
+        for row in rows:
+            yield len(read_input(settings, row)[1])
+
+    def map_exchange(ctx: BatchContext, rows: Iterator[Any]) -> Iterator[Any]:
+        for row in rows:
+            rng, records = read_input(settings, row)
+            if rng is not None:
+                yield from map_range(ctx, rng, records)
+
+    def count_reduce(index: int, items: Iterator[Any]) -> Iterator[int]:
+        yield sum(from_ipc(item.data).num_rows for _, item in items if isinstance(item, Rows))
+
+    def process(batch_df: Any, batch_id: int) -> None:
+        from window_operator.kernel import ClockState
+
+        if exchange:
+            ctx = BatchContext(settings, batch_id, ClockState())
+            n = settings.tasks
+            out = (
+                batch_df.rdd.mapPartitions(lambda rows: map_exchange(ctx, rows))
+                .partitionBy(n + 1, lambda t: t)
+                .mapPartitionsWithIndex(count_reduce)
+                .collect()
             )
-            .collect()
-        )
-        batches[0] += 1
-        for r in rows:
-            seconds[r["phase"]] += r["seconds"]
-            calls[r["phase"]] += r["calls"]
-            if r["stats"] is not None:
-                stats.append(bytes(r["stats"]))
+        else:
+            out = batch_df.rdd.mapPartitions(read_only).collect()
+        counted[0] += sum(out)
+        counted[1] += 1
 
     df = read_kafka_stream(
         spark,
-        bootstrap_servers=bootstrap,
-        topics=[topic],
+        bootstrap_servers=topic.bootstrap,
+        topics=[topic.name],
         starting_offsets="earliest",
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        ranges=True,
     )
+    checkpoint = tmp / f"bench-floor-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     query = (
         df.writeStream.foreachBatch(process)
-        .option("checkpointLocation", str(config.spark.checkpoint_dir))
+        .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination(QUERY_TIMEOUT_S)
-    name = "A*reuse" if reuse_producer else "A*"
-    run = Run(name, time.perf_counter() - t0, events, batches=batches[0], config=config)
-    if query.exception() is not None:
-        raise CheckFailed(f"the profiled run failed: {query.exception()}")
-    run.progress = progress_of(query)
-    try:
-        n_out, _ = check_output(bootstrap, config, ref)
-        run.results = n_out
-    except CheckFailed as exc:
-        run.check = f"FAILED: {exc}"
-    return Profiled(run, seconds, calls, stats)
+    seconds = time.perf_counter() - t0
+    run = Run(name, seconds, topic.events, batches=counted[1], results=counted[0])
+    run.info = f"{counted[0]:,} {'rows exchanged' if exchange else 'records read'}"
+    return run
 
 
-def profile_lines(runs: list[Profiled], top: int) -> list[str]:
-    """The phase table of the profiled runs (side by side), then the first one's cProfile."""
-    lines = []
-    for pr in runs:
-        task_s = pr.seconds["_task_seconds"]
-        lines.append(
-            f"  {pr.run.name:8} check {pr.run.check}: {pr.run.seconds:.2f}s wall, "
-            f"{pr.run.rate:,.0f} ev/s; {int(pr.calls['_task_seconds'])} task runs, "
-            f"{task_s:.2f}s task time (TaskRunner.run, summed); waiting for the input "
-            f"(source read + Arrow hand-over) {pr.seconds['_input']:.2f}s summed"
-        )
-    head = "".join(f" {pr.run.name + ' s':>10} {'s/call':>7}" for pr in runs)
-    lines.append(f"  {'step':14}{head} {'calls':>6}  what")
-    accounted = [0.0] * len(runs)
-    for phase, what in PHASES:
-        cells = ""
-        for i, pr in enumerate(runs):
-            s, c = pr.seconds[phase], pr.calls[phase]
-            accounted[i] += s
-            per = f"{s / c:>7.3f}" if c else f"{'-':>7}"
-            cells += f" {s:>10.2f} {per}"
-        lines.append(f"  {phase:14}{cells} {int(runs[0].calls[phase]):>6}  {what}")
-    cells = "".join(
-        f" {pr.seconds['_task_seconds'] - a:>10.2f} {'':>7}"
-        for pr, a in zip(runs, accounted, strict=True)
-    )
-    lines.append(f"  {'other':14}{cells} {'':>6}  rest of run()")
-    cells = "".join(f" {pr.seconds['_task_seconds']:>10.2f} {'':>7}" for pr in runs)
-    lines.append(f"  {'total':14}{cells}")
-    stats = runs[0].stats
-    if stats and top > 0:
-        with tempfile.TemporaryDirectory(prefix="bench-pstats-") as d:
-            paths = []
-            for i, raw in enumerate(stats):
-                path = Path(d) / f"{i}.pstats"
-                path.write_bytes(raw)
-                paths.append(str(path))
-            buf = io.StringIO()
-            pstats.Stats(*paths, stream=buf).sort_stats("tottime").print_stats(top)
-        body = buf.getvalue().strip().splitlines()
-        start = next((i for i, ln in enumerate(body) if ln.strip().startswith("ncalls")), 0)
-        lines.append("")
-        lines.append(f"  cProfile of {runs[0].run.name}'s tasks in the Spark workers, top {top}:")
-        lines.extend("  " + ln for ln in body[start:])
+# ---------------------------------------------------------------------------- running
+
+
+@dataclass
+class Topic:
+    """An input topic on its broker, and the reference of its events (None: no check)."""
+
+    name: str
+    bootstrap: str
+    events: int
+    records: int
+    reference: Any = None
+
+
+def where_time_goes(run: Run) -> list[str]:
+    """A's time by part, summed over its batches' task reports (seconds of task time)."""
+    maps = [m for r in run.reports for m in r.ranges]
+    tasks = [t for r in run.reports for t in r.tasks]
+    batch_s = sum(r.seconds for r in run.reports)
+    parts = {
+        "map side (read + decode + route)": sum(m.seconds for m in maps),
+        "state tasks: open + restore": sum(t.seconds_restore for t in tasks),
+        "state tasks: operator": sum(t.seconds_operator for t in tasks),
+        "state tasks: outputs + changelog + commit": sum(t.seconds_commit for t in tasks),
+    }
+    lines = [
+        f"  where {run.name}'s time goes ({len(run.reports)} batches, {batch_s:.1f} s of "
+        "driver batch time; task seconds summed over both cores):"
+    ]
+    lines += [f"    {name:<44} {s:6.1f} s" for name, s in parts.items()]
     return lines
 
 
-# ---------------------------------------------------------------------------- report
-
-
 def machine() -> str:
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    java = "?"
-    try:
-        proc = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
-        java = (proc.stderr or proc.stdout).splitlines()[0]
-    except (OSError, IndexError):
-        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
-        f"machine: {cpu}, nproc={cpus}, Python {platform.python_version()}, "
-        f"pyspark {version('pyspark')}, {java}, confluent-kafka {version('confluent-kafka')}"
-    )
-
-
-def load() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return "load average " + " ".join(f.read().split()[:3])
-    except OSError:
-        return "load average ?"
-
-
-def workload(args: argparse.Namespace, bootstrap: str, local: bool) -> str:
-    span_s = args.events / EVENTS_PER_SECOND
-    return "\n".join(
-        [
-            f"workload: click_stream N={args.events:,} events, K={args.keys:,} keys (Zipf-like), "
-            f"{EVENTS_PER_SECOND:,.0f} ev/s of event time ({span_s:,.0f} s), "
-            f"{OUT_OF_ORDER:.0%} delayed 1..{MAX_DELAY_MS:,} ms;",
-            f"  JSON values, keyed by page, {args.partitions} partitions, + 1 sentinel per "
-            f"partition; broker {'local noida-db' if local else 'external'} {bootstrap};",
-            "  hopping 60s/10s count + mean(latency_ms), watermark/allowed lateness 5s; "
-            f"AvailableNow, maxOffsetsPerTrigger {args.max_offsets_per_trigger:,}, local[2];",
-            f"  A: window job, late emit {args.late_emit}, retention 1h, RocksDB + changelog, "
-            "results to Kafka (acked);",
-            "  B: Spark groupBy(window, page).agg(count, avg), update mode, noop sink, "
-            "HDFS-backed state store",
-        ]
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, load {load:.1f} at the start"
     )
 
 
 def spread(runs: list[Run]) -> str:
     rates = [r.rate for r in runs]
     if len(rates) < 2:
-        return "1 run"
+        return ""
     return (
-        f"{len(rates)} runs: {min(rates):,.0f}..{max(rates):,.0f} ev/s "
-        f"(median {statistics.median(rates):,.0f})"
+        f" (runs: {', '.join(f'{x:,.0f}' for x in rates)}; median {statistics.median(rates):,.0f})"
     )
 
 
-def print_table(groups: dict[str, list[Run]], titles: dict[str, str]) -> None:
-    """Best run per query (fastest correct one, else the fastest timed one)."""
-    header = (
-        f"{'':4} {'query':50} {'wall s':>7} {'events/s':>10} {'batches':>7} {'results':>9}  check"
-    )
-    print(header)
-    print("-" * len(header))
-    for name, runs in groups.items():
-        ok = [r for r in runs if r.check == "ok"] or [r for r in runs if r.seconds > 0] or runs
-        best = min(ok, key=lambda r: r.seconds)
-        print(
-            f"{name:4} {titles[name]:50} {best.seconds:>7.2f} {best.rate:>10,.0f} "
-            f"{best.batches:>7} {best.results:>9,}  check: {best.check}"
-        )
-        print(f"{'':7}best of {spread(runs)}; {best.info}")
-
-
-# ---------------------------------------------------------------------------- main
+def make_topic(
+    tmp: Path, cs: ClickStream, args: argparse.Namespace, keyed: bool
+) -> tuple[Topic, LocalBroker]:
+    broker = LocalBroker(data_dir=tmp / f"broker-{'keyed' if keyed else 'unkeyed'}")
+    broker.start()
+    name = f"clicks-{'keyed' if keyed else 'unkeyed'}"
+    create_topic(broker.bootstrap_servers, name, args.partitions)
+    produce_stream(broker.bootstrap_servers, name, cs, args.partitions, keyed=keyed)
+    topic = Topic(name, broker.bootstrap_servers, args.events, args.events + args.partitions)
+    return topic, broker
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--events", type=int, default=1_000_000)
-    p.add_argument("--keys", type=int, default=10_000)
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--max-offsets-per-trigger", type=int, default=250_000)
-    p.add_argument(
-        "--shuffle-partitions",
-        default="4,8",
-        help="spark.sql.shuffle.partitions values to run B with (comma-separated)",
-    )
-    p.add_argument(
-        "--late-emit", default="per_arrival", help="A's emit.late: per_arrival or a duration"
-    )
-    p.add_argument("--repeat", type=int, default=1, help="timed runs of A and of each B")
-    p.add_argument(
-        "--bootstrap",
-        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
-        help="an existing broker (default: KAFKA_BOOTSTRAP_SERVERS, else a local noida-db)",
-    )
-    p.add_argument("--profile", action="store_true", help="break A's time down")
-    p.add_argument(
-        "--top", type=int, default=20, help="cProfile entries with --profile (0: no cProfile)"
-    )
-    p.add_argument("--tmpdir", default=None, help="where state and checkpoints go")
-    args = p.parse_args(argv)
-    try:
-        args.shuffle_partitions = [int(s) for s in args.shuffle_partitions.split(",") if s.strip()]
-    except ValueError:
-        p.error("--shuffle-partitions takes comma-separated integers")
-    if not args.shuffle_partitions or min(args.shuffle_partitions) < 1:
-        p.error("--shuffle-partitions needs positive integers")
-    if min(args.events, args.keys, args.partitions, args.max_offsets_per_trigger, args.repeat) < 1:
-        p.error("--events, --keys, --partitions, --max-offsets-per-trigger, --repeat must be >= 1")
-    return args
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=10_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=250_000)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--only", default="A,A-alo,A-keyed,B,F-read,F-exchange")
+    ap.add_argument("--tmpdir", type=Path, default=None)
+    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    from window_operator.broker import LocalBroker
+    from window_operator.runtime.producers import close_producers
     from window_operator.spark.session import build_session
 
-    log = functools.partial(print, file=sys.stderr, flush=True)
-    broker: LocalBroker | None = None
+    args = parse_args(argv)
+    only = set(args.only.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="bench-pipeline-", dir=args.tmpdir))
-    spark = None
+    print(f"machine: {machine()}", flush=True)
+    brokers: list[LocalBroker] = []
     try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-            wait_for_broker(bootstrap)
-        else:
-            broker = LocalBroker().start()
-            bootstrap = broker.bootstrap_servers
-        print(machine())
-        print(workload(args, bootstrap, broker is not None))
-        print(f"{load()} at the start")
-
-        topic = f"bench-clicks-{uuid.uuid4().hex[:8]}"
-        log(f"producing {args.events:,} events to {topic} ...")
         cs = make_stream(args.events, args.keys)
-        create_topic(bootstrap, topic, args.partitions)
-        t0 = time.perf_counter()
-        produce_stream(bootstrap, topic, cs, args.partitions)
-        produce_s = time.perf_counter() - t0
-        records = args.events + args.partitions
-        ref = reference(cs)
-        del cs
-        n_raw, raw_s = raw_consume_rate(bootstrap, topic)
-        if n_raw != records:
-            raise CheckFailed(f"the topic holds {n_raw:,} records, expected {records:,}")
-
-        log("starting Spark (local[2]) and warming up ...")
-        spark = build_session(app_name="bench-pipeline", master="local[2]")
-        warm_up(spark, bootstrap, tmp, args)
-
-        groups: dict[str, list[Run]] = {"A": []}
-        titles = {"A": "window job (Kafka -> tasks + RocksDB/changelog -> Kafka)"}
-        for s in args.shuffle_partitions:
-            groups[f"B{s}"] = []
-            titles[f"B{s}"] = f"Spark window agg, update, noop (shuffle.partitions {s})"
-        failed = False
-        for i in range(args.repeat):
-            log(f"round {i + 1}/{args.repeat}: A ...")
-            try:
-                a = run_ours(spark, bootstrap, topic, args.events, tmp, args)
-            except CheckFailed as exc:
-                a = Run("A", 0.0, args.events, check=f"FAILED: {exc}")
-            else:
-                # A wrong result keeps its timing (shown, marked FAILED, exit status 1).
-                assert a.config is not None
-                try:
-                    n_out, kinds = check_output(bootstrap, a.config, ref)
-                    by_kind = ", ".join(f"{k} {v:,}" for k, v in sorted(kinds.items()))
-                    a.info += f"; output records {n_out:,} ({by_kind})"
-                except CheckFailed as exc:
-                    a.check = f"FAILED: {exc}"
-            failed = failed or a.check != "ok"
-            groups["A"].append(a)
-            log(f"  A: {a.seconds:.2f}s {a.rate:,.0f} ev/s check {a.check}; {load()}")
-            for s in args.shuffle_partitions:
-                log(f"round {i + 1}/{args.repeat}: B (shuffle.partitions {s}) ...")
-                try:
-                    b = run_spark(spark, bootstrap, topic, args.events, records, s, tmp, args)
-                except CheckFailed as exc:
-                    b = Run(f"B{s}", 0.0, args.events, check=f"FAILED: {exc}")
-                    failed = True
-                groups[f"B{s}"].append(b)
-                log(f"  B{s}: {b.seconds:.2f}s {b.rate:,.0f} ev/s; {load()}")
-
-        floor: Run | None = None
-        if args.profile:
-            log("profile: floor run (source + mapInArrow count) ...")
-            floor = run_floor(spark, bootstrap, topic, args.events, args.max_offsets_per_trigger)
-            groups["A0"] = [floor]
-            titles["A0"] = "floor of A's shape: source + mapInArrow, no tasks"
-
-        print(f"{load()} at the end")
-        print(
-            f"input: {records:,} records produced in {produce_s:.1f}s (not timed); raw consume "
-            f"(1 confluent-kafka consumer): {n_raw / raw_s:,.0f} records/s ({raw_s:.2f}s) = "
-            "the ceiling"
+        unkeyed, b1 = make_topic(tmp, cs, args, keyed=False)
+        brokers.append(b1)
+        unkeyed.reference = reference(cs)
+        keyed = None
+        if "A-keyed" in only:
+            keyed, b2 = make_topic(tmp, cs, args, keyed=True)
+            keyed.reference = unkeyed.reference
+            brokers.append(b2)
+        records, seconds = raw_consume_rate(unkeyed.bootstrap, unkeyed.name)
+        raw = records / seconds
+        spark = build_session(
+            app_name="bench-pipeline", master="local[2]", conf={"spark.sql.shuffle.partitions": "4"}
         )
-        print()
-        print_table(groups, titles)
-        timed_a = [r for r in groups["A"] if r.seconds > 0]
-        ok_a = [r for r in timed_a if r.check == "ok"]
-        ok_b = [r for k, rs in groups.items() if k.startswith("B") for r in rs if r.check == "ok"]
-        print()
-        if timed_a and ok_b:
-            best_a = max(r.rate for r in ok_a or timed_a)
-            best_b = max(ok_b, key=lambda r: r.rate)
-            ratio = best_a / best_b.rate
-            verdict = "met" if ratio >= GOAL_RATIO and ok_a else "NOT met"
-            print(
-                f"A / B = {best_a:,.0f} / {best_b.rate:,.0f} ({best_b.name}) = {ratio:.2f}x; "
-                f"goal A >= {GOAL_RATIO:.0f}x B: {verdict}"
+        contenders: dict[str, Callable[[], Run]] = {
+            "A": lambda: run_ours("A", spark, unkeyed, tmp, args, "exactly_once"),
+            "A-alo": lambda: run_ours("A-alo", spark, unkeyed, tmp, args, "at_least_once"),
+            "B": lambda: run_spark(spark, unkeyed.bootstrap, unkeyed.name, unkeyed.events,
+                                   unkeyed.records, 4, tmp, args),
+            "F-read": lambda: run_floor("F-read", spark, unkeyed, tmp, args, exchange=False),
+            "F-exchange": lambda: run_floor("F-exchange", spark, unkeyed, tmp, args, exchange=True),
+        }  # fmt: skip
+        if keyed is not None:
+            contenders["A-keyed"] = lambda: run_ours(
+                "A-keyed", spark, keyed, tmp, args, "exactly_once"
             )
-            print(
-                f"A reaches {best_a / (n_raw / raw_s):.1%} of the raw consume rate, "
-                f"B {best_b.rate / (n_raw / raw_s):.1%}"
-            )
-            if not ok_a:
-                print("  (A's results were WRONG: its rate is shown but its check failed)")
-
-        if args.profile and timed_a:
-            last = timed_a[-1]
-            print()
-            print(f"A's micro-batches (its run at {last.rate:,.0f} ev/s):")
-            print("\n".join(batch_table(last)))
-            if floor is not None:
-                fl = [p.get("durationMs", {}) for p in floor.progress]
-                trig = sum(d.get("triggerExecution", 0) for d in fl) / 1000
-                print(
-                    f"  floor A0: {floor.seconds:.2f}s ({floor.rate:,.0f} ev/s), "
-                    f"{floor.batches} batches, {trig:.2f}s in triggers"
-                )
-            print()
-            log("profile: A under the phase timers ...")
-            profiled = [run_profiled(spark, bootstrap, topic, args.events, tmp, args, ref)]
-            log("profile: the same with one producer per worker (what-if) ...")
-            profiled.append(
-                run_profiled(
-                    spark, bootstrap, topic, args.events, tmp, args, ref, reuse_producer=True
-                )
-            )
-            failed = failed or any(pr.run.check != "ok" for pr in profiled)
-            print(
-                "Where A's task time goes (timers inside the Spark workers, separate runs; "
-                "A*reuse: what-if one idempotent producer per worker process):"
-            )
-            print("\n".join(profile_lines(profiled, args.top)))
-        print()
-        if failed:
-            bad = [f"{r.name}: {r.check}" for rs in groups.values() for r in rs if r.check != "ok"]
-            print(f"check: FAILED ({'; '.join(bad)})")
-            return 1
-        print("check: ok")
+        warm(spark, tmp, args)
+        runs: dict[str, list[Run]] = {name: [] for name in contenders if name in only}
+        for _ in range(args.repeat):
+            for name in runs:
+                runs[name].append(contenders[name]())
+                print(f"  {name}: {runs[name][-1].rate:,.0f} events/s", flush=True)
+        spark.stop()
+        print_table(runs, raw, args)
         return 0
+    except CheckFailed as exc:
+        print(f"check failed: {exc}")
+        return 1
     finally:
-        if spark is not None:
-            spark.stop()
-        if broker is not None:
-            broker.stop()
+        close_producers()
+        for b in brokers:
+            b.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def warm(spark: Any, tmp: Path, args: argparse.Namespace) -> None:
+    """Start the JVM's code paths and the Python workers with tiny runs."""
+    small = argparse.Namespace(
+        **{**vars(args), "events": WARM_EVENTS, "max_offsets_per_trigger": WARM_EVENTS // 2}
+    )
+    cs = make_stream(WARM_EVENTS, 100)
+    topic, broker = make_topic(tmp / "warm", cs, small, keyed=False)
+    try:
+        run_ours("warm", spark, topic, tmp, small, "exactly_once")
+        run_spark(spark, topic.bootstrap, topic.name, topic.events, topic.records, 4, tmp, small)
+    finally:
+        broker.stop()
+
+
+def print_table(runs: dict[str, list[Run]], raw: float, args: argparse.Namespace) -> None:
+    best = {name: max(rs, key=lambda r: r.rate) for name, rs in runs.items() if rs}
+    print(
+        f"\n{args.events:,} events, {args.keys:,} keys, {args.partitions} partitions, "
+        f"{args.max_offsets_per_trigger:,} per trigger, local[2]; best of {args.repeat}"
+    )
+    print(f"raw consume rate (one plain consumer): {raw:,.0f} records/s")
+    b = best.get("B")
+    for name, run in best.items():
+        ratio = f"  {run.rate / b.rate:4.2f}x B" if b is not None and name != "B" else ""
+        print(f"{name:<11} {run.rate:>10,.0f} events/s  {run.seconds:6.1f} s  "
+              f"{run.batches:>3} batches{ratio}{spread(runs[name])}")  # fmt: skip
+        if run.info:
+            print(f"            {run.info}")
+    if "F-read" in best:
+        print(f"F-read / raw consume rate: {best['F-read'].rate / raw:.2f}")
+    if "A" in best:
+        print("\n".join(where_time_goes(best["A"])))
+    if "A" in best and "A-alo" in best:
+        a, alo = best["A"], best["A-alo"]
+        print(f"cost of exactly-once: {a.seconds - alo.seconds:+.1f} s "
+              f"({(a.seconds - alo.seconds) / max(a.batches, 1):+.2f} s per batch)")  # fmt: skip
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
