@@ -27,7 +27,8 @@ CF_TAGS: Mapping[ColumnFamily, bytes] = {
     ColumnFamily.CHECKPOINT: b"\x03",
 }
 _TAG_CF = {v[0]: k for k, v in CF_TAGS.items()}
-#: Local-only key (checkpoint family): next changelog offset to read.
+#: Local-only key (checkpoint family): next changelog offset to read. Local-only keys start
+#: with a zero byte: they describe this copy of the store and are never logged.
 LOCAL_POSITION_KEY = b"\x00changelog-position"
 _I64 = struct.Struct(">q")
 
@@ -56,7 +57,7 @@ def split_changelog_key(data: bytes) -> tuple[ColumnFamily, bytes]:
 
 def is_marker(cf: ColumnFamily, key: bytes) -> bool:
     """Whether a record is a commit marker (the logged checkpoint)."""
-    return cf is ColumnFamily.CHECKPOINT and key != LOCAL_POSITION_KEY
+    return cf is ColumnFamily.CHECKPOINT and not key.startswith(b"\x00")
 
 
 def local_position(store: TaskStore) -> int:

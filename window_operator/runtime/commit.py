@@ -32,7 +32,10 @@ from stores.changelog import (
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.runtime.settings import TaskSettings
 
-__all__ = ["TaskState"]
+__all__ = ["WRITER_KEY", "TaskState"]
+
+#: Local-only key (checkpoint family, never logged): who committed the store last.
+WRITER_KEY = b"\x00writer"
 
 
 @dataclass
@@ -49,12 +52,16 @@ class TaskState:
         """Open the task's store and catch it up with its changelog (step 1)."""
         path = settings.task_path(task)
         store = TaskStore(path)
-        result = cls._restore(settings, task, store)
-        if result.ahead:
-            store.close()
-            shutil.rmtree(path, ignore_errors=True)
-            store = TaskStore(path)
+        try:
             result = cls._restore(settings, task, store)
+            if result.ahead:
+                store.close()
+                shutil.rmtree(path, ignore_errors=True)
+                store = TaskStore(path)
+                result = cls._restore(settings, task, store)
+        except BaseException:
+            store.close()
+            raise
         return cls(settings, task, store, result)
 
     @staticmethod
@@ -89,14 +96,22 @@ class TaskState:
             extra=self.compensation(),
         )
 
-    def commit(self, batch: StoreBatch, marker: int) -> None:
+    def commit(self, batch: StoreBatch, marker: int, writer: str | None = None) -> None:
         """Commit the batch locally with the changelog position after it (step 3).
 
         Under exactly-once the transaction's commit marker follows the checkpoint, so
-        the next record is two offsets on.
+        the next record is two offsets on. ``writer`` is the token of the producer that
+        committed the batch (see :mod:`~window_operator.runtime.producers`).
         """
         set_local_position(batch, marker + (2 if self.settings.exactly_once else 1))
+        if writer is not None:
+            batch.put(ColumnFamily.CHECKPOINT, WRITER_KEY, writer.encode())
         self.store.commit(batch)
+
+    def last_writer(self) -> str | None:
+        """The token of the producer that last committed this store (None: not known)."""
+        raw = self.store.get(ColumnFamily.CHECKPOINT, WRITER_KEY)
+        return None if raw is None else raw.decode()
 
     def close(self) -> None:
         """Close the store."""

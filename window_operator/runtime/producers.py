@@ -6,11 +6,17 @@ own transactional producer, ``transactional.id = <job>-task-<n>``: initialising 
 fences every older producer of the same task (a zombie: a task Spark re-ran elsewhere,
 a worker that came back) and resolves a transaction a dead producer left open. A
 producer that failed is discarded, never reused: the next batch of its task gets a fresh
-one (a fenced or fatally failed producer cannot be used again).
+one (a fenced or fatally failed producer cannot be used again). A task's store records
+which producer last committed it (its *writer token*): when a task comes back to a worker
+after running elsewhere, the worker's old producer is known to be fenced and is replaced
+before the batch, not found out by a failed commit.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +29,8 @@ __all__ = [
 ]
 
 _PLAIN: dict[str, Any] = {}
-_TRANSACTIONAL: dict[str, Any] = {}
+#: per transactional id: the producer and its writer token
+_TRANSACTIONAL: dict[str, tuple[Any, str]] = {}
 
 
 def _key(config: Mapping[str, Any]) -> str:
@@ -46,24 +53,35 @@ def plain_producer(config: Mapping[str, Any]) -> Any:
     return producer
 
 
-def transactional_producer(config: Mapping[str, Any], txn_id: str, timeout_s: float) -> Any:
-    """The worker's producer of one transactional id, initialised (fencing older ones)."""
+def transactional_producer(
+    config: Mapping[str, Any], txn_id: str, timeout_s: float, last_writer: str | None
+) -> tuple[Any, str]:
+    """The worker's initialised producer of one transactional id, and its writer token.
+
+    ``last_writer`` is the token of the producer that last committed the task's store
+    here (None: unknown). A cached producer with another token may have been fenced by
+    that writer since: it is replaced by a new one (whose initialisation fences every
+    older producer of the id and resolves a transaction left open).
+    """
     from confluent_kafka import Producer
 
     key = _key({**config, "transactional.id": txn_id})
-    producer = _TRANSACTIONAL.get(key)
-    if producer is None:
-        producer = Producer({**config, "transactional.id": txn_id})
-        producer.init_transactions(timeout_s)
-        _TRANSACTIONAL[key] = producer
-    return producer
+    cached = _TRANSACTIONAL.get(key)
+    if cached is not None and cached[1] == last_writer:
+        return cached
+    producer = Producer({**config, "transactional.id": txn_id})
+    producer.init_transactions(timeout_s)
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+    _TRANSACTIONAL[key] = (producer, token)
+    return producer, token
 
 
 def discard_producer(producer: Any) -> None:
     """Forget a producer after a failure (it may be fenced or in a fatal state)."""
-    for cache in (_PLAIN, _TRANSACTIONAL):
-        for key in [k for k, p in cache.items() if p is producer]:
-            del cache[key]
+    for key in [k for k, p in _PLAIN.items() if p is producer]:
+        del _PLAIN[key]
+    for key in [k for k, (p, _) in _TRANSACTIONAL.items() if p is producer]:
+        del _TRANSACTIONAL[key]
 
 
 def close_producers(timeout_s: float = 5.0) -> None:

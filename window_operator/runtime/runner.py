@@ -131,31 +131,36 @@ class TaskRunner(Generic[B, R]):
                         f"take batch {inp.batch_id} for {waited:.0f} s ({exc}); nothing of it "
                         "was committed: restart the job once the broker is back"
                     ) from exc
-                time.sleep(min(2.0**attempt, 10.0))
+                # a fenced producer is replaced at once; a broker away is waited for
+                time.sleep(0.0 if attempt == 1 else min(2.0 ** (attempt - 1), 10.0))
 
-    def _producer(self) -> Any:
+    def _producer(self, state: TaskState) -> tuple[Any, str | None]:
+        """The producer of this batch, and its writer token (exactly-once only)."""
         s = self.settings
         if s.exactly_once:
             txn = transactional_id(s.job, self.task)
-            return transactional_producer(s.producer_config(), txn, s.broker_timeout_s)
-        return plain_producer(s.producer_config())
+            last = state.last_writer()
+            return transactional_producer(s.producer_config(), txn, s.broker_timeout_s, last)
+        return plain_producer(s.producer_config()), None
 
     def _run_once(self, inp: TaskInput) -> TaskReport:
         t0 = time.perf_counter()
         report = TaskReport(task=self.task, batch_id=inp.batch_id)
         report.location = f"{socket.gethostname()}:{self.settings.task_path(self.task)}"
-        producer = self._producer()
         state = TaskState.open(self.settings, self.task)
+        producer: Any = None
         try:
+            producer, writer = self._producer(state)
             report.restored_records = state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
             op = self.plan.operator(state.store)
             inp = self._check_positions(op, inp)
             op, errors = self._apply(state, op, inp, report)
             report.seconds_operator = time.perf_counter() - t0 - report.seconds_restore
-            self._send(producer, state, op, errors, inp, report)
+            self._send(producer, writer, state, op, errors, inp, report)
         except _KAFKA_FAILURES:
-            discard_producer(producer)
+            if producer is not None:
+                discard_producer(producer)
             raise
         finally:
             state.close()
@@ -298,6 +303,7 @@ class TaskRunner(Generic[B, R]):
     def _send(
         self,
         producer: Any,
+        writer: str | None,
         state: TaskState,
         op: WindowOperator[B, R, Any],
         errors: list[ErrorRecord],
@@ -330,7 +336,7 @@ class TaskRunner(Generic[B, R]):
         marker = sink.commit(delivery)
         trace("changelog", self.task, inp.batch_id, sink.attempt or "")
         crash_point("after_changelog", report.rows, inp.batch_id)
-        state.commit(batch, marker)
+        state.commit(batch, marker, writer)
         trace("local-commit", self.task, inp.batch_id)
         report.seconds_commit = time.perf_counter() - t0
 
