@@ -37,22 +37,14 @@ self-delimiting and order preserving, lexicographic order on the concatenation e
 tuple order, and the encoding of a tuple prefix is a byte prefix of the encodings of
 exactly the tuples that extend it.
 
-Named layouts (``tag`` / ``prefix`` are already encoded bytes, e.g. a one-byte store
-tag or an :func:`encode_str` session key):
-
-* Window Meta Store: :func:`time_first_key` ``tag + i64(ts) + str(key)`` (scan windows
-  by time) and :func:`key_first_key` ``tag + str(key) + i64(ts)`` (scan one key's
-  windows).
-* Message Store, after Samza's key matrix: ``<timestamp><offset>``, ``<offset>``,
-  ``<equal_flds><timestamp><offset>`` and ``<timestamp><equal_flds><offset>``, each
-  optionally behind a ``prefix``. Equal fields are ``int`` / ``str`` values, each
-  preceded by a one-byte type marker (``0x01`` int, ``0x02`` str) so they can be
-  decoded. The marker only affects ordering *between* an ``int`` and a ``str`` at the
-  same position (every int sorts before every str, where Python would refuse to
-  compare); among values of the same type, order is the value order. The field list
-  itself carries no count or terminator: within one store every key has the same
-  equal-field arity (the operator's fixed list of equal columns), and the decoders
-  locate the fields by the fixed-width ``i64`` parts around them.
+The layouts that combine them are declared in :mod:`stores.keyspace`; this module
+keeps the part encodings, :func:`decode_key_first_key` (``tag + str(key) + i64``) and
+the equal fields of join keys: ``int`` / ``str`` values, each preceded by a one-byte
+type marker (``0x01`` int, ``0x02`` str) so they can be decoded. The marker only
+affects ordering *between* an ``int`` and a ``str`` at the same position (every int
+sorts before every str, where Python would refuse to compare); among values of the
+same type, order is the value order. The field list itself carries no count or
+terminator: within one store every key has the same equal-field arity.
 
 All encoding and decoding errors raise :class:`KeyEncodingError`.
 """
@@ -75,39 +67,17 @@ __all__ = [
     "FieldValue",
     "KeyEncodingError",
     "KeyFirstKey",
-    "KeyPart",
-    "MessageKeyFieldsTsOffset",
-    "MessageKeyOffset",
-    "MessageKeyTsFieldsOffset",
-    "MessageKeyTsOffset",
-    "TimeFirstKey",
-    "decode_bytes",
     "decode_fields",
     "decode_i64",
-    "decode_key",
     "decode_key_first_key",
-    "decode_message_key_fields_ts_offset",
-    "decode_message_key_offset",
-    "decode_message_key_ts_fields_offset",
-    "decode_message_key_ts_offset",
     "decode_str",
-    "decode_time_first_key",
-    "encode_bytes",
     "encode_fields",
     "encode_i64",
-    "encode_key",
     "encode_str",
-    "key_first_key",
-    "message_key_fields_ts_offset",
-    "message_key_offset",
-    "message_key_ts_fields_offset",
-    "message_key_ts_offset",
     "prefix_upper_bound",
-    "time_first_key",
     "ts_range",
 ]
 
-KeyPart = int | str | bytes
 """A value that :func:`encode_key` accepts as one key part."""
 
 FieldValue = int | str
@@ -129,7 +99,6 @@ FIELD_STR = 0x02
 """Type marker preceding a ``str`` equal field."""
 
 _U64 = struct.Struct(">Q")
-_U64x2 = struct.Struct(">QQ")
 _BIAS = 1 << 63
 _TERMINATOR = b"\x00\x01"
 _ESCAPED_ZERO = b"\x00\xff"
@@ -184,13 +153,6 @@ def decode_i64(b: bytes, pos: int = 0) -> int:
 
 
 # ---------------------------------------------------------------- strings and bytes
-
-
-def _escape(raw: bytes) -> bytes:
-    """Escape ``0x00`` bytes and append the terminator."""
-    if b"\x00" in raw:
-        raw = raw.replace(b"\x00", _ESCAPED_ZERO)
-    return raw + _TERMINATOR
 
 
 def _unescape(b: bytes, pos: int) -> tuple[bytes, int]:
@@ -253,74 +215,7 @@ def decode_str(b: bytes, pos: int = 0) -> tuple[str, int]:
         raise KeyEncodingError(f"invalid UTF-8 in string part at position {pos}") from exc
 
 
-def encode_bytes(data: bytes) -> bytes:
-    """Encode raw bytes as order-preserving, prefix-free bytes (escaping as :func:`encode_str`).
-
-    Raises :class:`KeyEncodingError` for non-bytes values.
-    """
-    if not isinstance(data, bytes):
-        raise KeyEncodingError(f"expected a bytes key part, got {type(data).__name__}")
-    return _escape(data)
-
-
-def decode_bytes(b: bytes, pos: int = 0) -> tuple[bytes, int]:
-    """Decode bytes encoded by :func:`encode_bytes` starting at ``pos``.
-
-    Returns the raw bytes and the position just after the terminator. Raises
-    :class:`KeyEncodingError` on a missing terminator or an invalid escape.
-    """
-    return _unescape(b, pos)
-
-
 # ------------------------------------------------------------------ composite keys
-
-
-def _encode_part(part: object) -> bytes:
-    """Encode one key part by its type."""
-    if isinstance(part, int):
-        if type(part) is int and MIN_I64 <= part <= MAX_I64:  # fast path; bool excluded
-            return _U64.pack(part + _BIAS)
-    elif isinstance(part, str):
-        return encode_str(part)
-    elif isinstance(part, bytes):
-        return _escape(part)
-    return _U64.pack(_as_i64(part, "an int, str or bytes") + _BIAS)
-
-
-def encode_key(*parts: KeyPart) -> bytes:
-    """Encode a composite key: the concatenation of the parts' encodings.
-
-    ``int`` parts use :func:`encode_i64`, ``str`` parts :func:`encode_str` and
-    ``bytes`` parts :func:`encode_bytes`. Bytewise order of two encoded keys of the
-    same schema equals the tuple order of their parts. ``bool`` and other types raise
-    :class:`KeyEncodingError`.
-    """
-    return b"".join([_encode_part(p) for p in parts])
-
-
-def decode_key(data: bytes, schema: Sequence[type[KeyPart]]) -> tuple[KeyPart, ...]:
-    """Decode a composite key encoded by :func:`encode_key` under ``schema``.
-
-    ``schema`` lists the part types, e.g. ``(str, int, int)``. Raises
-    :class:`KeyEncodingError` when the bytes do not match the schema, when bytes
-    remain after the last part, or when the schema names an unsupported type.
-    """
-    out: list[KeyPart] = []
-    pos = 0
-    for kind in schema:
-        if kind is int:
-            out.append(decode_i64(data, pos))
-            pos += I64_WIDTH
-        elif kind is str:
-            text, pos = decode_str(data, pos)
-            out.append(text)
-        elif kind is bytes:
-            raw, pos = _unescape(data, pos)
-            out.append(raw)
-        else:
-            raise KeyEncodingError(f"unsupported schema type {kind!r} (expected int, str or bytes)")
-    _check_end(data, pos)
-    return tuple(out)
 
 
 def _check_end(data: bytes, pos: int) -> None:
@@ -371,14 +266,6 @@ def ts_range(tag_or_prefix: bytes, start_ts: int, end_ts: int) -> tuple[bytes, b
 # ------------------------------------------------------------ window meta layouts
 
 
-class TimeFirstKey(NamedTuple):
-    """A decoded ``tag + i64(ts) + str(key)`` key."""
-
-    tag: bytes
-    ts: int
-    key: str
-
-
 class KeyFirstKey(NamedTuple):
     """A decoded ``tag + str(key) + i64(ts)`` key."""
 
@@ -393,25 +280,6 @@ def _check_prefix_len(data: bytes, n: int) -> None:
         raise KeyEncodingError(f"prefix length {n} does not fit a {len(data)}-byte key")
 
 
-def time_first_key(tag: bytes, ts: int, key: str) -> bytes:
-    """Encode ``tag + i64(ts) + str(key)``: keys ordered by time, then by key."""
-    return tag + encode_i64(ts) + encode_str(key)
-
-
-def decode_time_first_key(data: bytes, tag_len: int = 1) -> TimeFirstKey:
-    """Decode a :func:`time_first_key` whose tag is ``tag_len`` bytes long."""
-    _check_prefix_len(data, tag_len)
-    ts = decode_i64(data, tag_len)
-    key, end = decode_str(data, tag_len + I64_WIDTH)
-    _check_end(data, end)
-    return TimeFirstKey(data[:tag_len], ts, key)
-
-
-def key_first_key(tag: bytes, key: str, ts: int) -> bytes:
-    """Encode ``tag + str(key) + i64(ts)``: keys ordered by key, then by time."""
-    return tag + encode_str(key) + encode_i64(ts)
-
-
 def decode_key_first_key(data: bytes, tag_len: int = 1) -> KeyFirstKey:
     """Decode a :func:`key_first_key` whose tag is ``tag_len`` bytes long."""
     _check_prefix_len(data, tag_len)
@@ -422,39 +290,6 @@ def decode_key_first_key(data: bytes, tag_len: int = 1) -> KeyFirstKey:
 
 
 # ---------------------------------------------------------------- message layouts
-
-
-class MessageKeyTsOffset(NamedTuple):
-    """A decoded ``prefix + <timestamp><offset>`` message key."""
-
-    prefix: bytes
-    ts: int
-    offset: int
-
-
-class MessageKeyOffset(NamedTuple):
-    """A decoded ``prefix + <offset>`` message key."""
-
-    prefix: bytes
-    offset: int
-
-
-class MessageKeyFieldsTsOffset(NamedTuple):
-    """A decoded ``prefix + <equal_flds><timestamp><offset>`` message key."""
-
-    prefix: bytes
-    fields: tuple[FieldValue, ...]
-    ts: int
-    offset: int
-
-
-class MessageKeyTsFieldsOffset(NamedTuple):
-    """A decoded ``prefix + <timestamp><equal_flds><offset>`` message key."""
-
-    prefix: bytes
-    ts: int
-    fields: tuple[FieldValue, ...]
-    offset: int
 
 
 def encode_fields(fields: Sequence[FieldValue]) -> bytes:
@@ -504,72 +339,3 @@ def decode_fields(data: bytes, pos: int = 0, end: int | None = None) -> tuple[Fi
         else:
             raise KeyEncodingError(f"unknown equal-field type marker 0x{marker:02x} at {pos - 1}")
     return tuple(out)
-
-
-def message_key_ts_offset(ts: int, offset: int, *, prefix: bytes = b"") -> bytes:
-    """Encode ``prefix + <timestamp><offset>``: messages in event-time, then offset order."""
-    return prefix + encode_i64(ts) + encode_i64(offset)
-
-
-def decode_message_key_ts_offset(data: bytes, *, prefix_len: int = 0) -> MessageKeyTsOffset:
-    """Decode a :func:`message_key_ts_offset` key behind a ``prefix_len``-byte prefix."""
-    _check_prefix_len(data, prefix_len)
-    if len(data) - prefix_len < 2 * I64_WIDTH:
-        raise KeyEncodingError(f"message key of {len(data)} bytes is too short for ts + offset")
-    _check_end(data, prefix_len + 2 * I64_WIDTH)
-    ts, offset = _U64x2.unpack_from(data, prefix_len)
-    return MessageKeyTsOffset(data[:prefix_len], ts - _BIAS, offset - _BIAS)
-
-
-def message_key_offset(offset: int, *, prefix: bytes = b"") -> bytes:
-    """Encode ``prefix + <offset>``: messages in arrival (offset) order."""
-    return prefix + encode_i64(offset)
-
-
-def decode_message_key_offset(data: bytes, *, prefix_len: int = 0) -> MessageKeyOffset:
-    """Decode a :func:`message_key_offset` key behind a ``prefix_len``-byte prefix."""
-    _check_prefix_len(data, prefix_len)
-    offset = decode_i64(data, prefix_len)
-    _check_end(data, prefix_len + I64_WIDTH)
-    return MessageKeyOffset(data[:prefix_len], offset)
-
-
-def message_key_fields_ts_offset(
-    fields: Sequence[FieldValue], ts: int, offset: int, *, prefix: bytes = b""
-) -> bytes:
-    """Encode ``prefix + <equal_flds><timestamp><offset>``: grouped by fields, then time."""
-    return prefix + encode_fields(fields) + encode_i64(ts) + encode_i64(offset)
-
-
-def decode_message_key_fields_ts_offset(
-    data: bytes, *, prefix_len: int = 0
-) -> MessageKeyFieldsTsOffset:
-    """Decode a :func:`message_key_fields_ts_offset` key behind a ``prefix_len``-byte prefix."""
-    _check_prefix_len(data, prefix_len)
-    tail = len(data) - 2 * I64_WIDTH
-    if tail < prefix_len:
-        raise KeyEncodingError(f"message key of {len(data)} bytes is too short for ts + offset")
-    fields = decode_fields(data, prefix_len, tail)
-    return MessageKeyFieldsTsOffset(
-        data[:prefix_len], fields, decode_i64(data, tail), decode_i64(data, tail + I64_WIDTH)
-    )
-
-
-def message_key_ts_fields_offset(
-    ts: int, fields: Sequence[FieldValue], offset: int, *, prefix: bytes = b""
-) -> bytes:
-    """Encode ``prefix + <timestamp><equal_flds><offset>``: in time order, then by fields."""
-    return prefix + encode_i64(ts) + encode_fields(fields) + encode_i64(offset)
-
-
-def decode_message_key_ts_fields_offset(
-    data: bytes, *, prefix_len: int = 0
-) -> MessageKeyTsFieldsOffset:
-    """Decode a :func:`message_key_ts_fields_offset` key behind a ``prefix_len``-byte prefix."""
-    _check_prefix_len(data, prefix_len)
-    tail = len(data) - I64_WIDTH
-    if tail < prefix_len + I64_WIDTH:
-        raise KeyEncodingError(f"message key of {len(data)} bytes is too short for ts + offset")
-    ts = decode_i64(data, prefix_len)
-    fields = decode_fields(data, prefix_len + I64_WIDTH, tail)
-    return MessageKeyTsFieldsOffset(data[:prefix_len], ts, fields, decode_i64(data, tail))

@@ -8,6 +8,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from keyref import (
+    message_key_fields_ts_offset,
+    message_key_offset,
+    message_key_ts_fields_offset,
+    message_key_ts_offset,
+)
 
 from stores.errors import StateCorruptError
 from stores.keys import (
@@ -15,10 +21,6 @@ from stores.keys import (
     MIN_I64,
     FieldValue,
     encode_fields,
-    message_key_fields_ts_offset,
-    message_key_offset,
-    message_key_ts_fields_offset,
-    message_key_ts_offset,
 )
 from stores.keyspace import (
     EncodedKey,

@@ -30,16 +30,8 @@ from typing import Any, ClassVar
 import orjson
 
 from window_operator.aggregations.base import AggregateOp, ObjectOp, Ordering, VectorOp
-from window_operator.aggregations.numeric import (
-    CountOp,
-    LinregOp,
-    MaxOp,
-    MeanOp,
-    MinOp,
-    StddevOp,
-    SumOp,
-    VarianceOp,
-)
+from window_operator.aggregations.moments import LinregOp, StddevOp, VarianceOp
+from window_operator.aggregations.numeric import CountOp, MaxOp, MeanOp, MinOp, SumOp
 from window_operator.aggregations.objects import (
     CollectOp,
     CountDistinctOp,
