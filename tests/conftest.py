@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from window_operator.aggregator import WindowedAggregator
 from window_operator.job import JobRuntime
+from window_operator.timewindows import WindowedAggregator
 
 
 @pytest.fixture

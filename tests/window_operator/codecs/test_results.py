@@ -14,7 +14,6 @@ import orjson
 import pytest
 from codeckit import write_schema
 
-from window_operator.aggregator import WindowedAggregator
 from window_operator.codecs import (
     AvroResultDecoder,
     AvroResultEncoder,
@@ -31,6 +30,7 @@ from window_operator.config import JobConfig, parse_config
 from window_operator.job import build_runtime
 from window_operator.policies import END_OF_TIME
 from window_operator.results import Kind, ResultBatch
+from window_operator.timewindows import WindowedAggregator
 
 # The user-defined op of the all-ops job is imported by dotted path ("udf_example:...");
 # pytest's importlib mode does not put its directory on sys.path.

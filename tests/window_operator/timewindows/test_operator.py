@@ -10,12 +10,12 @@ import pytest
 from helpers import runtime_for
 
 from stores.rocks import ColumnFamily
-from window_operator.aggregator import WindowedAggregator
 from window_operator.config import load_config
 from window_operator.events import EventBatch
 from window_operator.job import build_runtime
 from window_operator.policies import END_OF_TIME
 from window_operator.results import ErrorCode, Kind, WindowResult
+from window_operator.timewindows import WindowedAggregator
 
 OpenAgg = Callable[..., WindowedAggregator]
 S = 1000
