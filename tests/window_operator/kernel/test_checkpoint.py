@@ -1,0 +1,39 @@
+"""The checkpoint: one record, one codec; corrupt or foreign state is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stores.errors import StateCorruptError
+from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from window_operator.errors import IncompatibleStateError
+from window_operator.kernel import CHECKPOINT_KEY, Checkpoint, InputPosition, read_checkpoint
+
+
+def test_round_trip() -> None:
+    cp = Checkpoint(
+        shape={"type": "time", "size": 10, "step": 5},
+        offsets={InputPosition(0, 1): 7, InputPosition(1, 0): 3},
+        max_ts={InputPosition(0, 1): 99},
+        watermark=90,
+        batches=4,
+        operator={"late_since": None, "x": [1, 2]},
+    )
+    assert Checkpoint.decode(cp.encode()) == cp
+
+
+def test_a_store_of_another_shape_or_corrupt_bytes_is_refused(tmp_path: Path) -> None:
+    with TaskStore(tmp_path / "s") as store:
+        batch = StoreBatch()
+        batch.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, Checkpoint({"type": "a"}).encode())
+        store.commit(batch)
+        assert read_checkpoint(store, {"type": "a"}) is not None
+        with pytest.raises(IncompatibleStateError, match="type"):
+            read_checkpoint(store, {"type": "b"})
+        bad = StoreBatch()
+        bad.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, b"{not json")
+        store.commit(bad)
+        with pytest.raises(StateCorruptError):
+            read_checkpoint(store, {"type": "a"})

@@ -1,0 +1,63 @@
+"""The event-time clock: coalesced watermark over partitions and sources, idleness."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from window_operator.kernel import ClockState, EventClock, InputPosition
+from window_operator.kernel.clock import PartitionActivity, fold_clock
+from window_operator.policies import NO_WATERMARK
+
+S = 1000
+
+
+def arr(*xs: int) -> np.ndarray:
+    return np.array(xs, dtype=np.int64)
+
+
+def test_the_watermark_is_the_slowest_partition_minus_the_lateness() -> None:
+    clock = EventClock(sources=1, allowed_lateness=2 * S, idle_timeout=None)
+    clock.observe(0, arr(0, 1, 0), arr(10 * S, 4 * S, 12 * S))
+    assert clock.coalesced() == 4 * S - 2 * S
+    assert clock.advance(clock.coalesced()) == NO_WATERMARK
+    assert clock.advance(1 * S) is None  # never backwards
+
+
+def test_an_idle_partition_stops_holding_the_watermark_back() -> None:
+    #   partition 0: active at wall 100 s (event time 50 s)
+    #   partition 1: active at wall 100 s (event time 10 s), then silent
+    clock = EventClock(sources=1, allowed_lateness=0, idle_timeout=30 * S)
+    clock.note_wall(0, arr(0, 1), arr(100 * S, 100 * S))
+    clock.observe(0, arr(0, 1), arr(50 * S, 10 * S))
+    assert clock.coalesced() == 10 * S
+    clock.note_active(0, 0, 125 * S)
+    assert clock.coalesced() == 10 * S  # partition 1 silent for 25 s: not idle yet
+    clock.note_now(131 * S)
+    assert clock.coalesced() == 50 * S
+
+
+def test_a_join_waits_for_both_inputs() -> None:
+    clock = EventClock(sources=2, allowed_lateness=0, idle_timeout=None)
+    clock.observe_one(0, 0, 30 * S)
+    assert clock.coalesced() == NO_WATERMARK  # the right input sent nothing yet
+    clock.observe_one(1, 0, 20 * S)
+    assert clock.coalesced() == 20 * S
+
+
+def test_the_driver_fold_matches_a_clock_fed_by_the_records() -> None:
+    before = ClockState()
+    activity = [
+        PartitionActivity(InputPosition(0, 0), 5, 40 * S),
+        PartitionActivity(InputPosition(0, 1), 3, 30 * S),
+        PartitionActivity(InputPosition(0, 2), 2, None),  # all rejected
+    ]
+    after = fold_clock(
+        before, activity, 1_000 * S, sources=1, allowed_lateness=S, idle_timeout=None
+    )
+    assert after.watermark == 29 * S
+    assert set(after.last_active) == {InputPosition(0, p) for p in range(3)}
+    # adopting it: the operator's clock no longer moves with records
+    clock = EventClock(sources=1, allowed_lateness=S, idle_timeout=None)
+    assert clock.adopt(after) == 29 * S
+    clock.observe_one(0, 0, 99 * S)
+    assert clock.max_ts[InputPosition(0, 0)] == 40 * S

@@ -1,0 +1,24 @@
+"""Wall-clock emission timers: the first reading starts a period, the next due one fires."""
+
+from __future__ import annotations
+
+from window_operator.kernel import TimerAction, Timers, due
+from window_operator.policies import EmitPolicy, LateMode
+
+
+def test_late_updates_go_out_once_per_period() -> None:
+    policy = EmitPolicy(late_mode=LateMode.PERIOD, late_period=10)
+    timers = Timers()
+    assert due(policy, timers, 100, late_pending=True) is TimerAction.NONE  # starts
+    assert due(policy, timers, 105, late_pending=True) is TimerAction.NONE
+    assert due(policy, timers, 110, late_pending=True) is TimerAction.LATE
+    timers.late_flushed()
+    assert due(policy, timers, 111, late_pending=False) is TimerAction.NONE
+
+
+def test_early_results_every_period_and_checkpointed_readings() -> None:
+    policy = EmitPolicy(early_period=5)
+    timers = Timers()
+    assert due(policy, timers, 0, late_pending=False) is TimerAction.NONE
+    assert due(policy, timers, 5, late_pending=False) is TimerAction.EARLY
+    assert Timers.from_json(timers.to_json()) == timers

@@ -1,0 +1,84 @@
+"""The commit protocol of a state task: open and restore, log, commit, rebuild when ahead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from helpers import runtime_for
+from jobkit import create_topic
+
+from stores.changelog import local_position
+from stores.rocks import ColumnFamily, StoreBatch
+from window_operator.runtime.commit import TaskState
+from window_operator.runtime.producers import plain_producer
+from window_operator.runtime.settings import TaskSettings
+from window_operator.spark.topics import prepare_topics
+
+pytestmark = pytest.mark.kafka
+
+
+def settings(
+    tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str], state: str
+) -> TaskSettings:
+    topic = unique_name("in")
+    create_topic(bootstrap, topic, 1)
+    config = runtime_for(
+        job=unique_name("job"),
+        input={"topic": topic, "key": "k", "timestamp": "ts"},
+        processing={"guarantee": "at_least_once"},
+    ).config
+    prepare_topics(config, bootstrap)
+    return TaskSettings(config, bootstrap, str(tmp_path / state), tasks=1)
+
+
+def log_one(state: TaskState, value: bytes, number: int) -> None:
+    batch = StoreBatch()
+    batch.put(ColumnFamily.WINDOW_META, b"k", value)
+    batch.put(ColumnFamily.CHECKPOINT, b"checkpoint", b"%d" % number)
+    producer = plain_producer(state.settings.producer_config())
+    delivery = state.log(producer, batch, batch_number=number, offsets=[])
+    state.commit(batch, delivery.marker_offset(producer.flush(30)), "writer-1")
+
+
+def test_a_store_is_rebuilt_from_its_changelog_and_knows_its_last_writer(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    s = settings(tmp_path, kafka_bootstrap, unique_name, "a")
+    state = TaskState.open(s, 0)
+    log_one(state, b"v1", 1)
+    log_one(state, b"v2", 2)
+    assert state.last_writer() == "writer-1"
+    position = local_position(state.store)
+    state.close()
+    # another host: an empty store catches up from the changelog
+    other = TaskState.open(TaskSettings(s.config, s.bootstrap_servers, str(tmp_path / "b"), 1), 0)
+    try:
+        assert other.restored.applied == 4 and other.restored.batches == 2
+        assert other.store.get(ColumnFamily.WINDOW_META, b"k") == b"v2"
+        assert local_position(other.store) == position
+        assert other.last_writer() is None  # local to the store that committed
+    finally:
+        other.close()
+
+
+def test_a_store_ahead_of_its_changelog_is_rebuilt(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    s = settings(tmp_path, kafka_bootstrap, unique_name, "a")
+    state = TaskState.open(s, 0)
+    log_one(state, b"v1", 1)
+    state.close()
+    # the changelog topic is recreated (another run): the local store claims too much
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for f in admin.delete_topics([s.changelog_topic]).values():
+        f.result(30)
+    prepare_topics(s.config, kafka_bootstrap)
+    again = TaskState.open(s, 0)
+    try:
+        assert again.store.get(ColumnFamily.WINDOW_META, b"k") is None
+        assert local_position(again.store) == 0
+    finally:
+        again.close()
