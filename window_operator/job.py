@@ -88,6 +88,12 @@ def task_state_dir(state_dir: Path, job: str, task: int) -> Path:
 
 def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime:
     """Resolve operations, decoder and policies; op problems raise :class:`ConfigError`."""
+    bound = _bind_aggregations(config, source)
+    return JobRuntime(config, AggregationSet(bound), _emit_policy(config), _decoder(config, bound))
+
+
+def _bind_aggregations(config: JobConfig, source: str | None) -> list[BoundAggregation]:
+    """Each configured aggregation with its operation, or every problem at once."""
     bound: list[BoundAggregation] = []
     problems: list[ConfigProblem] = []
     for i, agg in enumerate(config.aggregations):
@@ -115,7 +121,11 @@ def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime
         bound.append(BoundAggregation(agg.name, op, agg.field, x_field))
     if problems:
         raise ConfigError(source, problems)
-    aggs = AggregationSet(bound)
+    return bound
+
+
+def _decoder(config: JobConfig, bound: list[BoundAggregation]) -> RecordDecoder:
+    """The input decoder: numeric columns for vector operations, objects for the rest."""
     numeric: list[str] = []
     objects: list[str] = []
     for b in bound:
@@ -127,18 +137,22 @@ def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime
         if b.x_field is not None:
             numeric.append(b.x_field)
     inp = config.input
-    decoder = RecordDecoder(
+    return RecordDecoder(
         key_field=inp.key,
         timestamp_field=inp.timestamp,
         timestamp_unit=inp.timestamp_unit,
         numeric_fields=numeric,
         object_fields=objects,
     )
+
+
+def _emit_policy(config: JobConfig) -> EmitPolicy:
+    """Lateness, idleness, emission and retention (``retention.size`` in windows)."""
     retention = config.retention.time
     window = config.window
     if config.retention.size is not None and isinstance(window, TumblingWindow | HoppingWindow):
         retention = min(retention, config.retention.size * window.step)
-    policy = EmitPolicy(
+    return EmitPolicy(
         allowed_lateness=config.watermark.allowed_lateness,
         idle_timeout=config.watermark.idle_timeout,
         early_period=config.emit.early,
@@ -146,4 +160,3 @@ def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime
         late_period=config.emit.late.period_ms,
         retention=retention,
     )
-    return JobRuntime(config, aggs, policy, decoder)
