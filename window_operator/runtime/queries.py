@@ -2,29 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from stores.rocks import ColumnFamily, TaskStore
-from window_operator.kernel import CHECKPOINT_KEY
+from window_operator.kernel import CHECKPOINT_KEY, WindowOperator
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.settings import TaskSettings
 
-__all__ = ["stored_windows"]
+__all__ = ["parse_join_key", "stored_messages", "stored_windows"]
+
+
+@contextmanager
+def _stored_operator(
+    settings: TaskSettings, task: int
+) -> Iterator[WindowOperator[Any, Any, Any] | None]:
+    """The task's operator over its local store, or ``None`` when it holds no state yet."""
+    path = settings.task_path(task)
+    if not path.exists():
+        yield None
+        return
+    store = TaskStore(path)
+    try:
+        if store.get(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY) is None:
+            yield None
+        else:
+            yield plan_for(settings).operator(store)
+    finally:
+        store.close()
 
 
 def stored_windows(settings: TaskSettings, task: int, key: str, start: int, end: int) -> list[Any]:
     """The stored windows of ``key`` overlapping ``[start, end)`` in a task's local store."""
-    path = settings.task_path(task)
-    if not path.exists():
-        return []
-    store = TaskStore(path)
-    try:
-        if store.get(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY) is None:
-            return []
-        windows: list[Any] = plan_for(settings).operator(store).get_windows(key, start, end)
-        return windows
-    finally:
-        store.close()
+    with _stored_operator(settings, task) as op:
+        return [] if op is None else list(op.get_windows(key, start, end))
 
 
 def parse_join_key(text: str, fields: int) -> Any:
@@ -49,19 +61,12 @@ def stored_messages(settings: TaskSettings, task: int, key: str, start: int, end
 
     config = settings.config
     assert isinstance(config, JoinJobConfig)
-    path = settings.task_path(task)
-    if not path.exists():
-        return []
-    store = TaskStore(path)
-    try:
-        if store.get(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY) is None:
+    with _stored_operator(settings, task) as op:
+        if op is None:
             return []
-        op = plan_for(settings).operator(store)
         assert isinstance(op, JoinOperator)
         join_key = parse_join_key(key, len(config.join.on))
         out: list[Any] = []
         for side in (config.join.left.name, config.join.right.name):
             out += op.get_messages(side, start, -(2**63), end - 1, 2**63 - 1, [join_key])
         return out
-    finally:
-        store.close()
