@@ -381,6 +381,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         seconds=args.seconds,
         out=sys.stdout,
         err=sys.stderr,
+        chart=Path(args.chart) if args.chart else None,
     )
     return 0 if printed > 0 else 1
 
@@ -506,6 +507,7 @@ def _add_produce_and_demo(sub: _Subparsers) -> None:
     demo.add_argument("--config", help="job YAML (default: config/clicks.yaml)")
     demo.add_argument("--events", type=int, default=3000, help="clicks to produce")
     demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
+    demo.add_argument("--chart", help="where to write the PNG chart (default: the run's temp dir)")
     demo.set_defaults(func=_cmd_demo)
 
 

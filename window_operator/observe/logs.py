@@ -33,6 +33,7 @@ __all__ = [
 BATCH_LOGGER = "window_operator.batches"
 #: The logger librdkafka's messages go to (``logger`` in the client settings).
 KAFKA_LOGGER = "window_operator.kafka"
+_OURS = "_window_operator_handler"
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: librdkafka's messages about a broker connection going away: expected when a client or
 #: the broker shuts down, and retried by librdkafka when not; an outage that matters
@@ -71,7 +72,9 @@ def setup_logging(*, quiet: bool = False, secrets: list[str] | None = None) -> R
     handler.addFilter(redact)
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if getattr(old, _OURS, False):  # a second call replaces the first (tests, tools)
+            root.removeHandler(old)
+    setattr(handler, _OURS, True)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("window_operator").setLevel(logging.INFO)
