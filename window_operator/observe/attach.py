@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
+import threading
+import time
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -138,18 +141,33 @@ def run_observed(
     observers = attach(
         job, metrics_port=metrics_port, metrics_host=metrics_host, report_path=report_path
     )
+    # PySpark's own Ctrl-C handler cancels every Spark job from inside the signal handler
+    # (a screenful of py4j errors, and the running batch fails); this one lets the
+    # running batch finish, then stops the query.
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     try:
         job.start()
-        job.await_termination()
-    except KeyboardInterrupt:
-        pass
+        while not job.await_termination(0.5):
+            if interrupted.is_set():
+                log.info("stopping after the running micro-batch (Ctrl-C)")
+                _wait_between_batches(job)
+                break
     except StreamingQueryException as exc:
         raise QueryFailedError(f"the streaming query stopped: {_root_cause(exc)}") from None
     finally:
+        signal.signal(signal.SIGINT, previous)
         mute_cancel_warnings(job.spark)
         job.stop()
         observers.close()
         job.spark.stop()
+
+
+def _wait_between_batches(job: StreamingJob) -> None:
+    """Wait (bounded) until the query runs no trigger: a stop then cancels nothing."""
+    deadline = time.monotonic() + job.settings.broker_timeout_s
+    while time.monotonic() < deadline and job.query.status.get("isTriggerActive"):
+        time.sleep(0.1)
 
 
 def _root_cause(exc: Exception) -> str:

@@ -117,6 +117,9 @@ class BatchLog:
         if report.batch_id >= 0:
             parts.append(f"{sum(m.records for m in report.ranges)} read")
             parts.append(f"{sum(t.applied for t in tasks)} applied")
+            replayed = sum(t.replayed for t in tasks)
+            if replayed:
+                parts.append(f"{replayed} replayed")
             parts.append(f"{sum(t.late for t in tasks)} late")
             parts.append(f"{sum(t.rejected for t in tasks)} rejected")
         parts.append(f"{results} results" + (f" ({by_kind})" if by_kind else ""))
