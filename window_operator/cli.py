@@ -1,10 +1,11 @@
 """The ``window-operator`` command line.
 
 Sub-commands: ``simulate`` (a job config over a JSONL file), ``run`` (the Spark
-streaming job), ``broker`` (a local Kafka-protocol broker), ``restore`` (rebuild local
-stores from the changelog), ``inspect`` (print the stored windows of a key) and
-``demo``. Configuration mistakes are reported as a list of field problems on stderr
-with exit status 2, never as a traceback; so are startup failures (no broker
+streaming job), ``status`` (a job's progress and health), ``broker`` (a local
+Kafka-protocol broker), ``restore`` (rebuild local stores from the changelog),
+``inspect`` (print the stored windows of a key) and ``demo``. Configuration mistakes
+are reported as a list of field problems on stderr with exit status 2, never as a
+traceback; so are startup failures (no broker
 configured or answering, a missing input or changelog topic), each as one line.
 """
 
@@ -29,11 +30,13 @@ from window_operator.config import (
 from window_operator.job import JobRuntime, build_runtime
 from window_operator.join import JoinRuntime, build_join_runtime
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
+from window_operator.observe.logs import setup_logging
+from window_operator.observe.progress import progress_bar
+from window_operator.observe.redact import RedactingFilter, secret_values
 from window_operator.spark.topics import TaskCountError, TransactionsUnsupportedError
 
 if TYPE_CHECKING:
     from window_operator.runtime.settings import TaskSettings
-    from window_operator.spark.driver import BatchReport
 
     _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -42,6 +45,8 @@ __all__ = ["main"]
 #: A bad config or a setup the job cannot start with (no broker, a missing topic).
 EXIT_CONFIG = 2
 EXIT_INPUT = 3
+#: ``status``: the job is behind, stalled, or never ran.
+EXIT_UNHEALTHY = 1
 
 
 class CliError(Exception):
@@ -75,6 +80,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     out: IO[bytes]
     errors_out: IO[bytes] | None = None
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+    bar = progress_bar(total=input_path.stat().st_size, desc="simulate", unit="B")
     try:
         if args.errors:
             errors_out = open(args.errors, "wb")  # noqa: SIM115
@@ -85,8 +91,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             errors_out=errors_out,
             state_dir=Path(args.state_dir) if args.state_dir else None,
             batch_size=args.batch_size,
+            progress=lambda position: bar.update(max(0, position - bar.n)),
         )
     finally:
+        bar.close()
         if out is not sys.stdout.buffer:
             out.close()
         else:
@@ -120,6 +128,10 @@ def _bootstrap(args: argparse.Namespace, config: JobConfig | JoinJobConfig | Non
             "or start a local one with `window-operator broker`",
             EXIT_CONFIG,
         )
+    redact: RedactingFilter | None = getattr(args, "redact", None)
+    if redact is not None and config is not None:
+        # every command that talks to Kafka passes here: its secrets never reach a log
+        redact.add(secret_values(config.kafka.producer, config.kafka.consumer))
     return servers
 
 
@@ -171,7 +183,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         master=args.master or config.spark.master,
         conf=conf,
     )
-    reporter = _BatchPrinter(args.report)
     job = StreamingJob(
         config,
         bootstrap_servers=bootstrap,
@@ -179,60 +190,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         available_now=True if args.available_now else None,
         starting_offsets=args.starting_offsets,
-        on_report=reporter,
     )
-    job.start()
+    from window_operator.observe.attach import QueryFailedError, run_observed
+
+    metrics = config.metrics
     try:
-        job.await_termination()
-    except KeyboardInterrupt:
-        job.stop()
-    finally:
-        spark.stop()
-        reporter.close()
-    return 0
-
-
-class _BatchPrinter:
-    """One line per micro-batch on stderr; with ``--report``, JSON lines to a file."""
-
-    def __init__(self, path: str | None) -> None:
-        self.file = open(path, "ab") if path else None  # noqa: SIM115
-
-    def __call__(self, report: BatchReport) -> None:
-        import orjson
-
-        if self.file is not None:
-            doc = {
-                "batch": report.batch_id,
-                "watermark": report.clock.watermark,
-                "tasks": [t.as_dict() for t in report.tasks],
-                "ranges": [
-                    {
-                        "topic": m.range.topic,
-                        "partition": m.range.partition,
-                        "start": m.range.start,
-                        "end": m.range.end,
-                        "records": m.records,
-                        "rejected": m.rejected,
-                    }
-                    for m in report.ranges
-                ],
-            }
-            self.file.write(orjson.dumps(doc) + b"\n")
-            self.file.flush()
-        records = sum(m.records for m in report.ranges)
-        applied = sum(t.applied for t in report.tasks)
-        results = sum(t.results for t in report.tasks)
-        label = "tick" if report.batch_id < 0 else f"batch {report.batch_id}"
-        print(
-            f"{label}: {records} records, {applied} applied, {results} results from "
-            f"{len(report.tasks)} tasks",
-            file=sys.stderr,
+        run_observed(
+            job,
+            metrics_port=args.metrics_port if args.metrics_port is not None else metrics.port,
+            metrics_host=metrics.host,
+            report_path=args.report,
         )
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
+    except QueryFailedError as exc:
+        raise CliError(str(exc)) from None
+    return 0
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
@@ -268,6 +239,7 @@ def _task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSet
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
+    from window_operator.observe.progress import RestoreBar
     from window_operator.runtime.commit import TaskState
 
     settings = _task_settings(args)
@@ -285,7 +257,11 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         )
     tasks = [args.task] if args.task is not None else list(range(count))
     for task in tasks:
-        state = TaskState.open(settings, task)
+        bar = RestoreBar(task)
+        try:
+            state = TaskState.open(settings, task, progress=bar)
+        finally:
+            bar.close()
         state.close()
         result = state.restored
         print(
@@ -367,8 +343,10 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     key_field = config.input.key
     n = 0
-    with open(args.input, "rb") as lines:
+    bar = progress_bar(total=Path(args.input).stat().st_size, desc="produce", unit="B")
+    with open(args.input, "rb") as lines, bar:
         for line in lines:
+            bar.update(len(line))
             line = line.strip()
             if not line:
                 continue
@@ -403,6 +381,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         seconds=args.seconds,
         out=sys.stdout,
         err=sys.stderr,
+        chart=Path(args.chart) if args.chart else None,
     )
     return 0 if printed > 0 else 1
 
@@ -442,7 +421,50 @@ def _add_run(sub: _Subparsers) -> None:
         "--starting-offsets", default="earliest", help="earliest | latest | Spark-style JSON"
     )
     run.add_argument("--report", help="append one JSON line of task reports per micro-batch")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port (default: metrics.port; 0: any free one)",
+    )
+    run.add_argument("--quiet", action="store_true", help="no log line per micro-batch")
     run.set_defaults(func=_cmd_run)
+
+
+def _add_status(sub: _Subparsers) -> None:
+    st = sub.add_parser(
+        "status", help="a job's input lag, watermark, last batch and changelog; exit 1 unhealthy"
+    )
+    st.add_argument("--config", required=True, help="job YAML file")
+    st.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
+    st.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    st.add_argument(
+        "--max-idle-triggers",
+        type=int,
+        default=3,
+        help="unhealthy when input waits and no batch ran for this many triggers (default 3)",
+    )
+    st.add_argument(
+        "--interval",
+        type=float,
+        default=0.0,
+        help="read the lag twice this many seconds apart: unhealthy if it grew (default: once)",
+    )
+    st.set_defaults(func=_cmd_status)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from window_operator.observe.status import format_status, job_status
+
+    config = load_any_config(args.config)
+    status = job_status(
+        config,
+        _bootstrap(args, config),
+        state_dir=args.state_dir,
+        max_idle_triggers=args.max_idle_triggers,
+        interval_s=args.interval,
+    )
+    print(format_status(status))
+    return 0 if status.healthy else EXIT_UNHEALTHY
 
 
 def _add_state_commands(sub: _Subparsers) -> None:
@@ -485,6 +507,7 @@ def _add_produce_and_demo(sub: _Subparsers) -> None:
     demo.add_argument("--config", help="job YAML (default: config/clicks.yaml)")
     demo.add_argument("--events", type=int, default=3000, help="clicks to produce")
     demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
+    demo.add_argument("--chart", help="where to write the PNG chart (default: the run's temp dir)")
     demo.set_defaults(func=_cmd_demo)
 
 
@@ -496,6 +519,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
     _add_run(sub)
+    _add_status(sub)
     _add_broker(sub)
     _add_state_commands(sub)
     _add_produce_and_demo(sub)
@@ -505,6 +529,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``window-operator`` console script."""
     args = _parser().parse_args(argv)
+    args.redact = setup_logging(quiet=bool(getattr(args, "quiet", False)))
     try:
         code: int = args.func(args)
     except ConfigError as exc:

@@ -4,7 +4,9 @@ Starts a local Kafka-protocol broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` names o
 produces a live click stream (event times around now, ~10% out of order, some late,
 a few broken records), runs the streaming job of ``config/clicks.yaml`` on local Spark,
 prints every window result as it arrives on the output topic, and stops once the input
-is processed and the late-update timer has had its turn.
+is processed and the late-update timer has had its turn. At the end it prints a summary
+from the job's metrics (late, rejected by reason, results by kind) and writes a PNG
+chart of the results over time.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import orjson
 
 from window_operator.config import JobConfig, load_config
 from window_operator.kafka_admin import KafkaAdmin
+from window_operator.observe.chart import ResultPoint, write_results_chart
 
 if TYPE_CHECKING:
+    from window_operator.observe.metrics import JobMetrics
     from window_operator.spark.driver import StreamingJob
 
 __all__ = ["run_demo"]
@@ -46,7 +50,11 @@ def _fmt_value(v: Any) -> str:
 
 
 def _printer(
-    bootstrap: str, config: JobConfig, out: TextIO, stop: threading.Event, seen: list[int]
+    bootstrap: str,
+    config: JobConfig,
+    out: TextIO,
+    stop: threading.Event,
+    seen: list[ResultPoint],
 ) -> None:
     from confluent_kafka import Consumer
 
@@ -72,7 +80,7 @@ def _printer(
                 if r is None:
                     continue
                 values = "  ".join(f"{k}={_fmt_value(v)}" for k, v in r["values"].items())
-                seen[0] += 1
+                seen.append(_point(config, r))
                 print(
                     f"{r['kind']:<8} {r['key']:<10} [{_fmt_time(r['window_start'])}, "
                     f"{_fmt_time(r['window_end'])})  #{r['update_seq']}  {values}",
@@ -81,6 +89,13 @@ def _printer(
                 )
     finally:
         consumer.close()
+
+
+def _point(config: JobConfig, r: dict[str, Any]) -> ResultPoint:
+    """A result for the chart: the value of the job's first aggregation."""
+    value = (r.get("values") or {}).get(config.aggregations[0].name)
+    number = float(value) if isinstance(value, int | float) else float("nan")
+    return ResultPoint(str(r["key"]), int(r["window_start"]), str(r["kind"]), number)
 
 
 def _produce_stream(bootstrap: str, topic: str, events: int, seconds: float) -> int:
@@ -161,8 +176,12 @@ def run_demo(
     seconds: float = 30.0,
     out: TextIO,
     err: TextIO,
+    chart: Path | None = None,
 ) -> int:
     """Run the demo; returns the number of window results printed.
+
+    The chart goes to ``chart`` (default: ``window-operator-demo.png`` in the run's
+    temporary directory).
 
     With ``KAFKA_BOOTSTRAP_SERVERS`` set, a broker there that does not answer raises
     :class:`~window_operator.kafka_admin.BrokerUnreachableError` within seconds.
@@ -177,29 +196,42 @@ def run_demo(
         broker = LocalBroker().start()
         bootstrap = broker.bootstrap_servers
     try:
-        config = _demo_config(base, config_path, tempfile.mkdtemp(prefix="window-operator-demo-"))
+        tmp = tempfile.mkdtemp(prefix="window-operator-demo-")
+        config = _demo_config(base, config_path, tmp)
         KafkaAdmin(bootstrap).create_topic(config.input.topic, 4, {"retention.ms": "-1"})
-        return _run_job(config, bootstrap, events, seconds, out, err)
+        chart_path = chart or Path(tmp) / "window-operator-demo.png"
+        return _run_job(config, bootstrap, events, seconds, out, err, chart_path)
     finally:
         if broker is not None:
             broker.stop()
 
 
 def _run_job(
-    config: JobConfig, bootstrap: str, events: int, seconds: float, out: TextIO, err: TextIO
+    config: JobConfig,
+    bootstrap: str,
+    events: int,
+    seconds: float,
+    out: TextIO,
+    err: TextIO,
+    chart: Path,
 ) -> int:
     """Start Spark and the job, stream the clicks, print the results; the printed count."""
+    from window_operator.observe.lag import InputLag
+    from window_operator.observe.metrics import JobMetrics
+    from window_operator.observe.spark_progress import mute_cancel_warnings
     from window_operator.spark.driver import StreamingJob
     from window_operator.spark.session import build_session
 
     stop = threading.Event()
-    seen = [0]
+    seen: list[ResultPoint] = []
     printer = threading.Thread(
         target=_printer, args=(bootstrap, config, out, stop, seen), daemon=True
     )
     print("demo: starting Spark (local mode) ...", file=err)
     spark = build_session(app_name="window-operator-demo", master="local[2]")
     job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark)
+    metrics = JobMetrics(config, lag=InputLag(bootstrap, [config.input.topic]))
+    job.add_observer(metrics)
     try:
         job.start()
         printer.start()
@@ -210,16 +242,33 @@ def _run_job(
         )
         print("kind     key        window               seq values", file=out, flush=True)
         _stream_and_wait(job, config, bootstrap, events, seconds)
-        totals = job.run_totals.totals
-        print(
-            f"demo: {totals.get('applied', 0)} events applied, {totals.get('rejected', 0)} "
-            f"rejected (in topic {config.output.errors_topic}), {seen[0]} window results "
-            f"printed; windows still open at the end are not final yet.",
-            file=err,
-        )
     finally:
         stop.set()
+        mute_cancel_warnings(spark)
         job.stop()
         printer.join(5)
         spark.stop()
-    return seen[0]
+    _summary(config, metrics, len(seen), err)
+    path = write_results_chart(seen, chart, config.aggregations[0].name)
+    print(f"demo: chart of the results over time (late updates marked): {path}", file=err)
+    return len(seen)
+
+
+def _summary(config: JobConfig, metrics: JobMetrics, printed: int, err: TextIO) -> None:
+    """The closing lines, from the job's metrics."""
+    s = metrics.summary()
+    rejected = sum(s.rejected.values())
+    reasons = ", ".join(f"{code} {n}" for code, n in sorted(s.rejected.items())) or "none"
+    kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(s.results.items())) or "none"
+    print(
+        f"demo: {s.applied} events applied, {rejected} rejected (in topic "
+        f"{config.output.errors_topic}), {printed} window results printed; windows still "
+        "open at the end are not final yet.",
+        file=err,
+    )
+    print(
+        f"demo: metrics: {s.read} records read in {s.batches} micro-batches, {s.late} late "
+        f"events applied; rejected by reason: {reasons}; results by kind: {kinds}; "
+        f"input lag {s.lag}",
+        file=err,
+    )

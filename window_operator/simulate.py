@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeGuard
@@ -76,12 +76,16 @@ def simulate(
     errors_out: IO[bytes] | None = None,
     state_dir: Path | None = None,
     batch_size: int = 10_000,
+    progress: Callable[[int], object] | None = None,
 ) -> SimulationSummary:
-    """Run ``runtime``'s job over ``input_path`` and write JSON lines of results to ``out``."""
+    """Run ``runtime``'s job over ``input_path`` and write JSON lines of results to ``out``.
+
+    ``progress`` is called after each micro-batch with the bytes of the file read so far.
+    """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     if isinstance(runtime, JoinRuntime):
-        return _simulate_join(runtime, input_path, out, errors_out, state_dir, batch_size)
+        return _simulate_join(runtime, input_path, out, errors_out, state_dir, batch_size, progress)
     summary = SimulationSummary()
     with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
         agg = runtime.open_task(state_dir if state_dir is not None else Path(tmp))
@@ -94,6 +98,8 @@ def simulate(
                     lines = decoder.decode(chunk, _partition_offsets(agg))
                     rejected = _run_chunk(agg, lines, clock, summary)
                     _drain(agg, rejected, out, errors_out, summary)
+                    if progress is not None:
+                        progress(stream.tell())
             agg.timeout(END_OF_TIME)
             _drain(agg, [], out, errors_out, summary)
         finally:
@@ -185,6 +191,7 @@ def _simulate_join(
     errors_out: IO[bytes] | None,
     state_dir: Path | None,
     batch_size: int,
+    progress: Callable[[int], object] | None = None,
 ) -> SimulationSummary:
     summary = SimulationSummary()
     with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
@@ -196,6 +203,8 @@ def _simulate_join(
                     summary.lines += len(chunk)
                     rejected = _run_join_chunk(runtime, op, chunk, clock, summary)
                     _drain_join(op, rejected, out, errors_out, summary)
+                    if progress is not None:
+                        progress(stream.tell())
                     # as a task does after each micro-batch: a checkpoint, bounded memory
                     op.flush()
             op.timeout(END_OF_TIME)

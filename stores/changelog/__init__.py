@@ -33,7 +33,7 @@ from stores.changelog.records import (
     set_local_position,
     split_changelog_key,
 )
-from stores.changelog.restore import RestoreResult, restore_from_changelog
+from stores.changelog.restore import RestoreProgress, RestoreResult, restore_from_changelog
 from stores.changelog.writer import ChangelogDelivery, ChangelogWriter
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "ChangelogDelivery",
     "ChangelogError",
     "ChangelogWriter",
+    "RestoreProgress",
     "RestoreResult",
     "changelog_key",
     "changelog_topic",

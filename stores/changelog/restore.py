@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +16,24 @@ from stores.changelog.records import (
 )
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 
-__all__ = ["RestoreResult", "restore_from_changelog"]
+__all__ = ["RestoreProgress", "RestoreResult", "restore_from_changelog"]
 
 Record = tuple[ColumnFamily, bytes, bytes | None]
+#: Records between two progress reports of a restore.
+PROGRESS_EVERY = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreProgress:
+    """Where a restore is: it reads ``[start, end)`` and has reached ``position``."""
+
+    topic: str
+    partition: int
+    start: int
+    position: int
+    end: int
+    records: int
+    done: bool = False
 
 
 @dataclass
@@ -148,12 +163,15 @@ def restore_from_changelog(
     *,
     chunk_records: int = 50_000,
     timeout_s: float = 60.0,
+    on_progress: Callable[[RestoreProgress], None] | None = None,
 ) -> RestoreResult:
     """Replay ``topic[partition]`` (``read_committed``) from the store's local position.
 
     Whole batches are applied, ``chunk_records`` at a time per WriteBatch; the keys of
     the tail after the last marker, and of records beyond the last stable offset (an
-    open transaction), are returned in ``uncommitted``, not applied.
+    open transaction), are returned in ``uncommitted``, not applied. ``on_progress`` is
+    called every :data:`PROGRESS_EVERY` records read and once at the end of a non-empty
+    restore.
     """
     started = time.perf_counter()
     result = RestoreResult()
@@ -172,9 +190,13 @@ def restore_from_changelog(
         if high == start:
             return result
         applier = _Applier(store, result, chunk_records)
-        for offset, record in reader.records(start):
+        for n, (offset, record) in enumerate(reader.records(start), 1):
             applier.add(offset, record)
+            if on_progress is not None and n % PROGRESS_EVERY == 0:
+                on_progress(RestoreProgress(topic, partition, start, offset + 1, high, n))
         applier.commit()
+        if on_progress is not None:
+            on_progress(RestoreProgress(topic, partition, start, high, high, result.applied, True))
         tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
         if reader.end < high:
             tail.update(

@@ -5,16 +5,29 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-def test_demo_prints_window_results_and_stops(kafka_bootstrap: str) -> None:
+def test_demo_prints_window_results_and_stops(kafka_bootstrap: str, tmp_path: Path) -> None:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    chart = tmp_path / "chart.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "window_operator", "demo", "--events", "800", "--seconds", "8"],
+        [
+            sys.executable,
+            "-m",
+            "window_operator",
+            "demo",
+            "--events",
+            "800",
+            "--seconds",
+            "8",
+            "--chart",
+            str(chart),
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=300,
@@ -25,3 +38,9 @@ def test_demo_prints_window_results_and_stops(kafka_bootstrap: str) -> None:
     assert lines[0].startswith("kind")
     assert any(line.startswith("ON_TIME") for line in lines[1:])
     assert "800 events applied, 3 rejected" in proc.stderr
+    # the closing summary comes from the job's metrics, and the chart is where it says
+    assert "rejected by reason: BAD_JSON 1, BAD_TIMESTAMP 1, MISSING_TIMESTAMP 1" in proc.stderr
+    assert "input lag 0" in proc.stderr
+    assert f"late updates marked): {chart}" in proc.stderr
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Failed to cancel job group" not in proc.stderr

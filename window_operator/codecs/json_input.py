@@ -27,9 +27,7 @@ from window_operator.results import ErrorCode
 __all__ = ["InvalidJsonError", "JsonPayloadDecoder", "parse_json"]
 
 # A JSON string (skipped as a whole) or a non-finite literal outside strings (group 1).
-_STRING_OR_NON_FINITE: Final = re.compile(
-    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?Infinity|NaN)', re.DOTALL
-)
+_STRING_OR_NON_FINITE: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?Infinity|NaN)', re.DOTALL)
 _INT64_MIN: Final = -(2**63)
 _UINT64_END: Final = 2**64
 

@@ -21,6 +21,7 @@ from window_operator.config.fields import (
 from window_operator.config.sections import (
     EmitConfig,
     KafkaConfig,
+    MetricsConfig,
     OutputConfig,
     ProcessingConfig,
     RetentionConfig,
@@ -98,6 +99,7 @@ class JobConfig(FrozenModel):
     processing: ProcessingConfig
     kafka: KafkaConfig
     spark: SparkConfig
+    metrics: MetricsConfig
 
     @model_validator(mode="before")
     @classmethod

@@ -21,6 +21,7 @@ from window_operator.config.fields import (
 from window_operator.config.sections import (
     EmitConfig,
     KafkaConfig,
+    MetricsConfig,
     OutputConfig,
     ProcessingConfig,
     RetentionConfig,
@@ -147,6 +148,7 @@ class JoinJobConfig(FrozenModel):
     processing: ProcessingConfig
     kafka: KafkaConfig
     spark: SparkConfig
+    metrics: MetricsConfig
 
     @model_validator(mode="before")
     @classmethod

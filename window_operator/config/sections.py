@@ -1,15 +1,16 @@
 """The optional sections every job root shares, and the defaults derived from the job name.
 
-``watermark``, ``emit``, ``retention``, ``output``, ``state``, ``processing``, ``kafka``
-and ``spark`` may each be absent or ``null``; :func:`fill_defaults` turns that into ``{}`` and fills
-the topic and directory names that depend on the job name.
+``watermark``, ``emit``, ``retention``, ``output``, ``state``, ``processing``,
+``kafka``, ``spark`` and ``metrics`` may each be absent or ``null``; :func:`fill_defaults`
+turns that into ``{}`` and fills the topic and directory names that depend on the job
+name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -29,12 +30,14 @@ from window_operator.config.fields import (
     none_to_empty_mapping,
 )
 from window_operator.durations import Duration, DurationError, parse_duration_ms
+from window_operator.observe.redact import redact_settings
 
 __all__ = [
     "OPTIONAL_SECTIONS",
     "EmitConfig",
     "KafkaConfig",
     "LateEmit",
+    "MetricsConfig",
     "OutputConfig",
     "ProcessingConfig",
     "RetentionConfig",
@@ -222,6 +225,14 @@ class KafkaConfig(FrozenModel):
         default_factory=dict
     )
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # secrets (SASL passwords, SSL keys) never show in a repr, a log or a traceback
+        for name, value in super().__repr_args__():
+            if name in ("consumer", "producer") and isinstance(value, Mapping):
+                yield name, redact_settings(value)
+            else:
+                yield name, value
+
 
 def _spark_trigger(value: object) -> object:
     if value == "available_now":
@@ -267,6 +278,19 @@ class SparkConfig(FrozenModel):
         return self.trigger if isinstance(self.trigger, int) else None
 
 
+class MetricsConfig(FrozenModel):
+    """``metrics:``: the Prometheus endpoint of the streaming job's driver.
+
+    ``port`` ``None`` (the default) serves no metrics; otherwise the driver serves
+    ``/metrics`` in the Prometheus text format on ``host:port`` while the job runs
+    (``--metrics-port`` on the command line overrides it). ``host`` is the address to
+    bind (all interfaces by default, so a Prometheus server elsewhere can scrape it).
+    """
+
+    port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    host: NonEmptyStr = "0.0.0.0"
+
+
 #: The sections a job file may leave out (or set to ``null``), in documentation order.
 OPTIONAL_SECTIONS = (
     "watermark",
@@ -277,6 +301,7 @@ OPTIONAL_SECTIONS = (
     "processing",
     "kafka",
     "spark",
+    "metrics",
 )
 
 

@@ -6,7 +6,13 @@ from window_operator.kernel.kernel import Decoded, OperatorKernel, SingleDecoder
 from window_operator.kernel.outputs import OutputBuffer
 from window_operator.kernel.positions import InputPosition, Positions
 from window_operator.kernel.protocol import StoredWindow, WindowOperator
-from window_operator.kernel.records import Admission, StepStats, raw_of, retention_error
+from window_operator.kernel.records import (
+    Admission,
+    LiveState,
+    StepStats,
+    raw_of,
+    retention_error,
+)
 from window_operator.kernel.timers import TimerAction, Timers, due
 
 __all__ = [
@@ -17,6 +23,7 @@ __all__ = [
     "Decoded",
     "EventClock",
     "InputPosition",
+    "LiveState",
     "OperatorKernel",
     "OutputBuffer",
     "Positions",

@@ -11,7 +11,7 @@ import orjson
 from window_operator.arrays import BoolArray, IntArray
 from window_operator.results import ErrorCode, ErrorRecord
 
-__all__ = ["Admission", "StepStats", "raw_of", "retention_error"]
+__all__ = ["Admission", "LiveState", "StepStats", "raw_of", "retention_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,14 @@ class StepStats:
             self.late + other.late,
             self.matches + other.matches,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """What an operator holds open: keys with an open window, and those windows."""
+
+    keys: int
+    windows: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -95,8 +95,13 @@ def source_index(plan: JobPlan[Any, Any], topic: str) -> int:
     raise ValueError(f"topic {topic!r} is not an input of job {plan.job!r}")
 
 
-def map_range(ctx: BatchContext, rng: InputRange, records: InputRecords) -> Iterator[Shuffled]:
-    """The map side of one range (see module doc); ``ctx.tasks`` gets the driver's report."""
+def map_range(
+    ctx: BatchContext, rng: InputRange, records: InputRecords, read_seconds: float = 0.0
+) -> Iterator[Shuffled]:
+    """The map side of one range (see module doc); ``ctx.tasks`` gets the driver's report.
+
+    ``read_seconds`` (how long reading ``records`` took) goes into the report.
+    """
     t0 = time.perf_counter()
     trace("map", -1, ctx.batch_id, f"{rng.topic}[{rng.partition}]")
     plan = plan_for(ctx.settings)
@@ -112,6 +117,7 @@ def map_range(ctx: BatchContext, rng: InputRange, records: InputRecords) -> Iter
         yield error_lane(rng.partition, n), Rejected(tuple(decoded.errors))
     codes = Counter(e.code.value for e in decoded.errors)
     report = MapReport(rng, len(records), decoded.max_ts, dict(codes), time.perf_counter() - t0)
+    report = replace(report, seconds_read=read_seconds)
     for t in range(n + 1):
         yield t, report
 

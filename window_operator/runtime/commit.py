@@ -18,18 +18,20 @@ and recognises the input as a replay.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from stores.changelog import (
     ChangelogDelivery,
     ChangelogWriter,
+    RestoreProgress,
     RestoreResult,
     restore_from_changelog,
     set_local_position,
 )
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from window_operator.observe.progress import RestoreLog
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = ["WRITER_KEY", "TaskState"]
@@ -48,30 +50,46 @@ class TaskState:
     restored: RestoreResult
 
     @classmethod
-    def open(cls, settings: TaskSettings, task: int) -> TaskState:
-        """Open the task's store and catch it up with its changelog (step 1)."""
+    def open(
+        cls,
+        settings: TaskSettings,
+        task: int,
+        progress: Callable[[RestoreProgress], None] | None = None,
+    ) -> TaskState:
+        """Open the task's store and catch it up with its changelog (step 1).
+
+        ``progress`` follows the catch-up (default: a log line every few seconds once it
+        takes long, see :class:`~window_operator.observe.progress.RestoreLog`).
+        """
         path = settings.task_path(task)
         store = TaskStore(path)
+        progress = progress or RestoreLog(task)
         try:
-            result = cls._restore(settings, task, store)
+            result = cls._restore(settings, task, store, progress)
             if result.ahead:
                 store.close()
                 shutil.rmtree(path, ignore_errors=True)
                 store = TaskStore(path)
-                result = cls._restore(settings, task, store)
+                result = cls._restore(settings, task, store, progress)
         except BaseException:
             store.close()
             raise
         return cls(settings, task, store, result)
 
     @staticmethod
-    def _restore(settings: TaskSettings, task: int, store: TaskStore) -> RestoreResult:
+    def _restore(
+        settings: TaskSettings,
+        task: int,
+        store: TaskStore,
+        progress: Callable[[RestoreProgress], None],
+    ) -> RestoreResult:
         return restore_from_changelog(
             store,
             settings.consumer_config(),
             settings.changelog_topic,
             task,
             timeout_s=settings.broker_timeout_s,
+            on_progress=progress,
         )
 
     def compensation(self) -> list[tuple[ColumnFamily, bytes, bytes | None]]:

@@ -51,7 +51,8 @@ class MapReport:
     """What the map side did with one range (to every state task and the driver).
 
     ``max_ts`` is the largest event time of its records that reached the exchange
-    (None: none did); ``rejected`` counts error records by code.
+    (None: none did); ``rejected`` counts error records by code. ``seconds`` is the
+    decode and routing time, ``seconds_read`` the Kafka read before it.
     """
 
     range: InputRange
@@ -59,6 +60,7 @@ class MapReport:
     max_ts: int | None
     rejected: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    seconds_read: float = 0.0
 
     def activity(self) -> PartitionActivity:
         """The range as clock input."""

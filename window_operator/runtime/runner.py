@@ -23,8 +23,8 @@ import logging
 import socket
 import time
 import uuid
-from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -98,6 +98,16 @@ class TaskReport:
     seconds_operator: float = 0.0
     seconds_commit: float = 0.0
     location: str = ""
+    # -- observability (window_operator.observe): what the metrics need per task
+    rejected_by_code: dict[str, int] = field(default_factory=dict)
+    results_by_kind: dict[str, int] = field(default_factory=dict)
+    seconds_outputs: float = 0.0
+    seconds_changelog: float = 0.0
+    seconds_local_commit: float = 0.0
+    store_bytes: int = 0
+    #: -1: the operator does not tell (count windows, joins)
+    live_keys: int = -1
+    live_windows: int = -1
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -158,6 +168,7 @@ class TaskRunner(Generic[B, R]):
             op, errors = self._apply(state, op, inp, report)
             report.seconds_operator = time.perf_counter() - t0 - report.seconds_restore
             self._send(producer, writer, state, op, errors, inp, report)
+            _observe_state(op, state, report)
         except _KAFKA_FAILURES:
             if producer is not None:
                 discard_producer(producer)
@@ -313,6 +324,7 @@ class TaskRunner(Generic[B, R]):
         batch = op.flush(commit=False)
         errors += op.get_errors()
         report.rejected = len(errors)
+        report.rejected_by_code = dict(Counter(e.code.value for e in errors))
         t0 = time.perf_counter()
         sink = OutputSink(
             producer,
@@ -325,9 +337,12 @@ class TaskRunner(Generic[B, R]):
         sink.begin()
         for results in op.take_result_batches():
             report.results += sink.results(self.plan.encode_results(results))
+            _count_kind(report.results_by_kind, results)
         sink.errors(errors)
         sink.acknowledge_outputs()
         trace("outputs", self.task, inp.batch_id)
+        t_outputs = time.perf_counter()
+        report.seconds_outputs = t_outputs - t0
         crash_point("after_outputs", report.rows, inp.batch_id)
         positions = [((p.source, p.partition), o) for p, o in op.offsets.items()]
         delivery = state.log(producer, batch, batch_number=op.batches, offsets=positions)
@@ -335,10 +350,13 @@ class TaskRunner(Generic[B, R]):
         report.changelog_records = delivery.records
         marker = sink.commit(delivery)
         trace("changelog", self.task, inp.batch_id, sink.attempt or "")
+        t_changelog = time.perf_counter()
+        report.seconds_changelog = t_changelog - t_outputs
         crash_point("after_changelog", report.rows, inp.batch_id)
         state.commit(batch, marker, writer)
         trace("local-commit", self.task, inp.batch_id)
         report.seconds_commit = time.perf_counter() - t0
+        report.seconds_local_commit = time.perf_counter() - t_changelog
 
 
 def _replayed(err: ErrorRecord, offsets: dict[InputPosition, int], plan: JobPlan[Any, Any]) -> bool:
@@ -347,3 +365,18 @@ def _replayed(err: ErrorRecord, offsets: dict[InputPosition, int], plan: JobPlan
         return False
     source = next((s.index for s in plan.sources if s.topic == err.topic), 0)
     return err.offset <= offsets.get(InputPosition(source, err.partition), -1)
+
+
+def _count_kind(counts: dict[str, int], results: Any) -> None:
+    """Count a result batch under its kind (every result batch holds one kind)."""
+    kind = str(getattr(results, "kind", "RESULT"))
+    counts[kind] = counts.get(kind, 0) + len(results)
+
+
+def _observe_state(op: WindowOperator[Any, Any, Any], state: TaskState, report: TaskReport) -> None:
+    """The task's state after the batch: store size on disk, live keys and windows."""
+    report.store_bytes = state.store.size_on_disk()
+    live = getattr(op, "live_state", None)
+    if live is not None:
+        counts = live()
+        report.live_keys, report.live_windows = counts.keys, counts.windows

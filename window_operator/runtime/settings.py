@@ -10,6 +10,7 @@ from typing import Any
 
 from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.observe.logs import kafka_logger
 
 __all__ = ["STATE_DIR_ENV", "TaskSettings", "task_state_dir"]
 
@@ -79,6 +80,7 @@ class TaskSettings:
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 1_000_000,
             "compression.type": "lz4",
+            "logger": kafka_logger(),
             **self.config.kafka.producer,
             **self.producer,
         }
@@ -87,6 +89,7 @@ class TaskSettings:
         """librdkafka consumer settings for restores and range reads."""
         return {
             "bootstrap.servers": self.bootstrap_servers,
+            "logger": kafka_logger(),
             **self.config.kafka.consumer,
             **self.consumer,
         }

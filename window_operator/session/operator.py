@@ -33,6 +33,7 @@ from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
     InputPosition,
+    LiveState,
     OperatorKernel,
     StepStats,
     StoredWindow,
@@ -105,6 +106,12 @@ class SessionAggregator:
         self._restore()
 
     # ------------------------------------------------------------------ properties
+
+    def live_state(self) -> LiveState:
+        """Keys with an open session, and those sessions (read-only; all are in memory)."""
+        slots = self.cache.open_slots()
+        kids = self.cache.slots.kid[slots]
+        return LiveState(keys=len(np.unique(kids)), windows=len(slots))
 
     @property
     def store(self) -> TaskStore:

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 AnyJobConfig = JobConfig | JoinJobConfig
 _COUNTED = [f.name for f in fields(TaskReport) if f.type in ("int", int) and f.name != "task"]
+#: Integer report fields that are levels (state size, positions), not counts to sum.
+_LEVELS = ("watermark", "batch_id", "attempts", "store_bytes", "live_keys", "live_windows")
+Observer = Callable[["BatchReport"], None]
 
 
 @dataclass
@@ -68,7 +71,7 @@ class JobRun:
         t = self.totals
         for r in report.tasks:
             for name in _COUNTED:
-                if name not in ("watermark", "batch_id", "attempts"):
+                if name not in _LEVELS:
                     t[name] = t.get(name, 0) + int(getattr(r, name))
         t["records"] = t.get("records", 0) + sum(m.records for m in report.ranges)
 
@@ -85,7 +88,7 @@ class StreamingJob:
         state_dir: str | None = None,
         available_now: bool | None = None,
         starting_offsets: str = "earliest",
-        on_report: Callable[[BatchReport], None] | None = None,
+        on_report: Observer | None = None,
     ) -> None:
         self.config = config
         self.bootstrap = bootstrap_servers
@@ -100,6 +103,8 @@ class StreamingJob:
         self.trigger_ms = sc.trigger_ms or 5_000
         self.starting_offsets = starting_offsets
         self.on_report = on_report
+        #: further observers of every batch report (metrics, the batch log line)
+        self.observers: list[Observer] = []
         self.run_totals = JobRun()
         self.clocks = ClockLog(Path(str(sc.checkpoint_dir)) / "window-operator-clock")
         self._clock = ClockState()
@@ -107,6 +112,7 @@ class StreamingJob:
         self._lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
         self.query: Any = None
 
     # -- the job clock -------------------------------------------------------------------
@@ -123,6 +129,7 @@ class StreamingJob:
             clock = self.clocks.begin(batch_id, _now_ms(), self._advance)
             ctx = BatchContext(self.settings, batch_id, clock)
             n = self.settings.tasks
+            self._describe(f"micro-batch {batch_id}")
             out = (
                 batch_df.rdd.mapPartitions(lambda rows: map_side(ctx, rows))
                 .partitionBy(n + 1, lambda task: task)
@@ -146,6 +153,7 @@ class StreamingJob:
             clock = self._advance(self._clock, _now_ms())
             ctx = BatchContext(self.settings, -1, clock)
             n = self.settings.tasks
+            self._describe("timer pass")
             tasks: list[TaskReport] = (
                 self.spark.sparkContext.parallelize(range(n), n)
                 .mapPartitionsWithIndex(lambda i, rows: timer_pass(ctx, i, rows))
@@ -163,6 +171,19 @@ class StreamingJob:
         self.run_totals.add(report)
         if self.on_report is not None:
             self.on_report(report)
+        for observer in self.observers:
+            try:
+                observer(report)
+            except Exception as exc:  # noqa: BLE001 - an observer never stops the job
+                log.warning("batch report observer %r failed: %s", observer, exc)
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer`` with every batch report too (after ``on_report``)."""
+        self.observers.append(observer)
+
+    def _describe(self, what: str) -> None:
+        """Name the Spark job that follows in Spark's UI (jobs page, event log)."""
+        self.spark.sparkContext.setJobDescription(f"window-operator {self.config.job}: {what}")
 
     def _timer_loop(self) -> None:
         interval = self.trigger_ms / 1000.0
@@ -209,7 +230,10 @@ class StreamingJob:
             writer = writer.trigger(processingTime=f"{self.trigger_ms} milliseconds")
         self.query = writer.start()
         if not self.available_now:
-            threading.Thread(target=self._timer_loop, name="window-timers", daemon=True).start()
+            self._timer = threading.Thread(
+                target=self._timer_loop, name="window-timers", daemon=True
+            )
+            self._timer.start()
         return self.query
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
@@ -224,6 +248,9 @@ class StreamingJob:
         self._stop.set()
         if self.query is not None and self.query.isActive:
             self.query.stop()
+        if self._timer is not None:
+            # a timer pass still running would be cut off by spark.stop() (worker crashes)
+            self._timer.join(timeout=self.settings.broker_timeout_s)
 
 
 def _source_retries(settings: TaskSettings) -> dict[str, str]:

@@ -12,6 +12,7 @@ One Spark job per micro-batch, never through the driver (see
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -51,9 +52,10 @@ def read_input(settings: TaskSettings, row: Any) -> tuple[InputRange | None, Inp
 def map_side(ctx: BatchContext, rows: Iterable[Any]) -> Iterator[Shuffled]:
     """``mapPartitions`` body over the source's offset-range rows."""
     for row in rows:
+        t0 = time.perf_counter()
         rng, records = read_input(ctx.settings, row)
         if rng is not None:
-            yield from map_range(ctx, rng, records)
+            yield from map_range(ctx, rng, records, time.perf_counter() - t0)
 
 
 def reduce_side(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> Iterator[Any]:

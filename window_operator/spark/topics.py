@@ -70,8 +70,10 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
             "changelog topic, the Spark checkpoint and the state directory)"
         )
     tasks = existing or wanted or widest
-    if isinstance(config, JobConfig) and isinstance(config.window, OffsetsWindow) and (
-        tasks < widest
+    if (
+        isinstance(config, JobConfig)
+        and isinstance(config.window, OffsetsWindow)
+        and (tasks < widest)
     ):
         raise TaskCountError(
             f"offsets windows keep one input partition per state task, but the job has "

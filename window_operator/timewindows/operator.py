@@ -37,6 +37,7 @@ from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
     InputPosition,
+    LiveState,
     OperatorKernel,
     StepStats,
     StoredWindow,
@@ -116,6 +117,22 @@ class WindowedAggregator:
     def store(self) -> TaskStore:
         """The task's RocksDB store."""
         return self.kernel.store
+
+    def live_state(self) -> LiveState:
+        """Keys with a window that has not fired yet, and those windows (read-only).
+
+        Every open frame is in memory (restored ones too), so this needs no store read.
+        """
+        fs = self.frames
+        held = fs.kid >= 0
+        k = self._size // self._step
+        back = np.arange(k, dtype=np.int64) * self._step
+        starts = (fs.frame[held][:, None] - back[None, :]).ravel()
+        owners = np.repeat(fs.kid[held], k)
+        # a window fires once the watermark reaches its end
+        is_open = starts > self.watermark - self._size
+        pairs = np.unique(np.stack([owners[is_open], starts[is_open]]), axis=1)
+        return LiveState(keys=len(np.unique(owners[is_open])), windows=int(pairs.shape[1]))
 
     @property
     def watermark(self) -> int:

@@ -25,7 +25,8 @@ def test_error_message_format_is_exact() -> None:
             "  - window.type: must be one of tumbling, hopping, session, count, offsets"
             " (got 'tumblng')",
             "  - windw: unknown key (allowed keys: job, input, window, aggregations, watermark,"
-            " emit, retention, output, state, processing, kafka, spark); did you mean 'window'?",
+            " emit, retention, output, state, processing, kafka, spark, metrics);"
+            " did you mean 'window'?",
         ]
     )
     assert info.value.source == "jobs/clicks.yaml"

@@ -117,6 +117,3 @@ def read_partition(p: KafkaInputPartition) -> Iterator[Any]:
     schema = _arrow_schema()
     for msgs in read_messages(p):
         yield _record_batch(msgs, p.topic, p.partition, schema)
-
-
-

@@ -70,5 +70,3 @@ LATEST = -1
 
 TopicPartitionKey = tuple[str, int]
 OffsetMap = dict[TopicPartitionKey, int]
-
-

@@ -1,0 +1,105 @@
+"""Secrets of ``kafka.*`` settings never reach the logs, the report or the metrics.
+
+The job runs from the command line with a SASL password and an SSL key password in
+``kafka.producer`` (the local broker speaks PLAINTEXT, so librdkafka keeps them unused);
+everything it prints, writes and serves is searched for them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from obskit import in_order, job_dict, one_partition_topic, produce_events, scrape, total
+
+from window_operator.config import load_config
+from window_operator.observe.redact import RedactingFilter, redact_settings
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+SASL = "sasl-Pa55word-that-must-not-leak"
+KEY = "ssl-key-Pa55word-that-must-not-leak"
+
+
+def metrics_text(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_secrets_stay_out_of_logs_reports_and_metrics(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    import yaml
+
+    topic = unique_name("in")
+    one_partition_topic(kafka_bootstrap, topic)
+    produce_events(kafka_bootstrap, topic, in_order(50))
+    doc = job_dict(tmp_path, topic, unique_name("job"), trigger="1s")
+    doc["kafka"] = {"producer": {"sasl.password": SASL, "ssl.key.password": KEY}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert SASL not in repr(load_config(path))  # nor in a config's repr (tracebacks)
+
+    port, report = free_port(), tmp_path / "report.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "window_operator", "run", "--config", str(path),
+         "--bootstrap-servers", kafka_bootstrap, "--metrics-port", str(port),
+         "--master", "local[2]", "--report", str(report)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # Ctrl-C reaches the driver only, as from a terminal
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    texts = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                metrics = scrape(port)
+                if total(metrics, "window_operator_records_applied_total") >= 50:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("the job did not apply the input in time")
+        texts.append(metrics_text(port))
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert "window_operator.batches: batch 0, 50 read, 50 applied" in err  # logs were written
+    assert "Traceback" not in err
+    texts += [out, err, report.read_text()]
+    assert '"batch":0' in texts[-1]
+    for text in texts:
+        assert SASL not in text and KEY not in text
+
+
+def test_redaction_masks_secret_settings_and_log_text() -> None:
+    settings = {"sasl.password": SASL, "ssl.key.pem": "-----BEGIN KEY", "acks": "all"}
+    assert redact_settings(settings) == {
+        "sasl.password": "***",
+        "ssl.key.pem": "***",
+        "acks": "all",
+    }
+    import logging
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "auth with %s", (SASL,), None)
+    assert RedactingFilter([SASL]).filter(record)
+    assert record.getMessage() == "auth with ***"

@@ -1,0 +1,78 @@
+"""``window-operator status`` on a job that has run, one that is behind, one that never ran."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from obskit import in_order, job_dict, one_partition_topic, produce_events, write_job
+
+from window_operator.cli import main
+from window_operator.spark.driver import StreamingJob
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+def status(capsys: pytest.CaptureFixture[str], path: Path, bootstrap: str, *more: str) -> Any:
+    code = main(["status", "--config", str(path), "--bootstrap-servers", bootstrap, *more])
+    return code, capsys.readouterr().out
+
+
+def test_status_of_a_job_that_ran_then_fell_behind(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic, job = unique_name("in"), unique_name("job")
+    one_partition_topic(kafka_bootstrap, topic)
+    produce_events(kafka_bootstrap, topic, in_order(100))
+    doc = job_dict(tmp_path, topic, job)
+    path, config = write_job(tmp_path, doc)
+    run = StreamingJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+    run.start()
+    assert run.await_termination(300)
+
+    code, out = status(capsys, path, kafka_bootstrap)
+    assert code == 0, out
+    assert f"{topic}[0]" in out and "healthy: lag 0" in out
+    row = next(line for line in out.splitlines() if line.startswith(f"{topic}[0]"))
+    assert row.split()[1:4] == ["100", "100", "0"]  # committed, end, lag
+    # max event time of the partition (T0 + 24.75 s), its watermark 5 s (lateness) behind
+    assert row.split()[4:] == ["2023-11-14", "22:14:24", "2023-11-14", "22:14:19"]
+    assert "task 0" in out and "local store" in out
+
+    produce_events(kafka_bootstrap, topic, in_order(30))
+    code, out = status(capsys, path, kafka_bootstrap)
+    assert code == 1
+    assert "UNHEALTHY: behind: 30 input records wait for the next run" in out
+
+    # the same job run with a 1 s trigger: behind once no batch ran for 2 triggers
+    streaming, _ = write_job(tmp_path, {**doc, "spark": {"trigger": "1s"}}, "streaming.yaml")
+    time.sleep(2.5)
+    code, out = status(capsys, streaming, kafka_bootstrap, "--max-idle-triggers", "2")
+    assert code == 1
+    assert "UNHEALTHY: behind: 30 input records wait, but no batch ran for" in out
+    assert "(2 triggers of 1 s): is the job running?" in out
+
+
+def test_status_of_a_job_that_never_ran(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic = unique_name("in")
+    one_partition_topic(kafka_bootstrap, topic)
+    path, _ = write_job(tmp_path, job_dict(tmp_path, topic, "never-ran"))
+    code, out = status(capsys, path, kafka_bootstrap)
+    assert code == 1
+    assert out.strip() == (
+        f"UNHEALTHY: job 'never-ran' has never run: its Spark checkpoint "
+        f"{tmp_path}/state/never-ran/spark-checkpoint holds no micro-batch "
+        "(start it with `window-operator run`)"
+    )

@@ -1,0 +1,177 @@
+"""Everything the command line attaches to a streaming job to observe it.
+
+:func:`attach` gives a :class:`~window_operator.spark.driver.StreamingJob` its metrics
+(served when a port is configured), the per-batch log line, the optional ``--report``
+file and Spark's progress listener; :meth:`Observers.close` takes them down again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+import orjson
+
+from window_operator.observe.lag import InputLag
+from window_operator.observe.logs import BatchLog
+from window_operator.observe.metrics import JobMetrics
+from window_operator.runtime.plans import plan_for
+
+if TYPE_CHECKING:
+    from window_operator.spark.driver import BatchReport, StreamingJob
+
+__all__ = ["Observers", "QueryFailedError", "ReportFile", "attach", "run_observed"]
+
+log = logging.getLogger(__name__)
+
+
+class ReportFile:
+    """``--report FILE``: one JSON line per micro-batch or timer pass with every report."""
+
+    def __init__(self, path: str) -> None:
+        self.file: IO[bytes] = open(path, "ab")  # noqa: SIM115 - closed by close()
+
+    def __call__(self, report: BatchReport) -> None:
+        """Append the report."""
+        doc = {
+            "batch": report.batch_id,
+            "watermark": report.clock.watermark,
+            "seconds": report.seconds,
+            "tasks": [t.as_dict() for t in report.tasks],
+            "ranges": [
+                {
+                    "topic": m.range.topic,
+                    "partition": m.range.partition,
+                    "start": m.range.start,
+                    "end": m.range.end,
+                    "records": m.records,
+                    "rejected": m.rejected,
+                }
+                for m in report.ranges
+            ],
+        }
+        self.file.write(orjson.dumps(doc) + b"\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self.file.close()
+
+
+@dataclass
+class Observers:
+    """What :func:`attach` set up."""
+
+    metrics: JobMetrics
+    port: int | None
+    report: ReportFile | None
+    listener: Any
+    spark: Any
+
+    def close(self) -> None:
+        """Stop serving metrics, close the report, remove the listener."""
+        self.metrics.close()
+        if self.report is not None:
+            self.report.close()
+        if self.listener is not None:
+            try:
+                self.spark.streams.removeListener(self.listener)
+            except Exception as exc:  # noqa: BLE001 - py4j errors once Spark is stopping
+                log.debug("progress listener not removed: %s", exc)
+
+
+def attach(
+    job: StreamingJob,
+    *,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
+    report_path: str | None = None,
+    listen: bool = True,
+) -> Observers:
+    """Observe ``job`` (before :meth:`StreamingJob.start`): metrics, batch log, report."""
+    from window_operator.observe.spark_progress import ProgressListener
+
+    config = job.config
+    topics = [s.topic for s in plan_for(job.settings).sources]
+    lag = InputLag(
+        job.bootstrap,
+        topics,
+        checkpoint_dir=str(config.spark.checkpoint_dir),
+        client_config=config.kafka.consumer,
+    )
+    metrics = JobMetrics(config, lag=lag)
+    job.add_observer(metrics)
+    job.add_observer(BatchLog(metrics))
+    report = ReportFile(report_path) if report_path else None
+    if report is not None:
+        job.add_observer(report)
+    port = metrics.serve(metrics_port, metrics_host) if metrics_port is not None else None
+    listener = None
+    if listen:
+        listener = ProgressListener(metrics, f"window-operator-{config.job}")
+        job.spark.streams.addListener(listener)
+    return Observers(metrics, port, report, listener, job.spark)
+
+
+class QueryFailedError(Exception):
+    """The streaming query stopped with an error (the message names the task's error)."""
+
+
+def run_observed(
+    job: StreamingJob,
+    *,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
+    report_path: str | None = None,
+) -> None:
+    """Start ``job`` observed, wait until it ends or Ctrl-C, then stop it and Spark.
+
+    A failed query raises :class:`QueryFailedError` with the Python error of the task
+    that failed, instead of the screenfuls of Java and Python stack Spark attaches.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    from window_operator.observe.spark_progress import mute_cancel_warnings
+
+    observers = attach(
+        job, metrics_port=metrics_port, metrics_host=metrics_host, report_path=report_path
+    )
+    # PySpark's own Ctrl-C handler cancels every Spark job from inside the signal handler
+    # (a screenful of py4j errors, and the running batch fails); this one lets the
+    # running batch finish, then stops the query.
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    try:
+        job.start()
+        while not job.await_termination(0.5):
+            if interrupted.is_set():
+                log.info("stopping after the running micro-batch (Ctrl-C)")
+                _wait_between_batches(job)
+                break
+    except StreamingQueryException as exc:
+        raise QueryFailedError(f"the streaming query stopped: {_root_cause(exc)}") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        mute_cancel_warnings(job.spark)
+        job.stop()
+        observers.close()
+        job.spark.stop()
+
+
+def _wait_between_batches(job: StreamingJob) -> None:
+    """Wait (bounded) until the query runs no trigger: a stop then cancels nothing."""
+    deadline = time.monotonic() + job.settings.broker_timeout_s
+    while time.monotonic() < deadline and job.query.status.get("isTriggerActive"):
+        time.sleep(0.1)
+
+
+def _root_cause(exc: Exception) -> str:
+    """The last Python exception line of a query failure (the task's own error)."""
+    lines = [ln.strip() for ln in str(exc).splitlines()]
+    errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception): ", ln)]
+    return errors[-1] if errors else (lines[0] if lines else type(exc).__name__)

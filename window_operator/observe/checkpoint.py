@@ -1,0 +1,114 @@
+"""What a job's Spark checkpoint says, read from its files (the job need not run).
+
+Spark's checkpoint directory holds ``offsets/<batch>`` (written when a micro-batch is
+planned: a version line, a metadata line with ``batchTimestampMs``, then one line per
+source with its end offsets; the ``wo_kafka`` source and Spark's own Kafka source both
+write ``{"topic": {"partition": next_offset}}``) and ``commits/<batch>`` (written once
+the batch's sink finished). The driver adds ``window-operator-clock/<batch>.json``, the
+job clock each batch starts from (see :mod:`window_operator.spark.clock_log`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from window_operator.kernel import ClockState
+from window_operator.spark.clock_log import ClockLog
+
+__all__ = ["CheckpointState", "TopicPartition", "read_checkpoint"]
+
+TopicPartition = tuple[str, int]
+_NUMBERED = re.compile(r"^\d+$")
+_CLOCK_ENTRY = re.compile(r"^(\d+)\.json$")
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """A job's progress as its checkpoint records it.
+
+    ``committed`` holds the next offset to read per input partition after the newest
+    committed batch ``last_committed`` (``None``: no batch committed yet);
+    ``last_planned`` is the newest batch Spark planned (it may still run, or have
+    failed). ``clock`` is the newest job clock entry and ``last_activity_ms`` the wall
+    clock of the newest batch or timer pass.
+    """
+
+    directory: Path
+    last_planned: int | None = None
+    last_committed: int | None = None
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+    batch_time_ms: int | None = None
+    clock: ClockState | None = None
+    last_activity_ms: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        """Whether the job ever planned a micro-batch here."""
+        return self.last_planned is not None
+
+
+def _numbered(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted(int(n) for n in os.listdir(directory) if _NUMBERED.match(n))
+
+
+def _offset_entry(path: Path) -> tuple[int | None, dict[TopicPartition, int]]:
+    """``batchTimestampMs`` and the source offsets of one ``offsets/<batch>`` file."""
+    lines = path.read_text().splitlines()
+    meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    offsets: dict[TopicPartition, int] = {}
+    for line in lines[2:]:
+        if not line.strip() or line.strip() == "-":
+            continue
+        doc = json.loads(line)
+        if not isinstance(doc, dict):
+            continue
+        for topic, parts in doc.items():
+            if isinstance(parts, dict):
+                for p, off in parts.items():
+                    offsets[(str(topic), int(p))] = int(off)
+    stamp = meta.get("batchTimestampMs")
+    return (int(stamp) if stamp is not None else None), offsets
+
+
+def _newest_clock(directory: Path) -> ClockState | None:
+    if not directory.is_dir():
+        return None
+    ids = [int(m.group(1)) for n in os.listdir(directory) if (m := _CLOCK_ENTRY.match(n))]
+    if not ids:
+        return None
+    found = ClockLog(directory).read(max(ids))
+    return None if found is None else found[0]
+
+
+def read_checkpoint(directory: str | Path) -> CheckpointState:
+    """The state of the checkpoint at ``directory`` (empty when the job never ran)."""
+    root = Path(directory)
+    planned = _numbered(root / "offsets")
+    committed = _numbered(root / "commits")
+    if not planned:
+        return CheckpointState(root)
+    last_committed = committed[-1] if committed else None
+    offsets: dict[TopicPartition, int] = {}
+    stamp: int | None = None
+    if last_committed is not None and (root / "offsets" / str(last_committed)).is_file():
+        stamp, offsets = _offset_entry(root / "offsets" / str(last_committed))
+    clock = _newest_clock(root / "window-operator-clock")
+    activity = [t for t in (stamp, clock.now if clock is not None else None) if t]
+    if last_committed is not None:
+        mtime = (root / "commits" / str(last_committed)).stat().st_mtime
+        activity.append(int(mtime * 1000))
+    return CheckpointState(
+        directory=root,
+        last_planned=planned[-1],
+        last_committed=last_committed,
+        committed=offsets,
+        batch_time_ms=stamp,
+        clock=clock,
+        last_activity_ms=max(activity) if activity else None,
+    )

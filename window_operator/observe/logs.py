@@ -1,0 +1,135 @@
+"""Logging of the command line: one INFO line per micro-batch, quiet otherwise.
+
+:func:`setup_logging` sends records to stderr through a :class:`RedactingFilter` (no
+``kafka.*`` secret ever reaches the log), shows the package's INFO lines and everybody
+else's warnings, and keeps librdkafka's connection chatter out (see
+:class:`KafkaNoiseFilter`). :class:`BatchLog` is the batch-report observer that writes
+the per-batch line; ``--quiet`` turns it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from window_operator.observe.redact import RedactingFilter
+
+if TYPE_CHECKING:
+    from window_operator.observe.metrics import JobMetrics
+    from window_operator.spark.driver import BatchReport
+
+__all__ = [
+    "BATCH_LOGGER",
+    "KAFKA_LOGGER",
+    "BatchLog",
+    "KafkaNoiseFilter",
+    "kafka_logger",
+    "setup_logging",
+]
+
+#: The logger of the per-batch line.
+BATCH_LOGGER = "window_operator.batches"
+#: The logger librdkafka's messages go to (``logger`` in the client settings).
+KAFKA_LOGGER = "window_operator.kafka"
+_OURS = "_window_operator_handler"
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: librdkafka's messages about a broker connection going away: expected when a client or
+#: the broker shuts down, and retried by librdkafka when not; an outage that matters
+#: surfaces as an error of the request that needed the broker.
+_CONNECTION_NOISE = ("Disconnected", "Connection refused", "brokers are down", "Connect to")
+
+
+class KafkaNoiseFilter(logging.Filter):
+    """Drops librdkafka's connection-state messages (see :data:`_CONNECTION_NOISE`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every record but the connection chatter."""
+        message = record.getMessage()
+        return not any(part in message for part in _CONNECTION_NOISE)
+
+
+_KAFKA = logging.getLogger(KAFKA_LOGGER)
+_KAFKA.addFilter(KafkaNoiseFilter())
+
+
+def kafka_logger() -> logging.Logger:
+    """The logger for librdkafka's messages (``"logger"`` of a client's settings).
+
+    Without it librdkafka writes to stderr itself; through it, connection chatter is
+    dropped and secrets are masked like every other log line. The filter is attached in
+    every process that builds client settings (Spark's Python workers too).
+    """
+    return _KAFKA
+
+
+def setup_logging(*, quiet: bool = False, secrets: list[str] | None = None) -> RedactingFilter:
+    """Configure logging for a command; returns the redaction filter (add secrets to it)."""
+    redact = RedactingFilter(secrets or [])
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
+    handler.addFilter(redact)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, _OURS, False):  # a second call replaces the first (tests, tools)
+            root.removeHandler(old)
+    setattr(handler, _OURS, True)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("window_operator").setLevel(logging.INFO)
+    logging.getLogger(BATCH_LOGGER).setLevel(logging.WARNING if quiet else logging.INFO)
+    # (no level of its own: producers are cached by their settings, this logger's repr
+    # included, so it must not change while the job runs)
+    # KafkaAdmin's clients log librdkafka's messages there: the same chatter
+    admin = logging.getLogger("window_operator.kafka_admin")
+    if not any(isinstance(f, KafkaNoiseFilter) for f in admin.filters):
+        admin.addFilter(KafkaNoiseFilter())
+    # py4j logs every callback connection it opens or closes at INFO
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return redact
+
+
+def _time(ms: int) -> str:
+    if ms <= -(2**62) or ms >= 2**62:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+class BatchLog:
+    """Writes one concise INFO line per micro-batch (timer passes only when they emit)."""
+
+    def __init__(self, metrics: JobMetrics | None = None) -> None:
+        self.log = logging.getLogger(BATCH_LOGGER)
+        self.metrics = metrics
+
+    def line(self, report: BatchReport) -> str:
+        """The line of one report."""
+        tasks = report.tasks
+        kinds: dict[str, int] = {}
+        for t in tasks:
+            for kind, n in t.results_by_kind.items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        results = sum(kinds.values())
+        by_kind = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        label = "timer pass" if report.batch_id < 0 else f"batch {report.batch_id}"
+        parts = [label]
+        if report.batch_id >= 0:
+            parts.append(f"{sum(m.records for m in report.ranges)} read")
+            parts.append(f"{sum(t.applied for t in tasks)} applied")
+            replayed = sum(t.replayed for t in tasks)
+            if replayed:
+                parts.append(f"{replayed} replayed")
+            parts.append(f"{sum(t.late for t in tasks)} late")
+            parts.append(f"{sum(t.rejected for t in tasks)} rejected")
+        parts.append(f"{results} results" + (f" ({by_kind})" if by_kind else ""))
+        parts.append(f"watermark {_time(report.clock.watermark)}")
+        if self.metrics is not None:
+            parts.append(f"lag {self.metrics.summary().lag}")
+        parts.append(f"{report.seconds:.2f} s")
+        return ", ".join(parts)
+
+    def __call__(self, report: BatchReport) -> None:
+        """Log the line (a timer pass that emitted nothing at DEBUG)."""
+        quiet_pass = report.batch_id < 0 and not any(t.results for t in report.tasks)
+        self.log.log(logging.DEBUG if quiet_pass else logging.INFO, "%s", self.line(report))

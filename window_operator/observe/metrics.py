@@ -1,0 +1,251 @@
+"""The job's Prometheus metrics, aggregated from its batch reports, served by the driver.
+
+:class:`JobMetrics` is a batch-report observer of
+:class:`~window_operator.spark.driver.StreamingJob`: every micro-batch and timer pass
+updates counters, gauges and histograms in its own registry, and :meth:`JobMetrics.serve`
+exposes them in the Prometheus text format (``prometheus_client``) on ``/metrics``.
+Every metric is documented in the README ("Metrics"); :data:`METRICS` lists the names.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.observe.lag import InputLag
+from window_operator.results import ErrorCode
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from window_operator.spark.driver import BatchReport
+
+__all__ = ["PREFIX", "JobMetrics", "MetricsSummary"]
+
+log = logging.getLogger(__name__)
+
+PREFIX = "window_operator"
+#: Buckets of the duration histograms, in seconds.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+PHASES = ("read", "restore", "operator", "outputs", "changelog", "commit")
+_TASK_COUNTS = {
+    "applied": "records_applied",
+    "replayed": "records_replayed",
+    "late": "records_late",
+    "restored_records": "restore_records",
+    "changelog_records": "changelog_records",
+}
+
+
+@dataclass
+class MetricsSummary:
+    """Totals of a run, read back from the metrics (the demo's closing summary)."""
+
+    read: int = 0
+    applied: int = 0
+    late: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    results: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+    lag: int = 0
+
+
+class JobMetrics:
+    """Prometheus metrics of one job (see module doc); call it with each batch report."""
+
+    def __init__(
+        self,
+        config: JobConfig | JoinJobConfig,
+        *,
+        lag: InputLag | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.config = config
+        self.lag = lag
+        self.registry = registry or CollectorRegistry()
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._topics = _source_topics(config)
+        self._define()
+
+    # -- definitions ---------------------------------------------------------------------
+
+    def _counter(self, name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
+        return Counter(f"{PREFIX}_{name}", doc, list(labels), registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: Iterable[str] = ()) -> Gauge:
+        return Gauge(f"{PREFIX}_{name}", doc, list(labels), registry=self.registry)
+
+    def _define(self) -> None:
+        c, g, tp = self._counter, self._gauge, ("topic", "partition")
+        self.batches = c("batches", "Micro-batches and timer passes run", ["type"])
+        self.read = c("records_read", "Input records read from Kafka", tp)
+        self.counts = {
+            name: c(metric, f"{metric.replace('_', ' ').capitalize()} (per state task)", ["task"])
+            for name, metric in _TASK_COUNTS.items()
+        }
+        self.rejected = c("records_rejected", "Records sent to the error topic", ["reason"])
+        self.out_of_retention = c(
+            "records_out_of_retention", "Events too late for retention (rejected)", ["task"]
+        )
+        self.results = c("results", "Results emitted to the output topic", ["kind"])
+        self.restore_seconds = c("restore_seconds", "Time spent restoring stores", ["task"])
+        self.retries = c("task_retries", "Batch attempts repeated (Kafka away)", ["task"])
+        self.watermark = g("watermark_ms", "The job's watermark (event time, epoch ms)")
+        self.max_ts = g("partition_max_event_time_ms", "Largest event time seen", tp)
+        self.part_wm = g("partition_watermark_ms", "Max event time minus allowed lateness", tp)
+        self.end = g("input_end_offset", "End (last stable) offset of the partition", tp)
+        self.position = g("input_position_offset", "Next offset the job reads", tp)
+        self.lag_records = g("input_lag_records", "End offset minus the job's position", tp)
+        self.store_bytes = g("state_store_bytes", "Size of the task's RocksDB on disk", ["task"])
+        self.keys = g("state_keys", "Keys with an open window or session", ["task"])
+        self.windows = g("state_windows", "Open windows or sessions", ["task"])
+        self.last_batch = g("last_batch_id", "Id of the last micro-batch")
+        self.last_time = g("last_batch_timestamp_seconds", "When the last batch or pass ended")
+        self.batch_seconds = Histogram(
+            f"{PREFIX}_batch_seconds", "Duration of a micro-batch on the driver", ["type"],
+            buckets=BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.phase_seconds = Histogram(
+            f"{PREFIX}_phase_seconds", "Duration of a batch phase in one task (read: one range)",
+            ["phase"], buckets=BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.spark_seconds = Histogram(
+            f"{PREFIX}_spark_duration_seconds", "Spark's own trigger durations (durationMs)",
+            ["operation"], buckets=BUCKETS, registry=self.registry,
+        )  # fmt: skip
+
+    # -- observing -----------------------------------------------------------------------
+
+    def __call__(self, report: BatchReport) -> None:
+        """Fold one batch report in (the driver calls this after every batch and pass)."""
+        with self._lock:
+            kind = "timer_pass" if report.batch_id < 0 else "micro_batch"
+            self.batches.labels(kind).inc()
+            self.batch_seconds.labels(kind).observe(report.seconds)
+            if report.batch_id >= 0:
+                self.last_batch.set(report.batch_id)
+            self.last_time.set(time.time())
+            self._ranges(report)
+            for task in report.tasks:
+                self._task(task)
+            self._clock(report)
+            self._lag(report)
+
+    def _ranges(self, report: BatchReport) -> None:
+        for m in report.ranges:
+            labels = (m.range.topic, str(m.range.partition))
+            self.read.labels(*labels).inc(m.records)
+            self.phase_seconds.labels("read").observe(m.seconds_read + m.seconds)
+
+    def _task(self, t: Any) -> None:
+        task = str(t.task)
+        for name, counter in self.counts.items():
+            counter.labels(task).inc(int(getattr(t, name)))
+        for code, n in t.rejected_by_code.items():
+            self.rejected.labels(code).inc(n)
+        self.out_of_retention.labels(task).inc(
+            t.rejected_by_code.get(ErrorCode.OUT_OF_RETENTION.value, 0)
+        )
+        for kind, n in t.results_by_kind.items():
+            self.results.labels(kind).inc(n)
+        self.restore_seconds.labels(task).inc(t.seconds_restore)
+        self.retries.labels(task).inc(max(0, t.attempts - 1))
+        phases = {
+            "restore": t.seconds_restore,
+            "operator": t.seconds_operator,
+            "outputs": t.seconds_outputs,
+            "changelog": t.seconds_changelog,
+            "commit": t.seconds_local_commit,
+        }
+        for phase, seconds in phases.items():
+            self.phase_seconds.labels(phase).observe(seconds)
+        self.store_bytes.labels(task).set(t.store_bytes)
+        if t.live_keys >= 0:
+            self.keys.labels(task).set(t.live_keys)
+            self.windows.labels(task).set(t.live_windows)
+
+    def _clock(self, report: BatchReport) -> None:
+        clock = report.clock
+        if clock.watermark > -(2**62):
+            self.watermark.set(clock.watermark)
+        lateness = self.config.watermark.allowed_lateness
+        for pos, ts in clock.max_ts.items():
+            if pos.source >= len(self._topics):
+                continue
+            labels = (self._topics[pos.source], str(pos.partition))
+            self.max_ts.labels(*labels).set(ts)
+            self.part_wm.labels(*labels).set(ts - lateness)
+
+    def _lag(self, report: BatchReport) -> None:
+        if self.lag is None:
+            return
+        self.lag.advance((m.range.topic, m.range.partition, m.range.end) for m in report.ranges)
+        readings = self.lag.read()
+        for r in readings or []:
+            labels = (r.topic, str(r.partition))
+            self.end.labels(*labels).set(r.end)
+            self.lag_records.labels(*labels).set(r.lag)
+            if r.position is not None:
+                self.position.labels(*labels).set(r.position)
+
+    def observe_spark_progress(self, durations_ms: dict[str, int]) -> None:
+        """Spark's ``durationMs`` of one trigger (from the query listener)."""
+        with self._lock:
+            for operation, ms in durations_ms.items():
+                self.spark_seconds.labels(operation).observe(ms / 1000.0)
+
+    # -- reading back and serving --------------------------------------------------------
+
+    def summary(self) -> MetricsSummary:
+        """Totals read back from the registry (what a scrape would show)."""
+        out = MetricsSummary()
+        by_label: dict[str, dict[str, float]] = defaultdict(dict)
+        for family in self.registry.collect():
+            for s in family.samples:
+                if s.name.endswith("_total") or s.name == f"{PREFIX}_input_lag_records":
+                    key = next(iter(s.labels.values()), "") if s.labels else ""
+                    prev = by_label[s.name].get(key, 0.0)
+                    by_label[s.name][key] = prev + s.value
+        total = {name: int(sum(v.values())) for name, v in by_label.items()}
+        out.read = total.get(f"{PREFIX}_records_read_total", 0)
+        out.applied = total.get(f"{PREFIX}_records_applied_total", 0)
+        out.late = total.get(f"{PREFIX}_records_late_total", 0)
+        out.lag = total.get(f"{PREFIX}_input_lag_records", 0)
+        out.batches = int(by_label[f"{PREFIX}_batches_total"].get("micro_batch", 0))
+        out.rejected = {k: int(v) for k, v in by_label[f"{PREFIX}_records_rejected_total"].items()}
+        out.results = {k: int(v) for k, v in by_label[f"{PREFIX}_results_total"].items()}
+        return out
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+        """Serve ``/metrics`` on ``host:port`` (0: any free port); returns the port."""
+        from prometheus_client import start_http_server
+
+        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        bound = int(self._server.server_port)
+        log.info("metrics: serving http://%s:%d/metrics", host, bound)
+        return bound
+
+    def close(self) -> None:
+        """Stop serving."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def _source_topics(config: JobConfig | JoinJobConfig) -> list[str]:
+    """The input topic of each source index."""
+    if isinstance(config, JoinJobConfig):
+        join = config.join
+        return [join.left.topic or join.left.name, join.right.topic or join.right.name]
+    return [config.input.topic]

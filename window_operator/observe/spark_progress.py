@@ -1,0 +1,69 @@
+"""Spark's own progress of the job's query, folded into the job's metrics.
+
+The operator's figures cannot be put into ``query.lastProgress`` honestly: the job's sink
+is ``foreachBatch``, which reports no custom metrics; the Python data source API has no
+custom-metric hook; and observed metrics (``DataFrame.observe``) are computed over the
+rows of the micro-batch's DataFrame, which for this job are offset ranges, not the
+operator's outcome. What Spark does show is kept: the source's ``startOffset``,
+``endOffset`` and ``latestOffset`` (the lag, in ``lastProgress["sources"]``), and each
+Spark job is named after its micro-batch (``setJobDescription``) in Spark's UI.
+:class:`ProgressListener` goes the other way: it takes Spark's ``durationMs`` of every
+trigger into :class:`~window_operator.observe.metrics.JobMetrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from window_operator.observe.metrics import JobMetrics
+
+__all__ = ["ProgressListener", "mute_cancel_warnings"]
+
+log = logging.getLogger(__name__)
+
+
+class ProgressListener(StreamingQueryListener):
+    """Feeds the ``durationMs`` of the named query's progress events to ``metrics``."""
+
+    def __init__(self, metrics: JobMetrics, query_name: str) -> None:
+        super().__init__()
+        self.metrics = metrics
+        self.query_name = query_name
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+        """Nothing to record."""
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+        """Record the trigger's durations."""
+        progress = event.progress
+        if progress.name != self.query_name:
+            return
+        durations = {str(k): int(v) for k, v in dict(progress.durationMs).items()}
+        self.metrics.observe_spark_progress(durations)
+        log.debug("spark progress of batch %s: %s", progress.batchId, durations)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+        """Nothing to record (the job's timer passes run while the query is idle)."""
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+        """Nothing to record."""
+
+
+def mute_cancel_warnings(spark: Any) -> None:
+    """Silence the ``Failed to cancel job group`` warnings of a query being stopped.
+
+    ``StreamingQuery.stop()`` cancels the job group of the query's run whether or not a
+    job of it is active; between micro-batches none is, and Spark's DAGScheduler then
+    warns ``Failed to cancel job group ... Cannot find active jobs for it``. That is
+    harmless at shutdown, so the DAGScheduler's warnings are muted just before stopping.
+    """
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", level)
+    except Exception as exc:  # noqa: BLE001 - py4j errors (Spark Connect has no JVM here)
+        log.debug("DAGScheduler warnings not muted: %s", exc)

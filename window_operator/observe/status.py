@@ -1,0 +1,241 @@
+"""``window-operator status``: a job's progress and health, read without the job running.
+
+Sources: the Spark checkpoint (committed input offsets, the last batch and its time,
+see :mod:`~window_operator.observe.checkpoint`), the driver's clock log (watermark and
+max event time per input partition), the input topics (end offsets, hence the lag) and
+the changelog topic (offsets per state task), plus the local stores when this host has
+them. A job is unhealthy when input waits and no batch ran for ``max_idle_triggers``
+trigger intervals (or, for ``available_now`` jobs, whenever input waits), and when the
+lag grew between two readings ``interval_s`` apart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from stores.changelog import changelog_topic
+from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.kafka_admin import KafkaAdmin
+from window_operator.observe.checkpoint import CheckpointState, TopicPartition, read_checkpoint
+from window_operator.runtime.settings import task_state_dir
+
+__all__ = ["JobStatus", "PartitionStatus", "TaskStatus", "format_status", "job_status"]
+
+AnyJobConfig = JobConfig | JoinJobConfig
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One input partition: the job's position, the end offset, lag and event time."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    end: int | None
+    max_event_time: int | None
+    watermark: int | None
+
+    @property
+    def lag(self) -> int:
+        """Offsets not processed yet (0 when the end is unknown)."""
+        if self.end is None:
+            return 0
+        return max(0, self.end - (self.committed or 0))
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """One state task: its changelog partition's offsets and its local store (if here)."""
+
+    task: int
+    changelog_start: int
+    changelog_end: int
+    local_bytes: int | None
+
+    @property
+    def changelog_records(self) -> int:
+        """Offsets the changelog partition holds (compaction and markers included)."""
+        return max(0, self.changelog_end - self.changelog_start)
+
+
+@dataclass
+class JobStatus:
+    """What :func:`job_status` found; ``problems`` empty means healthy."""
+
+    job: str
+    checkpoint: CheckpointState
+    partitions: list[PartitionStatus] = field(default_factory=list)
+    tasks: list[TaskStatus] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    now_ms: int = 0
+
+    @property
+    def healthy(self) -> bool:
+        """Whether no problem was found."""
+        return not self.problems
+
+    @property
+    def lag(self) -> int:
+        """Total lag over the input partitions."""
+        return sum(p.lag for p in self.partitions)
+
+
+def _input_topics(config: AnyJobConfig) -> list[str]:
+    if isinstance(config, JoinJobConfig):
+        j = config.join
+        return list(dict.fromkeys([j.left.topic or j.left.name, j.right.topic or j.right.name]))
+    return [config.input.topic]
+
+
+def _partitions(
+    config: AnyJobConfig, admin: KafkaAdmin, cp: CheckpointState
+) -> list[PartitionStatus]:
+    topics = _input_topics(config)
+    counts = admin.topics()
+    known: set[TopicPartition] = {(t, p) for t in topics for p in range(counts.get(t, 0))}
+    known |= {tp for tp in cp.committed if tp[0] in topics}
+    existing = sorted(tp for tp in known if tp[1] < counts.get(tp[0], 0))
+    ends = admin.list_offsets(existing, earliest=False)
+    lateness = config.watermark.allowed_lateness
+    max_ts = {}
+    if cp.clock is not None:
+        max_ts = {(topics[p.source], p.partition): t for p, t in cp.clock.max_ts.items()}
+    out = []
+    for tp in sorted(known):
+        ts = max_ts.get(tp)
+        out.append(
+            PartitionStatus(
+                tp[0],
+                tp[1],
+                cp.committed.get(tp),
+                ends.get(tp),
+                ts,
+                None if ts is None else ts - lateness,
+            )  # fmt: skip
+        )
+    return out
+
+
+def _tasks(config: AnyJobConfig, admin: KafkaAdmin, state_dir: str) -> list[TaskStatus]:
+    topic = changelog_topic(config.job)
+    count = admin.topics().get(topic, 0)
+    parts = [(topic, p) for p in range(count)]
+    starts = admin.list_offsets(parts, earliest=True)
+    ends = admin.list_offsets(parts, earliest=False, read_committed=False)
+    out = []
+    for tp in parts:
+        path = task_state_dir(Path(state_dir), config.job, tp[1])
+        local = _dir_bytes(path) if path.is_dir() else None
+        out.append(TaskStatus(tp[1], starts[tp], ends[tp], local))
+    return out
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+def job_status(
+    config: AnyJobConfig,
+    bootstrap_servers: str,
+    *,
+    state_dir: str | None = None,
+    max_idle_triggers: int = 3,
+    interval_s: float = 0.0,
+) -> JobStatus:
+    """Read the job's status (see module doc); a job that never ran has a problem saying so."""
+    admin = KafkaAdmin(bootstrap_servers, client_config=config.kafka.consumer)
+    cp = read_checkpoint(str(config.spark.checkpoint_dir))
+    status = JobStatus(config.job, cp, now_ms=int(time.time() * 1000))
+    if not cp.exists:
+        status.problems.append(
+            f"job {config.job!r} has never run: its Spark checkpoint "
+            f"{cp.directory} holds no micro-batch (start it with `window-operator run`)"
+        )
+        return status
+    status.partitions = _partitions(config, admin, cp)
+    status.tasks = _tasks(config, admin, str(state_dir or config.state.dir))
+    _check_idle(config, status, max_idle_triggers)
+    if interval_s > 0:
+        time.sleep(interval_s)
+        later = _partitions(config, admin, read_checkpoint(str(config.spark.checkpoint_dir)))
+        after = sum(p.lag for p in later)
+        if after > status.lag:
+            status.problems.append(f"lag growing: {status.lag} -> {after} in {interval_s:g} s")
+        status.partitions = later
+    return status
+
+
+def _check_idle(config: AnyJobConfig, status: JobStatus, max_idle_triggers: int) -> None:
+    lag = status.lag
+    if lag == 0:
+        return
+    trigger = config.spark.trigger_ms
+    if trigger is None:
+        status.problems.append(f"behind: {lag} input records wait for the next run")
+        return
+    last = status.checkpoint.last_activity_ms or 0
+    idle_s = (status.now_ms - last) / 1000.0
+    if idle_s > max_idle_triggers * trigger / 1000.0:
+        status.problems.append(
+            f"behind: {lag} input records wait, but no batch ran for {idle_s:.0f} s "
+            f"({max_idle_triggers} triggers of {trigger / 1000:g} s): is the job running?"
+        )
+
+
+def _time(ms: int | None) -> str:
+    if ms is None or ms <= -(2**62) or ms >= 2**62:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "not on this host"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n //= 1024
+    return f"{n} GB"
+
+
+def format_status(s: JobStatus) -> str:
+    """The human-readable report printed by ``window-operator status``."""
+    cp = s.checkpoint
+    if not cp.exists:
+        return "\n".join(f"UNHEALTHY: {p}" for p in s.problems)
+    ago = ""
+    if cp.last_activity_ms is not None:
+        ago = f" ({(s.now_ms - cp.last_activity_ms) / 1000:.0f} s ago)"
+    wm = cp.clock.watermark if cp.clock is not None else None
+    lines = [
+        f"job {s.job}: last batch {cp.last_committed} at {_time(cp.batch_time_ms)} UTC, "
+        f"last activity {_time(cp.last_activity_ms)} UTC{ago}, watermark {_time(wm)} UTC",
+        f"checkpoint {cp.directory}",
+        "",
+        f"{'input partition':<28} {'committed':>10} {'end':>10} {'lag':>8}  "
+        f"{'max event time (UTC)':<20} watermark (UTC)",
+    ]
+    for p in s.partitions:
+        name = f"{p.topic}[{p.partition}]"
+        lines.append(
+            f"{name:<28} {_num(p.committed):>10} {_num(p.end):>10} {p.lag:>8}  "
+            f"{_time(p.max_event_time):<20} {_time(p.watermark)}"
+        )
+    lines += ["", f"{'state task':<12} {'changelog offsets':>20} {'records':>10}  local store"]
+    for t in s.tasks:
+        span = f"{t.changelog_start}..{t.changelog_end}"
+        lines.append(
+            f"task {t.task:<7} {span:>20} {t.changelog_records:>10}  {_size(t.local_bytes)}"
+        )
+    lines.append("")
+    if s.healthy:
+        lines.append(f"healthy: lag {s.lag}")
+    lines += [f"UNHEALTHY: {p}" for p in s.problems]
+    return "\n".join(lines)
+
+
+def _num(n: int | None) -> str:
+    return "-" if n is None else str(n)
