@@ -217,7 +217,7 @@ class StreamingJob:
             starting_offsets=self.starting_offsets,
             max_offsets_per_trigger=self.config.spark.max_offsets_per_trigger,
             ranges=True,
-            extra=_source_retries(self.settings),
+            extra=_source_options(self.settings),
         )
         writer = (
             df.writeStream.foreachBatch(self._process)
@@ -253,10 +253,17 @@ class StreamingJob:
             self._timer.join(timeout=self.settings.broker_timeout_s)
 
 
-def _source_retries(settings: TaskSettings) -> dict[str, str]:
-    """The source's offset queries retry once a second for as long as a broker may be away."""
+def _source_options(settings: TaskSettings) -> dict[str, str]:
+    """The source's client settings (``kafka.consumer``: SASL, SSL, ...) and retries.
+
+    The source's offset queries retry once a second for as long as a broker may be away.
+    """
     seconds = max(1, int(settings.broker_timeout_s))
-    return {"fetchOffset.numRetries": str(seconds), "fetchOffset.retryIntervalMs": "1000"}
+    options = {f"kafka.{k}": str(v) for k, v in settings.config.kafka.consumer.items()}
+    options.update(
+        {"fetchOffset.numRetries": str(seconds), "fetchOffset.retryIntervalMs": "1000"}
+    )
+    return options
 
 
 def _now_ms() -> int:

@@ -51,7 +51,10 @@ def test_secrets_stay_out_of_logs_reports_and_metrics(
     one_partition_topic(kafka_bootstrap, topic)
     produce_events(kafka_bootstrap, topic, in_order(50))
     doc = job_dict(tmp_path, topic, unique_name("job"), trigger="1s")
-    doc["kafka"] = {"producer": {"sasl.password": SASL, "ssl.key.password": KEY}}
+    doc["kafka"] = {
+        "producer": {"sasl.password": SASL, "ssl.key.password": KEY},
+        "consumer": {"sasl.password": SASL},  # the source's consumers and the map side
+    }
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(doc))
     assert SASL not in repr(load_config(path))  # nor in a config's repr (tracebacks)
