@@ -25,6 +25,7 @@ local-only key of the checkpoint column family: it is never logged.
 
 from stores.changelog.records import (
     CF_TAGS,
+    LOCAL_KEY_PREFIX,
     LOCAL_POSITION_KEY,
     ChangelogError,
     changelog_key,
@@ -38,6 +39,7 @@ from stores.changelog.writer import ChangelogDelivery, ChangelogWriter
 
 __all__ = [
     "CF_TAGS",
+    "LOCAL_KEY_PREFIX",
     "LOCAL_POSITION_KEY",
     "ChangelogDelivery",
     "ChangelogError",

@@ -10,6 +10,7 @@ from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 
 __all__ = [
     "CF_TAGS",
+    "LOCAL_KEY_PREFIX",
     "LOCAL_POSITION_KEY",
     "ChangelogError",
     "changelog_key",
@@ -30,6 +31,8 @@ _TAG_CF = {v[0]: k for k, v in CF_TAGS.items()}
 #: Local-only key (checkpoint family): next changelog offset to read. Local-only keys start
 #: with a zero byte: they describe this copy of the store and are never logged.
 LOCAL_POSITION_KEY = b"\x00changelog-position"
+#: The prefix of every local-only key of the checkpoint family.
+LOCAL_KEY_PREFIX = b"\x00"
 _I64 = struct.Struct(">q")
 
 

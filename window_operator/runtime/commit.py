@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stores.changelog import (
+    LOCAL_KEY_PREFIX,
     ChangelogDelivery,
     ChangelogWriter,
     RestoreProgress,
@@ -37,7 +38,7 @@ from window_operator.runtime.settings import TaskSettings
 __all__ = ["WRITER_KEY", "TaskState"]
 
 #: Local-only key (checkpoint family, never logged): who committed the store last.
-WRITER_KEY = b"\x00writer"
+WRITER_KEY = LOCAL_KEY_PREFIX + b"writer"
 
 
 @dataclass

@@ -28,7 +28,7 @@ from jobkit import (
 from joinjobkit import BASE, produce_at, random_join
 from joinkit import Ev
 
-from stores.changelog import LOCAL_POSITION_KEY
+from stores.changelog import LOCAL_KEY_PREFIX
 from stores.rocks import ColumnFamily, TaskStore
 from window_operator.config import JobConfig
 from window_operator.runtime.settings import task_state_dir
@@ -77,7 +77,7 @@ def dump(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
             cf.value: [
                 (k, v)
                 for k, v in store.scan(cf, b"")
-                if not (cf is ColumnFamily.CHECKPOINT and k == LOCAL_POSITION_KEY)
+                if not (cf is ColumnFamily.CHECKPOINT and k.startswith(LOCAL_KEY_PREFIX))
             ]
             for cf in ColumnFamily
         }
