@@ -184,7 +184,7 @@ def job_config(
     else:
         doc["input"]["topic"] = rename[doc["input"]["topic"]]
         doc["output"] = {"topic": rename.get(doc["output"]["topic"], f"{doc['job']}-windows")}
-    doc["state"] = {"dir": str(tmp / doc["job"])}
+    doc["state"] = {**doc.get("state", {}), "dir": str(tmp / doc["job"])}
     doc["spark"] = {"trigger": "available_now", "max_offsets_per_trigger": max_offsets}
     return parse_any_config(doc, base_dir=CONFIG_DIR)
 
@@ -196,6 +196,17 @@ class Outcome:
     watermarks: list[int]
     batches: int = 0
     retries: int = 0
+    batch_seconds: float = 0.0
+    map_seconds: float = 0.0
+    task_seconds: float = 0.0
+
+    def add(self, other: Outcome) -> None:
+        """Count the jobs of ``other`` too (watermarks stay those of this one)."""
+        self.batches += other.batches
+        self.retries += other.retries
+        self.batch_seconds += other.batch_seconds
+        self.map_seconds += other.map_seconds
+        self.task_seconds += other.task_seconds
 
 
 def run_jobs(spark: Any, bootstrap: str, configs: list[AnyConfig]) -> Outcome:
@@ -223,6 +234,9 @@ def run_jobs(spark: Any, bootstrap: str, configs: list[AnyConfig]) -> Outcome:
         batches=sum(len(r) for r in logs),
         # a task's attempts beyond the first: its batch was redone (Kafka failed it)
         retries=sum(max(t.attempts - 1, 0) for r in logs for b in r for t in b.tasks),
+        batch_seconds=sum(b.seconds for r in logs for b in r),
+        map_seconds=sum(m.seconds for r in logs for b in r for m in b.ranges),
+        task_seconds=sum(t.seconds for r in logs for b in r for t in b.tasks),
     )
 
 
@@ -239,14 +253,16 @@ def run_ours(
     if query == "q8":
         outcome = run_jobs(spark, bootstrap, [cfg("q8-persons"), cfg("q8-auctions")])
         final = cfg("q8")
-        joined = run_jobs(spark, bootstrap, [final])
-        outcome.batches += joined.batches
-        outcome.retries += joined.retries
+        outcome.add(run_jobs(spark, bootstrap, [final]))
     else:
         final = cfg(query)
         outcome = run_jobs(spark, bootstrap, [final])
     run = Run(time.perf_counter() - t0)
-    run.info = f"{outcome.batches} batches, {outcome.retries} task retries; "
+    run.info = (
+        f"{outcome.batches} batches, {outcome.batch_seconds:.1f}s in them (summed: map side "
+        f"{outcome.map_seconds:.1f}s, state tasks {outcome.task_seconds:.1f}s), "
+        f"{outcome.retries} task retries; "
+    )
     try:
         run.info += CHECKS[query](bootstrap, final.output.topic, stream, outcome.watermarks)
     except CheckFailed as exc:
