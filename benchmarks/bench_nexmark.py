@@ -51,6 +51,7 @@ from typing import Any
 import orjson
 import yaml
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pyspark.errors import StreamingQueryException
 
 from window_operator.config import JobConfig, JoinJobConfig, parse_any_config
 from window_operator.kafka_admin import KafkaAdmin, wait_for_broker
@@ -224,11 +225,13 @@ def run_jobs(spark: Any, bootstrap: str, configs: list[AnyConfig]) -> Outcome:
     for job in jobs:
         job.start()
     for job in jobs:
-        if not job.await_termination(TIMEOUT_S):
+        try:
+            done = job.await_termination(TIMEOUT_S)
+        except StreamingQueryException as exc:
+            raise CheckFailed(f"{job.config.job} failed: {exc}") from None
+        if not done:
             job.stop()
             raise CheckFailed(f"{job.config.job} did not finish within {TIMEOUT_S}s")
-        if job.query.exception() is not None:
-            raise CheckFailed(f"{job.config.job} failed: {job.query.exception()}")
     return Outcome(
         [r[-1].clock.watermark if r else -(2**63) for r in logs],
         batches=sum(len(r) for r in logs),
@@ -436,11 +439,14 @@ def run_spark(
     )
     t0 = time.perf_counter()
     q = writer.start()
-    done = q.awaitTermination(TIMEOUT_S)
+    try:
+        done = q.awaitTermination(TIMEOUT_S)
+    except StreamingQueryException as exc:
+        return Run(time.perf_counter() - t0, check=f"FAILED: {str(exc).splitlines()[0]}")
     run = Run(time.perf_counter() - t0)
-    if not done or q.exception() is not None:
+    if not done:
         q.stop()
-        run.check = f"FAILED: {q.exception() or 'timed out'}"
+        run.check = "FAILED: timed out"
         return run
     rows = spark.table(name).collect()
     want = spark_reference(stream, query)
@@ -500,6 +506,7 @@ def print_table(stream: Stream, results: dict[str, dict[str, list[Run]]]) -> Non
             f"{q:5} {stream.records(q):>9,} {a.seconds:>7.2f} {ra:>10,.0f} {ra / cores:>8,.0f} "
             f"{stream.records(q) / a.seconds:>10,.0f} {b.seconds:>8.2f} {rb:>10,.0f} "
             f"{rb / cores:>8,.0f} {rb and ra / rb:>8.2f}x {FLINK_PER_CORE[q]:>10,}"
+            + ("  (a check FAILED, see below)" if {a.check, b.check} != {"ok"} else "")
         )
     print()
     for q, runs in results.items():
