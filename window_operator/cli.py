@@ -511,6 +511,55 @@ def _add_produce_and_demo(sub: _Subparsers) -> None:
     demo.set_defaults(func=_cmd_demo)
 
 
+def _cmd_nexmark_generate(args: argparse.Namespace) -> int:
+    from window_operator.nexmark import (
+        NexmarkConfig,
+        NexmarkTopics,
+        UnacknowledgedError,
+        fill_topics,
+    )
+
+    if args.events < 0 or args.partitions < 1 or not args.rate > 0:
+        raise CliError("--events must be >= 0, --partitions >= 1 and --rate > 0", EXIT_CONFIG)
+    base = _parse_time(args.base_time, int(time.time() * 1000))
+    cfg = NexmarkConfig(rate=args.rate, base_time=base, seed=args.seed, extra=not args.no_extra)
+    topics = NexmarkTopics.with_prefix(args.topic_prefix)
+    try:
+        report = fill_topics(
+            _bootstrap(args, None), cfg, args.events, topics=topics, partitions=args.partitions
+        )
+    except UnacknowledgedError as exc:
+        raise CliError(str(exc)) from None
+    print(
+        f"nexmark: {report.events} events in {report.seconds:.1f}s: {report.persons} persons "
+        f"to {topics.persons}, {report.auctions} auctions to {topics.auctions}, {report.bids} "
+        f"bids to {topics.bids}; event time {report.first_time} .. {report.last_time} "
+        f"(base time {base}, seed {args.seed})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _add_nexmark(sub: _Subparsers) -> None:
+    nex = sub.add_parser("nexmark", help="the Nexmark benchmark's event streams")
+    nex_sub = nex.add_subparsers(dest="nexmark_command", required=True)
+    gen = nex_sub.add_parser(
+        "generate",
+        help="fill Kafka topics <prefix>persons, <prefix>auctions, <prefix>bids (JSON)",
+    )
+    gen.add_argument("--events", type=int, required=True, help="events of all kinds (1:3:46)")
+    gen.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
+    gen.add_argument("--rate", type=float, default=10_000.0, help="events per second of event time")
+    gen.add_argument("--topic-prefix", default="nexmark-", help="topic name prefix")
+    gen.add_argument("--partitions", type=int, default=4, help="partitions of new topics")
+    gen.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+    gen.add_argument(
+        "--base-time", help="event time of the first event, ms or ISO-8601 (default: now)"
+    )
+    gen.add_argument("--no-extra", action="store_true", help="leave the padding field empty")
+    gen.set_defaults(func=_cmd_nexmark_generate)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="window-operator",
@@ -523,6 +572,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_broker(sub)
     _add_state_commands(sub)
     _add_produce_and_demo(sub)
+    _add_nexmark(sub)
     return parser
 
 
