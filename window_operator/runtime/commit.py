@@ -30,6 +30,7 @@ from stores.changelog import (
     set_local_position,
 )
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from window_operator.kernel.kernel import COMPACT_EVERY
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = ["TaskState"]
@@ -43,6 +44,8 @@ class TaskState:
     task: int
     store: TaskStore
     restored: RestoreResult
+    #: the changelog batch number of the batch last logged (:meth:`log`)
+    logged_batch: int | None = None
 
     @classmethod
     def open(cls, settings: TaskSettings, task: int) -> TaskState:
@@ -80,6 +83,7 @@ class TaskState:
         offsets: Iterable[tuple[tuple[int, int], int]],
     ) -> ChangelogDelivery:
         """Produce the batch's changelog records, compensation first (step 2)."""
+        self.logged_batch = batch_number
         writer = ChangelogWriter(producer, self.settings.changelog_topic, self.task)
         return writer.write(
             batch,
@@ -93,10 +97,16 @@ class TaskState:
         """Commit the batch locally with the changelog position after it (step 3).
 
         Under exactly-once the transaction's commit marker follows the checkpoint, so
-        the next record is two offsets on.
+        the next record is two offsets on. Every :data:`COMPACT_EVERY` batches (by the
+        changelog batch number, as the library path counts flushes) the ranges this batch
+        deleted are compacted off the disk: expiry deletes from the start of each
+        time-ordered keyspace, so they cover what the batches since the last compaction
+        deleted, although this store object only lives for one batch.
         """
         set_local_position(batch, marker + (2 if self.settings.exactly_once else 1))
         self.store.commit(batch)
+        if self.logged_batch is not None and self.logged_batch % COMPACT_EVERY == 0:
+            self.store.compact_deleted()
 
     def close(self) -> None:
         """Close the store."""
