@@ -116,16 +116,38 @@ class SessionLoader:
 
     def disk_end_of(self, kids: IntArray) -> IntArray:
         """Per key, an upper bound of the close of its sessions that are stored only."""
-        n = len(self.cache.keys)
+        return self._ends(len(self.cache.keys))[kids]
+
+    def _ends(self, n: int) -> IntArray:
+        """The bounds of keys ``0 .. n-1`` (and beyond: the array grows, never shrinks here)."""
         if len(self._disk_end) < n:
             grow = np.full(n - len(self._disk_end), self._disk_end_default, dtype=np.int64)
             self._disk_end = np.concatenate([self._disk_end, grow])
-        return self._disk_end[kids]
+        return self._disk_end[:n]
 
     def evicted(self, kids: IntArray, close: IntArray) -> None:
         """Sessions of ``kids`` closing at ``close`` left the cache (they are stored)."""
         self.disk_end_of(kids)
         np.maximum.at(self._disk_end, kids, close)
+
+    def kids_on_disk(self, cutoff: int) -> IntArray:
+        """Keys that may have a stored, uncached session within retention at ``cutoff``.
+
+        The others can be forgotten: should one come back, the default bound it gets
+        may be lower than its stored sessions' closes, but those are past retention
+        (``cutoff`` never decreases), so nothing reads them again.
+        """
+        if self.trigger.by_offsets:
+            return np.zeros(0, dtype=np.int64)  # every stored tuple session is cached
+        return np.flatnonzero(self._ends(len(self.cache.keys)) > cutoff).astype(np.int64)
+
+    def renumber_keys(self, remap: IntArray, n_live: int) -> None:
+        """Apply a key table compaction (old id -> new id) to the per-key bounds."""
+        old = self._ends(len(remap))
+        kept = remap >= 0
+        ends = np.full(n_live, self._disk_end_default, dtype=np.int64)
+        ends[remap[kept]] = old[kept]
+        self._disk_end = ends
 
     # -- loading ------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from window_operator.kernel import (
     due,
     retention_error,
 )
+from window_operator.keytable import DEFAULT_KEY_SLACK
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import ErrorRecord, Kind, ResultBatch, WindowResult
 from window_operator.session.cache import SessionCache
@@ -66,7 +67,9 @@ class SessionAggregator:
 
     Satisfies :class:`~window_operator.kernel.WindowOperator` for
     ``EventBatch | Sequence[Mapping]`` input, :class:`ResultBatch` results and
-    :class:`StoredWindow` queries.
+    :class:`StoredWindow` queries. At a flush, keys with nothing in memory and nothing
+    retained on disk are forgotten once there are more than twice the others plus
+    ``key_slack``.
     """
 
     def __init__(
@@ -77,8 +80,10 @@ class SessionAggregator:
         policy: EmitPolicy,
         store: TaskStore,
         decoder: RecordDecoder | None = None,
+        key_slack: int = DEFAULT_KEY_SLACK,
     ) -> None:
         self.aggs = aggregations
+        self.key_slack = key_slack
         self.policy = policy
         self.decoder = decoder
         self.by_offsets = window.max_idle_messages is not None
@@ -231,6 +236,7 @@ class SessionAggregator:
         self.kernel.commit(batch, commit=commit)
         if not self.by_offsets:
             self.sessions.evict_closed()
+        self.sessions.release_keys(self.trigger.cutoff(self.watermark), self.key_slack)
         return batch
 
     def close(self) -> None:

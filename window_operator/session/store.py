@@ -16,6 +16,7 @@ sessions are deleted at flush; closed, clean time sessions are evicted from the 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
@@ -220,6 +221,26 @@ class SessionStore:
                 batch.delete(PENDING.cf, PENDING.key(enc, start))
             if self.aggs.full_state:
                 batch.delete_keys(self.messages.span(enc, MIN_I64, last + 1))
+
+    def release_keys(self, cutoff: int, slack: int) -> int:
+        """Forget the keys nothing in memory refers to and with nothing retained on disk.
+
+        Compacts the key table once it holds more than twice those keys plus ``slack``
+        (the cost is then amortized over the keys released); returns how many it forgot.
+        """
+        cache = self.cache
+        parts = [cache.live_kids(), self.loader.kids_on_disk(cutoff)]
+        if self.pending:
+            parts.append(np.fromiter((m.kid for m in self.pending), np.int64, len(self.pending)))
+        live = np.unique(np.concatenate(parts))
+        n = len(cache.keys)
+        if n <= 2 * len(live) + slack:
+            return 0
+        remap = cache.keys.compact(live)
+        cache.renumber_keys(remap)
+        self.loader.renumber_keys(remap, len(live))
+        self.pending = [replace(m, kid=int(remap[m.kid])) for m in self.pending]
+        return n - len(live)
 
     def evict_closed(self) -> None:
         """Free closed, clean sessions (they are in the store); remember how far they reach."""
