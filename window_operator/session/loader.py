@@ -26,9 +26,11 @@ from window_operator.kernel import EventClock
 from window_operator.policies import NO_WATERMARK
 from window_operator.session.cache import SessionCache, StoredId
 from window_operator.session.state import (
+    FLAG_CLOSED,
     FLAG_EXTRA,
     FLAG_PENDING,
     INDEX,
+    INDEX_HEADROOM,
     MAX_BUCKET_MS,
     MIN_BUCKET_MS,
     PENDING,
@@ -236,8 +238,43 @@ class SessionLoader:
         heads, tails = self.codec.decode(values)
         return _Records(kid, starts, heads, tails)
 
-    def _load(self, rec: _Records, known: set[StoredId] | None) -> IntArray:
-        """Put records into the cache, skipping ones memory already accounts for."""
+    def closing(self, after: int, upto: int) -> None:
+        """Load the stored, uncached open sessions closing in ``(after, upto]``.
+
+        They were spilled (evicted while open, beyond the memory budget) and must fire
+        now, so they are loaded as open, unlike what :meth:`_load` assumes of a record
+        stored as open whose close the watermark passed: every session that closed by
+        ``after`` was in the cache when it did. Their index entries are in the buckets of
+        their closes or up to :data:`INDEX_HEADROOM` later.
+        """
+        bucket = self.progress.bucket
+        rng = INDEX.buckets((after + 1) // bucket, upto // bucket + INDEX_HEADROOM + 1)
+        ids: dict[tuple[EncodedKey, int], None] = {}
+        for k, _ in self.store.scan_range(rng):
+            e = INDEX.parse(k)
+            ids[(e.key, e.time)] = None
+        keys = [SESSIONS.key(enc, start) for enc, start in ids]
+        found = [(k, v) for k, v in zip(keys, self.store.multi_get(SESSIONS.cf, keys), strict=True)]
+        present = [(k, v) for k, v in found if v is not None]
+        if not present:
+            return
+        encs, starts = SESSIONS.parse_many([k for k, _ in present])
+        heads, tails = self.codec.decode([v for _, v in present])
+        close = heads.end - self.trigger.pad + self.trigger.gap
+        due = (close > after) & (close <= upto) & ((heads.flags & FLAG_CLOSED) == 0)
+        idx = np.flatnonzero(due)
+        kid = self.cache.keys.ids_of_encoded([encs[i] for i in idx.tolist()])
+        rec = _Records(kid, starts[idx], heads.take(idx), [tails[i] for i in idx.tolist()])
+        self._load(rec, None, fire_check=False)
+
+    def _load(
+        self, rec: _Records, known: set[StoredId] | None, *, fire_check: bool = True
+    ) -> IntArray:
+        """Put records into the cache, skipping ones memory already accounts for.
+
+        ``fire_check``: apply the ON_TIME firing a record stored as open was not
+        rewritten for (see :meth:`SessionTrigger.fired_while_stored`).
+        """
         if known is None:
             known = self.cache.known(set(rec.kid.tolist()))
         take = np.fromiter(
@@ -260,7 +297,7 @@ class SessionLoader:
         if self.aggs.objects or bool((rec.heads.flags & FLAG_EXTRA).any()):
             for j, s in enumerate(slots.tolist()):
                 cache.set_tail(s, self.codec.decode_tail(int(rec.heads.flags[j]), rec.tails[j]))
-        if not trigger.by_offsets:
+        if not trigger.by_offsets and fire_check:
             sl = cache.slots
             fired = trigger.fired_while_stored(sl.closed[slots], last, self.clock.watermark)
             cache.fired_while_stored(slots[fired], trigger.pad)
