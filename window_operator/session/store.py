@@ -302,9 +302,11 @@ class SessionStore:
     def unspill(self, before: int, after: int) -> None:
         """The watermark moved from ``before`` to ``after``: read back the spilled sessions
         it closed, as open ones (they fire next)."""
-        if not len(self.spilled) or int(self.spilled.min()) > after:
+        first = int(self.spilled.min()) if len(self.spilled) else None
+        if first is None or first > after:
             return
-        self.loader.closing(before, after)
+        # no spilled session closes before the first remembered close
+        self.loader.closing(max(before, first - 1), after)
         self.spilled = self.spilled[self.spilled > after]
 
     def evict_closed(self) -> None:
