@@ -10,19 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
+from churnkit import random_batches, side_by_side
 from sessionkit import session_runtime
 
 from stores.rocks import TaskStore
-from window_operator.events import EventBatch
 from window_operator.job import JobRuntime
-from window_operator.policies import END_OF_TIME
-from window_operator.results import WindowResult
 from window_operator.session import SessionAggregator
-
-S = 1000
-Row = tuple[str, str, int, int, int, str]
 
 
 def runtime() -> JobRuntime:
@@ -42,56 +36,20 @@ def open_agg(rt: JobRuntime, path: Path, budget_sessions: int | None) -> Session
     return agg
 
 
-def batches(seed: int) -> list[EventBatch]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for b in range(40):
-        n = 150
-        keys = [f"k{int(i)}" for i in rng.integers(0, 300, n)]
-        ts = b * 2 * S + rng.integers(0, 2 * S, n)
-        late = rng.random(n) < 0.1
-        ts = np.where(late, ts - rng.integers(0, 15 * S, n), ts)
-        out.append(
-            EventBatch.from_columns(keys, ts, numeric={"v": rng.random(n)}, wall_ms=ts)
-        )
-    return out
-
-
-def rows(results: list[WindowResult]) -> list[Row]:
-    return [
-        (r.kind.value, r.key, r.window_start, r.window_end, r.update_seq, repr(r.values))
-        for r in results
-    ]
-
-
-def step(agg: SessionAggregator, batch: EventBatch) -> list[Row]:
-    agg.add_batch(batch)
-    agg.timeout(int(batch.ts.max()))
-    out = rows(agg.get_result())
-    agg.flush()
-    return out
+def spilled_within_budget(agg: SessionAggregator) -> int:
+    # sessions with an EARLY result due stay; the others keep to the budget
+    open_now = agg.cache.open_slots()
+    assert int((~agg.cache.slots.early[open_now]).sum()) <= 40
+    return len(agg.sessions.spilled)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_small_budget_spills_and_changes_no_result(tmp_path: Path, seed: int) -> None:
     rt = runtime()
-    free = open_agg(rt, tmp_path / "free", None)
-    tight = open_agg(rt, tmp_path / "tight", 40)
-    spilled = 0
-    try:
-        for b, batch in enumerate(batches(seed)):
-            assert step(tight, batch) == step(free, batch), f"batch {b}"
-            spilled += len(tight.sessions.spilled)
-            # sessions with an EARLY result due stay; the others keep to the budget
-            open_now = tight.cache.open_slots()
-            assert int((~tight.cache.slots.early[open_now]).sum()) <= 40
-            if b == 20:
-                tight.close()
-                tight = open_agg(rt, tmp_path / "tight", 40)
-        free.timeout(END_OF_TIME)
-        tight.timeout(END_OF_TIME)
-        assert rows(tight.get_result()) == rows(free.get_result())
-        assert spilled > 0
-    finally:
-        free.close()
-        tight.close()
+    spilled = side_by_side(
+        open_agg(rt, tmp_path / "free", None),
+        lambda: open_agg(rt, tmp_path / "tight", 40),
+        random_batches(seed, keys=300, per_batch=150),
+        spilled_within_budget,
+    )
+    assert spilled > 0

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
+from churnkit import three_each
 from helpers import runtime_for
 from sessionkit import AGGS
 
 from stores.keyspace import GroupKeyLayout, encode_key
 from stores.rocks import ColumnFamily, TaskStore
-from window_operator.events import EventBatch
 from window_operator.policies import END_OF_TIME
 from window_operator.results import Kind, WindowResult
 from window_operator.session import SessionAggregator
@@ -44,13 +43,6 @@ def open_agg(path: Path, window: dict[str, object]) -> SessionAggregator:
     )
 
 
-def batch_of(keys: list[str], t0: int) -> EventBatch:
-    """Three events per key, one second apart (offsets: the next ones of partition 0)."""
-    ks = [k for k in keys for _ in range(3)]
-    ts = np.array([t0 + (i % 3) * S for i in range(len(ks))], dtype=np.int64)
-    return EventBatch.from_columns(ks, ts, numeric={"v": np.ones(len(ks))})
-
-
 def stored_keys(agg: SessionAggregator, *, per_partition: bool = False) -> set[str]:
     """The grouping keys of every session record, index entry, marker and message."""
     layout = GroupKeyLayout(per_partition)
@@ -70,7 +62,7 @@ def stored_keys(agg: SessionAggregator, *, per_partition: bool = False) -> set[s
 
 def step(agg: SessionAggregator, keys: list[str], t0: int) -> list[WindowResult]:
     """One micro-batch as a task runs it; its results."""
-    agg.add_batch(batch_of(keys, t0))
+    agg.add_batch(three_each(keys, t0))
     agg.timeout(t0)
     results = agg.get_result()
     agg.flush()
@@ -96,7 +88,7 @@ def test_expired_keys_are_released_from_memory_and_store(tmp_path: Path) -> None
         assert len(agg.cache.slots) == 1 and not agg.cache.superseded
         assert stored_keys(agg) <= {"latest"}
         # a key that comes back is counted from zero
-        agg.add_batch(batch_of(["k0-0"], 3000 * S))
+        agg.add_batch(three_each(["k0-0"], 3000 * S))
         agg.timeout(END_OF_TIME)
         results = [r for r in agg.get_result() if r.key == "k0-0"]
         assert [(r.kind, r.window_start, r.values["n"]) for r in results] == [
@@ -140,7 +132,7 @@ def test_release_survives_a_restore(tmp_path: Path) -> None:
     again = open_agg(tmp_path / "s", window)
     try:
         # a late event of a live key after the restore still extends its session
-        again.add_batch(batch_of(["k2-0"], 205 * S))
+        again.add_batch(three_each(["k2-0"], 205 * S))
         again.timeout(END_OF_TIME)
         latest = {r.key: r for r in again.get_result() if r.kind is not Kind.RETRACT}
         assert (latest["k2-0"].window_start, latest["k2-0"].values["n"]) == (200 * S, 6)

@@ -12,19 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
+from churnkit import random_batches, side_by_side
 from helpers import runtime_for
 
 from stores.rocks import TaskStore
-from window_operator.events import EventBatch
 from window_operator.job import JobRuntime
-from window_operator.policies import END_OF_TIME
-from window_operator.results import WindowResult
 from window_operator.timewindows import WindowedAggregator
-
-S = 1000
-Row = tuple[str, str, int, int, int, str]
 
 
 def runtime() -> JobRuntime:
@@ -49,57 +43,20 @@ def open_agg(rt: JobRuntime, path: Path, budget_frames: int | None) -> WindowedA
     return agg
 
 
-def batches(seed: int) -> list[EventBatch]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for b in range(40):
-        n = 200
-        keys = [f"k{int(i)}" for i in rng.integers(0, 400, n)]
-        ts = b * 2 * S + rng.integers(0, 2 * S, n)
-        late = rng.random(n) < 0.1
-        ts = np.where(late, ts - rng.integers(0, 15 * S, n), ts)
-        out.append(
-            EventBatch.from_columns(keys, ts, numeric={"v": rng.random(n)}, wall_ms=ts)
-        )
-    return out
-
-
-def rows(results: list[WindowResult]) -> list[Row]:
-    return sorted(
-        (r.kind.value, r.key, r.window_start, r.window_end, r.update_seq, repr(r.values))
-        for r in results
-    )
-
-
-def step(agg: WindowedAggregator, batch: EventBatch) -> list[Row]:
-    agg.add_batch(batch)
-    agg.timeout(int(batch.ts.max()))
-    out = rows(agg.get_result())
-    agg.flush()
-    return out
+def spilled_within_budget(agg: WindowedAggregator) -> int:
+    frames = agg.frames
+    open_from = agg.trigger.evictable_before(agg.watermark)
+    assert frames.max_bytes is not None and frames.open_bytes(open_from) <= frames.max_bytes
+    return int(frames.spilled_upto is not None)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_small_budget_spills_and_changes_no_result(tmp_path: Path, seed: int) -> None:
     rt = runtime()
-    free = open_agg(rt, tmp_path / "free", None)
-    tight = open_agg(rt, tmp_path / "tight", 50)
-    spills = 0
-    try:
-        for b, batch in enumerate(batches(seed)):
-            # within a step, results are in key id order, which a spill may change
-            assert step(tight, batch) == step(free, batch), f"batch {b}"
-            frames = tight.frames
-            open_from = tight.trigger.evictable_before(tight.watermark)
-            assert frames.open_bytes(open_from) <= frames.max_bytes  # type: ignore[operator]
-            spills += frames.spilled_upto is not None
-            if b == 20:
-                tight.close()
-                tight = open_agg(rt, tmp_path / "tight", 50)
-        free.timeout(END_OF_TIME)
-        tight.timeout(END_OF_TIME)
-        assert rows(tight.get_result()) == rows(free.get_result())
-        assert spills > 10
-    finally:
-        free.close()
-        tight.close()
+    spills = side_by_side(
+        open_agg(rt, tmp_path / "free", None),
+        lambda: open_agg(rt, tmp_path / "tight", 50),
+        random_batches(seed, keys=400, per_batch=200),
+        spilled_within_budget,
+    )
+    assert spills > 10
