@@ -181,10 +181,18 @@ def _open(path: Path, lock_wait_s: float) -> Rdict:
         time.sleep(0.2)
 
 
+#: Write-ahead log bytes kept before RocksDB flushes the column families holding the
+#: oldest log. A log is deleted only once every column family with data in it has been
+#: flushed, and the checkpoint family takes a few bytes per commit, so without a bound its
+#: memtable (and with it every log since the store opened) would never be let go.
+MAX_WAL_BYTES = 32 << 20
+
+
 def _options() -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
+    opts.set_max_total_wal_size(MAX_WAL_BYTES)
     return opts
 
 

@@ -68,14 +68,18 @@ class JobRuntime:
             "store": store,
             "decoder": self.decoder,
         }
+        cache_mb = self.config.state.cache_mb
         if isinstance(window, TumblingWindow | HoppingWindow):
             return WindowedAggregator(
-                windowing=TimeWindowing(window.size, window.step), use_deduct=use_deduct, **common
+                windowing=TimeWindowing(window.size, window.step),
+                use_deduct=use_deduct,
+                cache_mb=cache_mb,
+                **common,
             )
         if isinstance(window, SessionWindow):
             from window_operator.session import SessionAggregator
 
-            return SessionAggregator(window=window, **common)
+            return SessionAggregator(window=window, cache_mb=cache_mb, **common)
         from window_operator.count_windows import CountWindowAggregator
 
         return CountWindowAggregator(window=window, use_deduct=use_deduct, **common)

@@ -10,9 +10,13 @@ import numpy as np
 from stores.keyspace import EncodedKey, encode_key
 from window_operator.arrays import IntArray
 
-__all__ = ["KeyTable"]
+__all__ = ["DEFAULT_KEY_SLACK", "KeyTable"]
 
 K = TypeVar("K", bound=Hashable)
+
+#: Keys an operator keeps interned beyond twice the live ones before it compacts its key
+#: table (the compaction's cost is then amortized over the keys it releases).
+DEFAULT_KEY_SLACK = 4096
 
 
 class KeyTable(Generic[K]):

@@ -43,6 +43,7 @@ from window_operator.config.loading import (
     parse_config,
 )
 from window_operator.config.sections import (
+    DEFAULT_CACHE_MB,
     EmitConfig,
     KafkaConfig,
     LateEmit,
@@ -64,6 +65,7 @@ from window_operator.config.windows import (
 )
 
 __all__ = [
+    "DEFAULT_CACHE_MB",
     "DEFAULT_STATE_DIR",
     "RESERVED_OUTPUT_NAMES",
     "AggregationConfig",

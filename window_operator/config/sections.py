@@ -32,7 +32,11 @@ from window_operator.config.fields import (
 from window_operator.durations import Duration, DurationError, parse_duration_ms
 from window_operator.observe.redact import redact_settings
 
+#: Default memory budget of a task's write-back caches (``state.cache_mb``).
+DEFAULT_CACHE_MB = 256
+
 __all__ = [
+    "DEFAULT_CACHE_MB",
     "OPTIONAL_SECTIONS",
     "EmitConfig",
     "KafkaConfig",
@@ -184,10 +188,15 @@ class StateConfig(FrozenModel):
     number of state tasks (hash ranges of the operator's key; each owns one RocksDB and
     one changelog partition); ``None`` means the input's partition count when the job
     first starts. Once the changelog topic exists its partition count fixes it.
+    ``cache_mb`` is the memory budget (MiB, per task) of an operator's write-back caches
+    (time-window frames, sessions, a join's message caches): beyond it, entries that are
+    already in the store are evicted and read back when needed. It changes speed and
+    memory, never results.
     """
 
     dir: FilePath = DEFAULT_STATE_DIR
     tasks: StrictPositiveInt | None = None
+    cache_mb: StrictPositiveInt = DEFAULT_CACHE_MB
 
 
 class ProcessingConfig(FrozenModel):

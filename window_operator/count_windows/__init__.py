@@ -23,8 +23,12 @@ Two window shapes share one operator, :class:`CountWindowAggregator` (``window.t
     * Arrival order defines the windows, so there are no late arrivals; replays
       (offset <= last applied offset of the partition) are no-ops.
     * Retention: only the frames of open windows are kept, in a ring of ``size //
-      step`` slots per key (:mod:`.ring`, :mod:`.state`), so state stays bounded without
-      deletes. Past windows are not kept (``get_windows`` shows the open ones).
+      step`` slots per key (:mod:`.ring`, :mod:`.state`), so a key's state stays bounded
+      without deletes. Past windows are not kept (``get_windows`` shows the open ones).
+      Keys are never released: a key's count numbers its future windows and its partial
+      window can still produce a result (when it fills, or at the end of input), and
+      there is no event-time retention to expire either, so the state of every key ever
+      seen stays, in memory and in the store. Bounding it would change results.
     * Order-sensitive operations (``first``, ``last``, ``collect``) follow the
       message index, i.e. arrival order; two-input operations (``linreg``) still get
       the event time as ``x``.

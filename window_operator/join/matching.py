@@ -16,13 +16,20 @@ from window_operator.policies import END_OF_TIME, NO_WATERMARK
 
 __all__ = ["TimeMatcher"]
 
+#: Bytes of a cached message besides its record's: five array entries and the record's
+#: object header and allocation.
+_ROW_OVERHEAD = 5 * 8 + 48
+#: Records measured to estimate the mean record length of a cache.
+_SAMPLE = 64
+
 
 class TimeMatcher:
     """Each input's message cache (sorted by ``(join key, ts)`` codes) and the probes.
 
     A cache holds every stored message of its input from its horizon on; probes that
-    reach below it read RocksDB. ``slack_ms`` / ``max_rows`` bound what stays cached
-    after a flush (how far behind the watermark's reach, and how many messages).
+    reach below it read RocksDB. ``slack_ms`` / ``max_rows`` / ``max_bytes`` bound what
+    stays cached after a flush (how far behind the watermark's reach, how many messages
+    per input, and the estimated bytes of both caches; ``None``: no byte bound).
     """
 
     def __init__(
@@ -33,12 +40,14 @@ class TimeMatcher:
         *,
         slack_ms: int,
         max_rows: int,
+        max_bytes: int | None = None,
     ) -> None:
         self.spec = spec
         self.keys = keys
         self.reader = reader
         self.slack_ms = slack_ms
         self.max_rows = max_rows
+        self.max_bytes = max_bytes
         self.caches = (SideCache(), SideCache())
         self.codec: Codec | None = None
 
@@ -82,7 +91,17 @@ class TimeMatcher:
         for side, cache in enumerate(self.caches):
             a, _ = self.spec.reach(side)
             target = watermark + a - self.slack_ms if watermark < END_OF_TIME else END_OF_TIME
-            cache.evict(target, self.max_rows)
+            cache.evict(target, min(self.max_rows, self._budget_rows(cache)))
+
+    def _budget_rows(self, cache: SideCache) -> int:
+        """How many messages of ``cache`` fit its half of the byte budget (estimated from a
+        sample of its records)."""
+        n = len(cache)
+        if not n or self.max_bytes is None:
+            return self.max_rows
+        sample = cache.rec[:: max(1, n // _SAMPLE)]
+        per_row = _ROW_OVERHEAD + sum(map(len, sample)) / len(sample)
+        return int(self.max_bytes // 2 / per_row)
 
     def live_kids(self) -> list[IntArray]:
         """The key ids the caches refer to."""

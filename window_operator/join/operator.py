@@ -18,6 +18,7 @@ import numpy as np
 from stores.keys import MIN_I64
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.arrays import IntArray
+from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.join.common import (
     LEFT,
     MAX_OFFSET,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CACHE_MAX_ROWS",
+    "DEFAULT_CACHE_MB",
     "DEFAULT_CACHE_SLACK_MS",
     "DEFAULT_KEY_LIMIT",
     "JoinOperator",
@@ -81,8 +83,9 @@ class JoinOperator:
     state, expiry and the checkpoint (offsets, watermark) in one WriteBatch. Opening an
     operator over an existing store restores it.
 
-    ``cache_slack_ms`` / ``cache_max_rows`` bound the in-memory message cache (how far
-    behind the watermark's reach it keeps messages, and how many); ``key_limit`` is how
+    ``cache_slack_ms`` / ``cache_max_rows`` / ``cache_mb`` bound the in-memory message
+    caches (how far behind the watermark's reach they keep messages, how many per
+    input, and their estimated size in MiB: ``state.cache_mb``); ``key_limit`` is how
     many join keys stay interned before the ones nothing in memory refers to are
     forgotten. They change speed and memory, never results.
     """
@@ -95,10 +98,11 @@ class JoinOperator:
         decoders: tuple[JoinDecoder, JoinDecoder] | None = None,
         cache_slack_ms: int = DEFAULT_CACHE_SLACK_MS,
         cache_max_rows: int = DEFAULT_CACHE_MAX_ROWS,
+        cache_mb: int = DEFAULT_CACHE_MB,
         key_limit: int = DEFAULT_KEY_LIMIT,
     ) -> None:
-        if cache_slack_ms < 0 or cache_max_rows < 0 or key_limit < 0:
-            raise ValueError("cache_slack_ms, cache_max_rows and key_limit must be >= 0")
+        if min(cache_slack_ms, cache_max_rows, cache_mb, key_limit) < 0:
+            raise ValueError("cache_slack_ms, cache_max_rows, cache_mb and key_limit must be >= 0")
         self.spec = spec
         self.decoders = decoders
         self.kernel: OperatorKernel[JoinResultBatch] = OperatorKernel(
@@ -107,9 +111,8 @@ class JoinOperator:
         self.keys = JoinKeyTable(spec.on)
         codecs = (MessageCodec(spec.layout, LEFT), MessageCodec(spec.layout, RIGHT))
         reader = MessageReader(store, codecs, self.keys)
-        self.matcher = TimeMatcher(
-            spec, self.keys, reader, slack_ms=cache_slack_ms, max_rows=cache_max_rows
-        )
+        limits = dict(slack_ms=cache_slack_ms, max_rows=cache_max_rows, max_bytes=cache_mb << 20)
+        self.matcher = TimeMatcher(spec, self.keys, reader, **limits)
         self.storage = JoinStorage(spec, codecs)
         self.outer = (OuterRows(LEFT, spec), OuterRows(RIGHT, spec))
         self.rows = RowsWindows(codecs)

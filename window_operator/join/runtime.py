@@ -46,7 +46,9 @@ class JoinRuntime:
         return self.operator(store, **options)
 
     def operator(self, store: TaskStore, **options: int) -> JoinOperator:
-        """The join operator over ``store`` (restored from it)."""
+        """The join operator over ``store`` (restored from it); ``state.cache_mb`` is its
+        cache budget unless ``options`` say otherwise."""
+        options = {"cache_mb": self.config.state.cache_mb, **options}
         return JoinOperator(self.spec, store, decoders=self.decoders, **options)
 
 

@@ -32,6 +32,7 @@ from stores.changelog import (
     set_local_position,
 )
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from window_operator.kernel.kernel import COMPACT_EVERY
 from window_operator.observe.progress import RestoreLog
 from window_operator.runtime.settings import TaskSettings
 
@@ -49,6 +50,8 @@ class TaskState:
     task: int
     store: TaskStore
     restored: RestoreResult
+    #: the changelog batch number of the batch last logged (:meth:`log`)
+    logged_batch: int | None = None
 
     @classmethod
     def open(
@@ -106,6 +109,7 @@ class TaskState:
         offsets: Iterable[tuple[tuple[int, int], int]],
     ) -> ChangelogDelivery:
         """Produce the batch's changelog records, compensation first (step 2)."""
+        self.logged_batch = batch_number
         writer = ChangelogWriter(producer, self.settings.changelog_topic, self.task)
         return writer.write(
             batch,
@@ -121,11 +125,19 @@ class TaskState:
         Under exactly-once the transaction's commit marker follows the checkpoint, so
         the next record is two offsets on. ``writer`` is the token of the producer that
         committed the batch (see :mod:`~window_operator.runtime.producers`).
+
+        Every :data:`COMPACT_EVERY` batches (by the changelog batch number, as the library
+        path counts flushes) the ranges this batch deleted are compacted off the disk:
+        expiry deletes from the start of each time-ordered keyspace, so they cover what the
+        batches since the last compaction deleted, although this store object only lives
+        for one batch.
         """
         set_local_position(batch, marker + (2 if self.settings.exactly_once else 1))
         if writer is not None:
             batch.put(ColumnFamily.CHECKPOINT, WRITER_KEY, writer.encode())
         self.store.commit(batch)
+        if self.logged_batch is not None and self.logged_batch % COMPACT_EVERY == 0:
+            self.store.compact_deleted()
 
     def last_writer(self) -> str | None:
         """The token of the producer that last committed this store (None: not known)."""

@@ -352,3 +352,21 @@ class SessionCache:
     def release(self, slots: IntArray) -> None:
         """Forget sessions (dropped, expired or evicted)."""
         self.slots.release(slots)
+
+    # -- keys ---------------------------------------------------------------------------
+
+    def live_kids(self) -> IntArray:
+        """Key ids the cached sessions and the superseded records refer to."""
+        sl = self.slots
+        kids = sl.kid[sl.kid >= 0]
+        if self.superseded:
+            gone = np.fromiter((k for k, _ in self.superseded), np.int64, len(self.superseded))
+            kids = np.concatenate([kids, gone])
+        return kids
+
+    def renumber_keys(self, remap: IntArray) -> None:
+        """Apply a key table compaction (old id -> new id) to the cached sessions."""
+        sl = self.slots
+        live = sl.kid >= 0
+        sl.kid[live] = remap[sl.kid[live]]
+        self.superseded = {(int(remap[k]), s): p for (k, s), p in self.superseded.items()}

@@ -26,7 +26,8 @@ class SessionKeys:
     ``enc[kid]`` is the key part of its store keys (:class:`GroupKeyLayout`),
     ``prefix[kid]`` its session record prefix, ``name[kid]`` the grouping key,
     ``part_arr[kid]`` the partition (0 for time sessions) and ``code[kid]`` a stable
-    hash used to order emissions.
+    hash used to order emissions. :meth:`compact` forgets the keys nothing refers to any
+    more (ids are then renumbered).
     """
 
     def __init__(self, per_partition: bool) -> None:
@@ -41,6 +42,8 @@ class SessionKeys:
         self.code: IntArray = np.zeros(0, dtype=np.int64)
         self.part_arr: IntArray = np.zeros(0, dtype=np.int64)
         self._parts: list[int] = []
+        #: per-partition keys: the grouping key id of each session key
+        self._skids: list[int] = []
 
     def __len__(self) -> int:
         return len(self.enc)
@@ -104,7 +107,35 @@ class SessionKeys:
             self.name.append(self.table.names[skid])
             self.enc.append(self.layout.encode(self.table.encoded[skid], part))
             self._parts.append(part)
+            self._skids.append(skid)
         return kid
+
+    def compact(self, live: IntArray) -> IntArray:
+        """Keep only the ids in ``live`` (sorted, distinct); return old id -> new id (-1: gone)."""
+        self.sync()
+        remap = np.full(len(self.enc), -1, dtype=np.int64)
+        remap[live] = np.arange(len(live), dtype=np.int64)
+        keep = live.tolist()
+        if self.per_partition:
+            skids = [self._skids[k] for k in keep]
+            used = np.unique(np.asarray(skids, dtype=np.int64))
+            key_remap = self.table.compact(used)
+            self._skids = key_remap[np.asarray(skids, dtype=np.int64)].tolist()
+            self._parts = [self._parts[k] for k in keep]
+            self.name = [self.name[k] for k in keep]
+            self.enc = [self.enc[k] for k in keep]
+            pairs = zip(self._skids, self._parts, strict=True)
+            self._pairs = dict(zip(pairs, range(len(keep)), strict=True))
+        else:
+            self.table.compact(live)
+            # the table rebuilt its lists: the columns shared with it follow
+            self.name = self.table.names
+            self.enc = self.table.encoded
+        self.prefix = [self.prefix[k] for k in keep]
+        self.code = self.code[live]
+        self.part_arr = self.part_arr[live]
+        self._by_enc = dict(zip(self.enc, range(len(keep)), strict=True))
+        return remap
 
     def sync(self) -> None:
         """Derive the per-key columns of the keys interned since the last call (in bulk)."""

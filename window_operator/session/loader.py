@@ -26,9 +26,11 @@ from window_operator.kernel import EventClock
 from window_operator.policies import NO_WATERMARK
 from window_operator.session.cache import SessionCache, StoredId
 from window_operator.session.state import (
+    FLAG_CLOSED,
     FLAG_EXTRA,
     FLAG_PENDING,
     INDEX,
+    INDEX_HEADROOM,
     MAX_BUCKET_MS,
     MIN_BUCKET_MS,
     PENDING,
@@ -116,16 +118,38 @@ class SessionLoader:
 
     def disk_end_of(self, kids: IntArray) -> IntArray:
         """Per key, an upper bound of the close of its sessions that are stored only."""
-        n = len(self.cache.keys)
+        return self._ends(len(self.cache.keys))[kids]
+
+    def _ends(self, n: int) -> IntArray:
+        """The bounds of keys ``0 .. n-1`` (and beyond: the array grows, never shrinks here)."""
         if len(self._disk_end) < n:
             grow = np.full(n - len(self._disk_end), self._disk_end_default, dtype=np.int64)
             self._disk_end = np.concatenate([self._disk_end, grow])
-        return self._disk_end[kids]
+        return self._disk_end[:n]
 
     def evicted(self, kids: IntArray, close: IntArray) -> None:
         """Sessions of ``kids`` closing at ``close`` left the cache (they are stored)."""
         self.disk_end_of(kids)
         np.maximum.at(self._disk_end, kids, close)
+
+    def kids_on_disk(self, cutoff: int) -> IntArray:
+        """Keys that may have a stored, uncached session within retention at ``cutoff``.
+
+        The others can be forgotten: should one come back, the default bound it gets
+        may be lower than its stored sessions' closes, but those are past retention
+        (``cutoff`` never decreases), so nothing reads them again.
+        """
+        if self.trigger.by_offsets:
+            return np.zeros(0, dtype=np.int64)  # every stored tuple session is cached
+        return np.flatnonzero(self._ends(len(self.cache.keys)) > cutoff).astype(np.int64)
+
+    def renumber_keys(self, remap: IntArray, n_live: int) -> None:
+        """Apply a key table compaction (old id -> new id) to the per-key bounds."""
+        old = self._ends(len(remap))
+        kept = remap >= 0
+        ends = np.full(n_live, self._disk_end_default, dtype=np.int64)
+        ends[remap[kept]] = old[kept]
+        self._disk_end = ends
 
     # -- loading ------------------------------------------------------------------------
 
@@ -214,8 +238,43 @@ class SessionLoader:
         heads, tails = self.codec.decode(values)
         return _Records(kid, starts, heads, tails)
 
-    def _load(self, rec: _Records, known: set[StoredId] | None) -> IntArray:
-        """Put records into the cache, skipping ones memory already accounts for."""
+    def closing(self, after: int, upto: int) -> None:
+        """Load the stored, uncached open sessions closing in ``(after, upto]``.
+
+        They were spilled (evicted while open, beyond the memory budget) and must fire
+        now, so they are loaded as open, unlike what :meth:`_load` assumes of a record
+        stored as open whose close the watermark passed: every session that closed by
+        ``after`` was in the cache when it did. Their index entries are in the buckets of
+        their closes or up to :data:`INDEX_HEADROOM` later.
+        """
+        bucket = self.progress.bucket
+        rng = INDEX.buckets((after + 1) // bucket, upto // bucket + INDEX_HEADROOM + 1)
+        ids: dict[tuple[EncodedKey, int], None] = {}
+        for k, _ in self.store.scan_range(rng):
+            e = INDEX.parse(k)
+            ids[(e.key, e.time)] = None
+        keys = [SESSIONS.key(enc, start) for enc, start in ids]
+        found = [(k, v) for k, v in zip(keys, self.store.multi_get(SESSIONS.cf, keys), strict=True)]
+        present = [(k, v) for k, v in found if v is not None]
+        if not present:
+            return
+        encs, starts = SESSIONS.parse_many([k for k, _ in present])
+        heads, tails = self.codec.decode([v for _, v in present])
+        close = heads.end - self.trigger.pad + self.trigger.gap
+        due = (close > after) & (close <= upto) & ((heads.flags & FLAG_CLOSED) == 0)
+        idx = np.flatnonzero(due)
+        kid = self.cache.keys.ids_of_encoded([encs[i] for i in idx.tolist()])
+        rec = _Records(kid, starts[idx], heads.take(idx), [tails[i] for i in idx.tolist()])
+        self._load(rec, None, fire_check=False)
+
+    def _load(
+        self, rec: _Records, known: set[StoredId] | None, *, fire_check: bool = True
+    ) -> IntArray:
+        """Put records into the cache, skipping ones memory already accounts for.
+
+        ``fire_check``: apply the ON_TIME firing a record stored as open was not
+        rewritten for (see :meth:`SessionTrigger.fired_while_stored`).
+        """
         if known is None:
             known = self.cache.known(set(rec.kid.tolist()))
         take = np.fromiter(
@@ -238,7 +297,7 @@ class SessionLoader:
         if self.aggs.objects or bool((rec.heads.flags & FLAG_EXTRA).any()):
             for j, s in enumerate(slots.tolist()):
                 cache.set_tail(s, self.codec.decode_tail(int(rec.heads.flags[j]), rec.tails[j]))
-        if not trigger.by_offsets:
+        if not trigger.by_offsets and fire_check:
             sl = cache.slots
             fired = trigger.fired_while_stored(sl.closed[slots], last, self.clock.watermark)
             cache.fired_while_stored(slots[fired], trigger.pad)

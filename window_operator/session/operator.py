@@ -28,7 +28,7 @@ from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
 from window_operator.arrays import BoolArray, FloatArray, IntArray, one
-from window_operator.config import SessionWindow
+from window_operator.config import DEFAULT_CACHE_MB, SessionWindow
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
@@ -43,6 +43,7 @@ from window_operator.kernel import (
     due,
     retention_error,
 )
+from window_operator.keytable import DEFAULT_KEY_SLACK
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import ErrorRecord, Kind, ResultBatch, WindowResult
 from window_operator.session.cache import SessionCache
@@ -67,7 +68,9 @@ class SessionAggregator:
 
     Satisfies :class:`~window_operator.kernel.WindowOperator` for
     ``EventBatch | Sequence[Mapping]`` input, :class:`ResultBatch` results and
-    :class:`StoredWindow` queries.
+    :class:`StoredWindow` queries. At a flush, keys with nothing in memory and nothing
+    retained on disk are forgotten once there are more than twice the others plus
+    ``key_slack``; open sessions beyond ``cache_mb`` (MiB) are spilled to the store.
     """
 
     def __init__(
@@ -78,8 +81,11 @@ class SessionAggregator:
         policy: EmitPolicy,
         store: TaskStore,
         decoder: RecordDecoder | None = None,
+        key_slack: int = DEFAULT_KEY_SLACK,
+        cache_mb: int = DEFAULT_CACHE_MB,
     ) -> None:
         self.aggs = aggregations
+        self.key_slack = key_slack
         self.policy = policy
         self.decoder = decoder
         self.by_offsets = window.max_idle_messages is not None
@@ -96,9 +102,9 @@ class SessionAggregator:
             gap=gap, by_offsets=self.by_offsets, retention=policy.retention
         )
         self.cache = SessionCache(aggregations, per_partition=self.by_offsets)
-        self.sessions = SessionStore(
-            SessionLoader(store, self.cache, self.trigger, self.kernel.clock)
-        )
+        loader = SessionLoader(store, self.cache, self.trigger, self.kernel.clock)
+        early = policy.early_period is not None
+        self.sessions = SessionStore(loader, max_bytes=cache_mb << 20, early=early)
         self.emitter = SessionEmitter(self.cache, self.trigger, self.kernel.outputs)
         self.timers = Timers()
         #: the input has ended (every open session fires, tuple sessions included)
@@ -238,6 +244,7 @@ class SessionAggregator:
         self.kernel.commit(batch, commit=commit)
         if not self.by_offsets:
             self.sessions.evict_closed()
+        self.sessions.release_keys(self.trigger.cutoff(self.watermark), self.key_slack)
         return batch
 
     def close(self) -> None:
@@ -419,8 +426,10 @@ class SessionAggregator:
             self._fire()
 
     def _advance_watermark(self, candidate: int) -> None:
-        if self.kernel.clock.advance(candidate) is None or self.by_offsets:
+        before = self.kernel.clock.advance(candidate)
+        if before is None or self.by_offsets:
             return
+        self.sessions.unspill(before, self.watermark)
         self._fire()
         wm = self.watermark
         if wm < END_OF_TIME:

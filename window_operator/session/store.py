@@ -11,11 +11,18 @@ entries being deleted (hints, checked against the record), never live keys. Ende
 sessions are deleted at flush; closed, clean time sessions are evicted from the cache
 (they stay in the store until they expire) and read back by the
 :class:`~window_operator.session.loader.SessionLoader` when a late event may touch them.
+
+Memory budget (time sessions): when the open sessions' estimated size exceeds
+``max_bytes`` at a flush, the least recently extended ones without an EARLY result due
+are written back and evicted too (*spilled*), until a share of the budget is left. They
+are read back like evicted ones when an event may touch them, and when the watermark
+reaches their close, so that they fire (:meth:`SessionStore.unspill`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
@@ -36,11 +43,22 @@ from window_operator.session.state import (
 
 __all__ = ["SessionStore"]
 
+#: Estimated bytes of a cached session: its slot arrays (eight int64, seven flags, the
+#: object list's pointer), besides the accumulator row and object accumulators.
+_SLOT_OVERHEAD = 8 * 8 + 7 + 8
+#: Estimated bytes of one object accumulator (a cheap constant: they are not measured).
+_OBJECT_BYTES = 256
+#: A spill leaves the open sessions at this share of the budget, so it does not recur at
+#: every flush.
+_SPILL_TO = 0.75
+
 
 class SessionStore:
     """Every read and write of session state in the task store (see module doc)."""
 
-    def __init__(self, loader: SessionLoader) -> None:
+    def __init__(
+        self, loader: SessionLoader, *, max_bytes: int | None = None, early: bool = False
+    ) -> None:
         self.loader = loader
         self.store = loader.store
         self.cache = loader.cache
@@ -51,6 +69,15 @@ class SessionStore:
         self.messages = loader.messages
         #: full-state messages of applied events, written at the next flush
         self.pending: list[PendingMessage] = []
+        self.max_bytes = max_bytes
+        aggs = self.aggs
+        self.slot_bytes = _SLOT_OVERHEAD + 8 * aggs.width + _OBJECT_BYTES * len(aggs.objects)
+        #: EARLY results are on: sessions changed since the last ones are not spilled
+        self.early = early
+        #: the closes of spilled sessions not yet read back to fire (stale ones harmless)
+        self.spilled: IntArray = np.zeros(0, dtype=np.int64)
+        #: sessions this flush writes back to spill them (released at the eviction)
+        self._spilling: IntArray = np.zeros(0, dtype=np.int64)
 
     def keep(self, messages: Iterable[PendingMessage]) -> None:
         """Queue full-state messages for the next :meth:`persist`."""
@@ -62,8 +89,10 @@ class SessionStore:
         """Write every changed session (and pending messages) into ``batch``.
 
         Returns the identities of the records this batch deletes because memory
-        superseded them (merged away, or the session's start moved).
+        superseded them (merged away, or the session's start moved). Open sessions
+        beyond the memory budget are written too, to be spilled by :meth:`evict_closed`.
         """
+        self._spilling = self._select_spill()
         cache = self.cache
         records = cache.take_superseded()
         superseded = set(records)
@@ -221,8 +250,72 @@ class SessionStore:
             if self.aggs.full_state:
                 batch.delete_keys(self.messages.span(enc, MIN_I64, last + 1))
 
+    def release_keys(self, cutoff: int, slack: int) -> int:
+        """Forget the keys nothing in memory refers to and with nothing retained on disk.
+
+        Compacts the key table once it holds more than twice those keys plus ``slack``
+        (the cost is then amortized over the keys released); returns how many it forgot.
+        """
+        cache = self.cache
+        parts = [cache.live_kids(), self.loader.kids_on_disk(cutoff)]
+        if self.pending:
+            parts.append(np.fromiter((m.kid for m in self.pending), np.int64, len(self.pending)))
+        live = np.unique(np.concatenate(parts))
+        n = len(cache.keys)
+        if n <= 2 * len(live) + slack:
+            return 0
+        remap = cache.keys.compact(live)
+        cache.renumber_keys(remap)
+        self.loader.renumber_keys(remap, len(live))
+        self.pending = [replace(m, kid=int(remap[m.kid])) for m in self.pending]
+        return n - len(live)
+
+    # -- the memory budget ---------------------------------------------------------------
+
+    def _select_spill(self) -> IntArray:
+        """Open sessions beyond the budget, least recently extended first, marked dirty
+        (so that :meth:`persist` makes their records current)."""
+        open_ = self.cache.open_slots()
+        if (
+            self.max_bytes is None
+            or self.trigger.by_offsets
+            or len(open_) * self.slot_bytes <= self.max_bytes
+        ):
+            return np.zeros(0, dtype=np.int64)
+        sl = self.cache.slots
+        free = open_[~sl.early[open_]] if self.early else open_
+        n = len(open_) - int(self.max_bytes * _SPILL_TO) // self.slot_bytes
+        victims = free[np.argsort(sl.last[free], kind="stable")[: max(n, 0)]]
+        sl.dirty[victims] = True
+        return victims
+
+    def _release_spilled(self, slots: IntArray) -> None:
+        """Free spilled sessions (written by this flush); remember when they close."""
+        if not len(slots):
+            return
+        sl = self.cache.slots
+        close = sl.last[slots] + self.trigger.gap
+        self.loader.evicted(sl.kid[slots], close)
+        self.spilled = np.concatenate([self.spilled, close])
+        self.cache.release(slots)
+
+    def unspill(self, before: int, after: int) -> None:
+        """The watermark moved from ``before`` to ``after``: read back the spilled sessions
+        it closed, as open ones (they fire next)."""
+        first = int(self.spilled.min()) if len(self.spilled) else None
+        if first is None or first > after:
+            return
+        # no spilled session closes before the first remembered close
+        self.loader.closing(max(before, first - 1), after)
+        self.spilled = self.spilled[self.spilled > after]
+
     def evict_closed(self) -> None:
-        """Free closed, clean sessions (they are in the store); remember how far they reach."""
+        """Free closed, clean sessions (they are in the store); remember how far they reach.
+
+        Sessions spilled by this flush's :meth:`persist` are freed as well.
+        """
+        self._release_spilled(self._spilling)
+        self._spilling = np.zeros(0, dtype=np.int64)
         cand = self.cache.evictable()
         if not len(cand):
             return

@@ -260,9 +260,7 @@ def _source_options(settings: TaskSettings) -> dict[str, str]:
     """
     seconds = max(1, int(settings.broker_timeout_s))
     options = {f"kafka.{k}": str(v) for k, v in settings.config.kafka.consumer.items()}
-    options.update(
-        {"fetchOffset.numRetries": str(seconds), "fetchOffset.retryIntervalMs": "1000"}
-    )
+    options.update({"fetchOffset.numRetries": str(seconds), "fetchOffset.retryIntervalMs": "1000"})
     return options
 
 

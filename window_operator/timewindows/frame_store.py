@@ -1,10 +1,16 @@
 """Frame state: a write-back cache of (key, frame) accumulators over the task store.
 
-Frames of windows that have not fired yet ("open" frames) always live in memory, so
-firing a window never reads RocksDB. Closed frames are written back once per flush and
-then evicted; a late event that touches one reads it back. Vector accumulators of all
-live frames sit in one float64 matrix (a row per slot) so that batches merge with
-NumPy; object accumulators sit in a parallel list.
+Frames of windows that have not fired yet ("open" frames) live in memory, so firing a
+window does not read RocksDB. Closed frames are written back once per flush and then
+evicted; a late event that touches one reads it back. Vector accumulators of all live
+frames sit in one float64 matrix (a row per slot) so that batches merge with NumPy;
+object accumulators sit in a parallel list.
+
+Memory budget: when the open frames' estimated size exceeds ``max_bytes`` at a flush,
+the oldest ones are written back and evicted too (*spilled*) until a share of the budget
+is left; frames at or before :attr:`FrameStore.spilled_upto` may then be in the store
+only, so an event that touches one reads it back, and firing or EARLY results first load
+the spilled frames of the windows they evaluate (:meth:`FrameStore.unspill`).
 
 :class:`FrameStore` owns every write to these arrays; the evaluator only reads them.
 """
@@ -27,6 +33,15 @@ from window_operator.timewindows.state import FRAMES, MESSAGES, FrameCodec
 
 __all__ = ["FrameStore", "PendingMessage"]
 
+#: Estimated bytes of a cached frame besides its float64 row: the slot arrays and its
+#: ``(key id, frame) -> slot`` entry.
+_SLOT_OVERHEAD = 4 * 8 + 2 + 8 + 120
+#: Estimated bytes of one object accumulator (a cheap constant: they are not measured).
+_OBJECT_BYTES = 256
+#: A spill leaves the open frames at this share of the budget, so it does not recur at
+#: every flush.
+_SPILL_TO = 0.75
+
 
 @dataclass(frozen=True, slots=True)
 class PendingMessage:
@@ -43,7 +58,12 @@ class FrameStore:
     """Live frame accumulators of one task, with write-back persistence."""
 
     def __init__(
-        self, aggs: AggregationSet, store: TaskStore, keys: KeyTable[str], step: int
+        self,
+        aggs: AggregationSet,
+        store: TaskStore,
+        keys: KeyTable[str],
+        step: int,
+        max_bytes: int | None = None,
     ) -> None:
         self.aggs = aggs
         self.store = store
@@ -60,6 +80,10 @@ class FrameStore:
         self.objs: list[list[Any] | None] = [None] * cap
         self.free: list[int] = list(range(cap - 1, -1, -1))
         self.pending_messages: list[PendingMessage] = []
+        self.max_bytes = max_bytes
+        self.slot_bytes = 8 * aggs.width + _SLOT_OVERHEAD + _OBJECT_BYTES * len(aggs.objects)
+        #: open frames starting at or before this may be in the store only (spilled)
+        self.spilled_upto: int | None = None
 
     def __len__(self) -> int:
         return len(self.slot_of)
@@ -172,6 +196,8 @@ class FrameStore:
         n = len(kids)
         slots = np.empty(n, dtype=np.int64)
         created = np.zeros(n, dtype=np.bool_)
+        if self.spilled_upto is not None:
+            on_disk_possible = on_disk_possible | (frames <= self.spilled_upto)
         pairs = list(zip(kids.tolist(), frames.tolist(), strict=True))
         found = list(map(self.slot_of.get, pairs))
         disk = on_disk_possible.tolist()
@@ -203,7 +229,7 @@ class FrameStore:
         slot = self.slot_of.get((kid, frame))
         if slot is not None:
             return slot, False
-        if on_disk_possible:
+        if on_disk_possible or (self.spilled_upto is not None and frame <= self.spilled_upto):
             slot = self.load([(kid, frame)])[0]
             if slot >= 0:
                 return slot, False
@@ -257,27 +283,30 @@ class FrameStore:
             for j, val in zip(self.aggs.full_state, orjson.loads(v), strict=True):
                 objs[j] = self.aggs.objects[j][1].accumulate(objs[j], val, order)
 
-    def load_range(self, frame_from: int) -> int:
-        """Load every stored frame with ``frame >= frame_from`` (open frames on restart)."""
-        items = list(self.store.scan_range(FRAMES.since(frame_from)))
+    def load_range(self, frame_from: int, frame_to: int | None = None) -> int:
+        """Load the stored frames with ``frame_from <= frame < frame_to`` (``None``: every
+        later one) that are not in memory; return how many."""
+        rng = FRAMES.since(frame_from) if frame_to is None else FRAMES.times(frame_from, frame_to)
+        items = list(self.store.scan_range(rng))
         if not items:
             return 0
         frames, names = FRAMES.parse_many([k for k, _ in items])
         kids = self.keys.ids_of(names)
-        if not self.aggs.objects and not self.slot_of:
+        pairs = list(zip(kids.tolist(), frames.tolist(), strict=True))
+        if self.slot_of:
+            new = [i for i, p in enumerate(pairs) if p not in self.slot_of]
+            pick = np.asarray(new, dtype=np.int64)
+            kids, frames = kids[pick], frames[pick]
+            items, pairs = [items[i] for i in new], [pairs[i] for i in new]
+        if not self.aggs.objects:
             rows, early = self.codec.decode_rows([v for _, v in items])
-            slots = self.allocate_many(
-                kids, frames, list(zip(kids.tolist(), frames.tolist(), strict=True))
-            )
+            slots = self.allocate_many(kids, frames, pairs)
             self.acc[slots] = rows
             self.early_dirty[slots] = early
             return len(items)
-        n = 0
-        for kid, frame, (_, v) in zip(kids.tolist(), frames.tolist(), items, strict=True):
-            if (kid, frame) not in self.slot_of:
-                self._load_record(kid, frame, v)
-                n += 1
-        return n
+        for (kid, frame), (_, v) in zip(pairs, items, strict=True):
+            self._load_record(kid, frame, v)
+        return len(items)
 
     def live_kids(self) -> IntArray:
         """Key ids that memory refers to (frames and messages not yet written)."""
@@ -327,6 +356,39 @@ class FrameStore:
             )
         self.pending_messages.clear()
         return len(slots)
+
+    def open_bytes(self, open_from: int) -> int:
+        """Estimated bytes of the cached frames with ``frame >= open_from``."""
+        n = int(np.count_nonzero((self.kid >= 0) & (self.frame >= open_from)))
+        return n * self.slot_bytes
+
+    def select_spill(self, open_from: int) -> IntArray:
+        """The oldest open frames (``frame >= open_from``) beyond the budget, marked dirty.
+
+        They are written by the next :meth:`persist` (so their records are current, EARLY
+        marks included) and must then be released (:meth:`release_many`); frames at or
+        before :attr:`spilled_upto` are read back from the store when needed.
+        """
+        if self.spilled_upto is not None and self.spilled_upto < open_from:
+            self.spilled_upto = None  # every spilled frame closed: the closed path reads them
+        if self.max_bytes is None or self.open_bytes(open_from) <= self.max_bytes:
+            return np.zeros(0, dtype=np.int64)
+        live = np.flatnonzero((self.kid >= 0) & (self.frame >= open_from))
+        keep = int(self.max_bytes * _SPILL_TO) // self.slot_bytes
+        victims = live[np.argsort(self.frame[live], kind="stable")[: max(len(live) - keep, 0)]]
+        if len(victims):
+            top = int(self.frame[victims].max())
+            if self.spilled_upto is None or top > self.spilled_upto:
+                self.spilled_upto = top
+            self.dirty[victims] = True
+        return victims
+
+    def unspill(self, frame_from: int, frame_to: int) -> int:
+        """Load the spilled frames with ``frame_from <= frame <= frame_to`` (before windows
+        over them are evaluated); return how many."""
+        if self.spilled_upto is None or frame_from > self.spilled_upto:
+            return 0
+        return self.load_range(frame_from, min(frame_to, self.spilled_upto) + 1)
 
     def evict_closed(self, frame_limit: int) -> int:
         """Drop clean frames with ``frame < frame_limit`` from memory (they are in the store)."""

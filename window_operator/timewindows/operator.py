@@ -33,6 +33,7 @@ from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
 from window_operator.arrays import FloatArray, IntArray
+from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
@@ -78,6 +79,7 @@ class WindowedAggregator:
         decoder: RecordDecoder | None = None,
         use_deduct: bool | None = None,
         key_slack: int = KEY_SLACK,
+        cache_mb: int = DEFAULT_CACHE_MB,
     ) -> None:
         if use_deduct and not aggregations.deductible:
             raise ValueError("use_deduct=True but not every aggregation has deduct")
@@ -89,7 +91,9 @@ class WindowedAggregator:
         shape = {"type": "time", "size": windowing.size, "step": windowing.step}
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(store, shape=shape, policy=policy)
         self.keys: KeyTable[str] = KeyTable()
-        self.frames = FrameStore(aggregations, store, self.keys, windowing.step)
+        self.frames = FrameStore(
+            aggregations, store, self.keys, windowing.step, max_bytes=cache_mb << 20
+        )
         self.book = WindowBook(store, self.keys)
         self.trigger = TimeTrigger(windowing, policy.retention)
         self.evaluator = WindowEvaluator(
@@ -213,6 +217,8 @@ class WindowedAggregator:
         if TimerAction.LATE in action:
             self._emit_late()
         if TimerAction.EARLY in action:
+            open_ = self.trigger.open_windows(self.watermark)
+            self.frames.unspill(open_.lo, END_OF_TIME)
             self.emitter.early(self.watermark)
 
     def take_result_batches(self) -> list[ResultBatch]:
@@ -239,6 +245,7 @@ class WindowedAggregator:
         cutoff = self.trigger.expiry_cutoff(wm)
         if cutoff is not None:
             self._emit_late(only_upto=cutoff)
+        spilled = self.frames.select_spill(self.trigger.evictable_before(wm))
         self.frames.persist(batch)
         self.book.persist(batch)
         if cutoff is not None and (self._expired_upto is None or cutoff > self._expired_upto):
@@ -253,6 +260,7 @@ class WindowedAggregator:
         if wm > NO_WATERMARK:
             self.frames.evict_closed(self.trigger.evictable_before(wm))
             self.book.evict(wm, self._size)
+        self.frames.release_many(spilled)  # beyond the memory budget, written above
         self._release_keys()
         return batch
 
@@ -444,6 +452,9 @@ class WindowedAggregator:
     def _advance_watermark(self, candidate: int) -> None:
         before = self.kernel.clock.advance(candidate)
         if before is not None:
+            fired = self.trigger.on_time(before, self.watermark)
+            if fired is not None:
+                self.frames.unspill(fired.lo, fired.hi + self._size - self._step)
             self.emitter.on_time(before, self.watermark)
 
     def _emit_late(self, only_upto: int | None = None) -> None:

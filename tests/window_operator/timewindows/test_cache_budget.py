@@ -1,0 +1,62 @@
+"""The frame store's memory budget: open frames beyond it are spilled to the store and
+read back to merge, fire or emit EARLY; results are those of an unbounded cache (issue:
+churn).
+
+Workload: 400 keys, 40 micro-batches of 2 s of event time, a tenth of the events up to
+15 s late, hopping 30 s / 10 s windows with a full-state median, EARLY every 5 s, LATE
+per arrival; the bounded operator keeps about 50 open frames in memory (of over a
+thousand) and is restored halfway.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from churnkit import random_batches, side_by_side
+from helpers import runtime_for
+
+from stores.rocks import TaskStore
+from window_operator.job import JobRuntime
+from window_operator.timewindows import WindowedAggregator
+
+
+def runtime() -> JobRuntime:
+    return runtime_for(
+        window={"type": "hopping", "size": "30s", "step": "10s"},
+        aggregations=[
+            {"name": "n", "op": "count"},
+            {"name": "mean", "op": "mean", "field": "v"},
+            {"name": "median", "op": "median", "field": "v"},
+        ],
+        watermark={"allowed_lateness": "2s"},
+        emit={"early": "5s", "late": "per_arrival"},
+        retention={"time": "1m"},
+    )
+
+
+def open_agg(rt: JobRuntime, path: Path, budget_frames: int | None) -> WindowedAggregator:
+    agg = rt.operator(TaskStore(path))
+    assert isinstance(agg, WindowedAggregator)
+    if budget_frames is not None:
+        agg.frames.max_bytes = budget_frames * agg.frames.slot_bytes
+    return agg
+
+
+def spilled_within_budget(agg: WindowedAggregator) -> int:
+    frames = agg.frames
+    open_from = agg.trigger.evictable_before(agg.watermark)
+    assert frames.max_bytes is not None and frames.open_bytes(open_from) <= frames.max_bytes
+    return int(frames.spilled_upto is not None)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_small_budget_spills_and_changes_no_result(tmp_path: Path, seed: int) -> None:
+    rt = runtime()
+    spills = side_by_side(
+        open_agg(rt, tmp_path / "free", None),
+        lambda: open_agg(rt, tmp_path / "tight", 50),
+        random_batches(seed, keys=400, per_batch=200),
+        spilled_within_budget,
+    )
+    assert spills > 10
