@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import pickle
 import platform
 import shutil
 import statistics
@@ -120,8 +121,9 @@ class Produced:
         return max(t for t, _ in parts.values())
 
 
-def produce_steady(load: Load, conn: Connection, stop: Any) -> None:
-    """Process body: produce at ``load.rate`` for ``load.seconds``; send :class:`Produced`."""
+def produce_steady(load: Load, conn: Connection, go: Any, stop: Any) -> None:
+    """Process body: once ``go`` is set, produce at ``load.rate`` for ``load.seconds``;
+    send :class:`Produced`."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -144,6 +146,7 @@ def produce_steady(load: Load, conn: Connection, stop: Any) -> None:
         return delivered
 
     conn.send("ready")
+    go.wait()
     produced = _produce_loop(producer, load, closer, stop)
     producer.flush(60)
     produced.closers = closers
@@ -466,14 +469,14 @@ def run_trial(
 
 def drive(name: str, contender: Contender, load: Load) -> Trial:
     """Run the producer and the watcher against a started query; sample the lag."""
-    stop_producer, stop_watcher = SPAWN.Event(), SPAWN.Event()
+    go, stop_producer, stop_watcher = SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
     p_here, p_there = SPAWN.Pipe()
     w_here, w_there = SPAWN.Pipe()
     watcher = SPAWN.Process(
         target=watch_results,
         args=(load.bootstrap, contender.output_topic, load.partitions, w_there, stop_watcher),
     )
-    producer = SPAWN.Process(target=produce_steady, args=(load, p_there, stop_producer))
+    producer = SPAWN.Process(target=produce_steady, args=(load, p_there, go, stop_producer))
     watcher.start()
     producer.start()
     committed = Committed(load, contender.query)
@@ -481,6 +484,7 @@ def drive(name: str, contender: Contender, load: Load) -> Trial:
     w_here.recv()
     p_here.recv()
     load_start = os.getloadavg()[0]
+    go.set()
     lag: list[tuple[float, int]] = []
     aborted = False
     t0 = time.monotonic()
@@ -720,27 +724,33 @@ def reading_batch(batches: list[Batch], trial: Trial, window_end: int) -> Batch 
     return None
 
 
-def where_time_goes(trial: Trial, measured: Measured) -> list[str]:
-    """A window's latency split: trigger wait, the reading batch, to the result, visible."""
+def where_time_goes(trial: Trial, measured: Measured, trigger_ms: int) -> list[str]:
+    """A window's latency split: trigger wait, the batches to its result, visibility."""
     batches = batches_of(trial)
-    wait, reading, after, visible = [], [], [], []
+    rows: dict[str, list[float]] = {
+        "closing event -> next trigger tick": [],
+        "tick -> start of the batch that read it (previous batch still running)": [],
+        "start of that batch -> last result appended": [],
+        "last result appended -> visible to a read_committed consumer": [],
+        "batches from the one reading the closing event to the one emitting": [],
+    }
+    values = list(rows.values())
     for w in measured.windows:
         b = reading_batch(batches, trial, w.window_end)
         if b is None:
             continue
-        wait.append((b.start_ms - w.closed_ms) / 1000.0)
-        reading.append(b.seconds)
-        after.append((w.appended_ms - b.end_ms) / 1000.0)
-        visible.append((w.visible_ms - w.appended_ms) / 1000.0)
-    rows = [
-        ("wait for a trigger (closing event -> start of the batch reading it)", wait),
-        ("the batch that read it (trigger start -> its end)", reading),
-        ("from that batch's end to the last result's append", after),
-        ("append -> visible to a read_committed consumer", visible),
-    ]
+        tick = -(-w.closed_ms // trigger_ms) * trigger_ms
+        values[0].append((tick - w.closed_ms) / 1000.0)
+        values[1].append((b.start_ms - tick) / 1000.0)
+        values[2].append((w.appended_ms - b.start_ms) / 1000.0)
+        values[3].append((w.visible_ms - w.appended_ms) / 1000.0)
+        emitting = [x for x in batches if x.start_ms <= w.appended_ms <= x.end_ms]
+        if emitting:
+            values[4].append(float(emitting[0].batch_id - b.batch_id))
     lines = [f"  {trial.name}: where a window's latency goes (median / p99 over windows, s):"]
     lines += [
-        f"    {label:<68} {percentile(v, 50):6.2f} / {percentile(v, 99):6.2f}" for label, v in rows
+        f"    {label:<72} {percentile(v, 50):6.2f} / {percentile(v, 99):6.2f}"
+        for label, v in rows.items()
     ]
     return lines + batch_profile(trial, batches)
 
@@ -878,6 +888,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sweep-seconds", type=float, default=30)
     ap.add_argument("--profile", action="store_true", help="where the latency goes")
     ap.add_argument("--tmpdir", type=Path, default=None)
+    ap.add_argument("--dump", type=Path, default=None, help="pickle the trials here")
     args = ap.parse_args(argv)
     args.window_ms = parse_duration_ms(args.window)
     args.lateness_ms = parse_duration_ms(args.lateness)
@@ -916,10 +927,12 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.repeat):
                 for name in names:
                     run_one(name, spark, rate, seconds, tmp, args, outcome)
+        if args.dump is not None:
+            args.dump.write_bytes(pickle.dumps([t for t, _, _ in outcome.trials]))
         print("\n" + "\n".join(summary(outcome, args)))
         if args.profile or not args.sweep:
             for trial, measured, _ in outcome.trials:
-                print("\n".join(where_time_goes(trial, measured)))
+                print("\n".join(where_time_goes(trial, measured, args.trigger_ms)))
         bad = [t for t, m, _ in outcome.trials if t.name == "A" and (m.missing or m.wrong)]
         return 1 if bad else 0
     finally:
