@@ -14,7 +14,7 @@ import pytest
 
 from window_operator.broker import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 #: Generous: a startup failure is reported in seconds (a bounded metadata request);
 #: the bound only catches a return of the old minute-long waits.
 STARTUP_FAILURE_S = 20.0

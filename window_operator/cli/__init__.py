@@ -1,0 +1,63 @@
+"""The ``window-operator`` command line.
+
+Sub-commands: ``simulate`` (a job config over a JSONL file), ``run`` (the Spark
+streaming job), ``status`` (a job's progress and health), ``produce`` and ``demo``
+(:mod:`.jobs`); ``restore`` (rebuild local stores from the changelog) and ``inspect``
+(print the stored windows of a key) (:mod:`.state`); ``broker`` (a local Kafka-protocol
+broker) and ``nexmark generate`` (:mod:`.tools`). Configuration mistakes are reported as
+a list of field problems on stderr with exit status 2, never as a traceback; so are
+startup failures (no broker configured or answering, a missing input or changelog
+topic), each as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from window_operator.broker import BrokerError
+from window_operator.cli import jobs, state, tools
+from window_operator.cli.common import EXIT_CONFIG, CliError
+from window_operator.config import ConfigError
+from window_operator.kafka_admin import KafkaAdminError
+from window_operator.observe.logs import setup_logging
+from window_operator.spark.topics import TaskCountError, TransactionsUnsupportedError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="window-operator",
+        description="Stateful event-time window operators on RocksDB, over Kafka and Spark.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    jobs.add_parsers(sub)
+    state.add_parsers(sub)
+    tools.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``window-operator`` console script."""
+    args = _parser().parse_args(argv)
+    args.redact = setup_logging(quiet=bool(getattr(args, "quiet", False)))
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_CONFIG
+    except CliError as exc:
+        print(f"window-operator: {exc}", file=sys.stderr)
+        return exc.code
+    except (KafkaAdminError, BrokerError, TaskCountError, TransactionsUnsupportedError) as exc:
+        print(f"window-operator: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

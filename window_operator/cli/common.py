@@ -1,0 +1,116 @@
+"""What the sub-commands share: user-facing errors and exit codes, the broker address,
+times on the command line, loading a job."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from window_operator.config import (
+    JobConfig,
+    JoinJobConfig,
+    load_any_config,
+    load_config,
+)
+from window_operator.job import JobRuntime, build_runtime
+from window_operator.join import JoinRuntime, build_join_runtime
+from window_operator.observe.redact import RedactingFilter, secret_values
+
+if TYPE_CHECKING:
+    from window_operator.runtime.settings import TaskSettings
+
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_INPUT",
+    "EXIT_UNHEALTHY",
+    "CliError",
+    "bootstrap_servers",
+    "load_runtime",
+    "load_simulation_runtime",
+    "parse_time",
+    "task_settings",
+]
+
+#: A bad config or a setup the job cannot start with (no broker, a missing topic).
+EXIT_CONFIG = 2
+EXIT_INPUT = 3
+#: ``status``: the job is behind, stalled, or never ran.
+EXIT_UNHEALTHY = 1
+
+
+class CliError(Exception):
+    """A user-facing error: printed without a traceback."""
+
+    def __init__(self, message: str, code: int = EXIT_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def load_runtime(path: str) -> JobRuntime:
+    """The runtime of the aggregation job configured at ``path``."""
+    config = load_config(path)
+    return build_runtime(config, source=path)
+
+
+def load_simulation_runtime(path: str) -> JobRuntime | JoinRuntime:
+    """The runtime of an aggregation job, or of a join job (a config with ``join:``)."""
+    config = load_any_config(path)
+    if isinstance(config, JoinJobConfig):
+        return build_join_runtime(config, source=path)
+    return build_runtime(config, source=path)
+
+
+def bootstrap_servers(args: argparse.Namespace, config: JobConfig | JoinJobConfig | None) -> str:
+    """The brokers: ``--bootstrap-servers``, the config's, or ``KAFKA_BOOTSTRAP_SERVERS``.
+
+    Every command that talks to Kafka passes here, so the config's secrets are added to
+    the log redaction here too.
+    """
+    servers = (
+        getattr(args, "bootstrap_servers", None)
+        or (config.kafka.bootstrap_servers if config is not None else None)
+        or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    )
+    if not servers:
+        raise CliError(
+            "no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, pass --bootstrap-servers, "
+            "or start a local one with `window-operator broker`",
+            EXIT_CONFIG,
+        )
+    redact: RedactingFilter | None = getattr(args, "redact", None)
+    if redact is not None and config is not None:
+        # every command that talks to Kafka passes here: its secrets never reach a log
+        redact.add(secret_values(config.kafka.producer, config.kafka.consumer))
+    return servers
+
+
+def parse_time(text: str | None, default: int) -> int:
+    """A time given as epoch milliseconds or ISO-8601 (``default`` when not given)."""
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    from datetime import datetime
+
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
+    return int(dt.timestamp() * 1000)
+
+
+def task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSettings:
+    """The task settings of ``--config`` (with ``--state-dir`` and the brokers)."""
+    from window_operator.runtime.settings import TaskSettings
+
+    config = load_any_config(args.config)
+    return TaskSettings(
+        config=config,
+        bootstrap_servers=bootstrap_servers(args, config) if with_kafka else "",
+        state_dir=str(args.state_dir or config.state.dir),
+    )

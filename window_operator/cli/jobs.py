@@ -1,0 +1,296 @@
+"""The commands that run a job: ``simulate``, ``run``, ``status``, ``produce`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from window_operator.cli.common import (
+    EXIT_UNHEALTHY,
+    CliError,
+    bootstrap_servers,
+    load_runtime,
+    load_simulation_runtime,
+)
+from window_operator.config import (
+    JobConfig,
+    load_any_config,
+)
+from window_operator.job import build_runtime
+from window_operator.join import JoinRuntime, build_join_runtime
+from window_operator.kafka_admin import KafkaAdmin
+from window_operator.observe.progress import progress_bar
+
+if TYPE_CHECKING:
+    from window_operator.cli.common import Subparsers
+
+__all__ = ["add_parsers"]
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from window_operator.simulate import simulate
+
+    runtime = load_simulation_runtime(args.config)
+    input_path = Path(args.input)
+    if not input_path.is_file():
+        raise CliError(f"input file {input_path} does not exist")
+    out: IO[bytes]
+    errors_out: IO[bytes] | None = None
+    out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+    bar = progress_bar(total=input_path.stat().st_size, desc="simulate", unit="B")
+    try:
+        if args.errors:
+            errors_out = open(args.errors, "wb")  # noqa: SIM115
+        summary = simulate(
+            runtime,
+            input_path,
+            out,
+            errors_out=errors_out,
+            state_dir=Path(args.state_dir) if args.state_dir else None,
+            batch_size=args.batch_size,
+            progress=lambda position: bar.update(max(0, position - bar.n)),
+        )
+    finally:
+        bar.close()
+        if out is not sys.stdout.buffer:
+            out.close()
+        else:
+            out.flush()
+        if errors_out is not None:
+            errors_out.close()
+    parts = [
+        f"{summary.lines} lines",
+        f"{summary.applied} applied",
+        f"{summary.replayed} replayed",
+        f"{summary.rejected} rejected",
+        f"{summary.results} {'join' if isinstance(runtime, JoinRuntime) else 'window'} results",
+    ]
+    print("simulate: " + ", ".join(parts), file=sys.stderr)
+    if summary.errors:
+        detail = ", ".join(f"{code}: {n}" for code, n in sorted(summary.errors.items()))
+        where = f" (see {args.errors})" if args.errors else " (use --errors FILE for details)"
+        print(f"simulate: rejected records by reason: {detail}{where}", file=sys.stderr)
+    return 0
+
+
+def _spark_conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise CliError(f"--conf expects key=value, got {pair!r}")
+        conf[key] = value
+    return conf
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from window_operator.spark.driver import StreamingJob, prepare_topics
+    from window_operator.spark.session import build_session
+
+    config = load_any_config(args.config)
+    if isinstance(config, JobConfig):
+        build_runtime(config, source=args.config)  # operation problems are config errors
+    else:
+        build_join_runtime(config, source=args.config)
+    bootstrap = bootstrap_servers(args, config)
+    # before Spark starts (seconds): an unreachable broker, a missing input topic or a
+    # task count that disagrees with the changelog is reported at once
+    prepare_topics(config, bootstrap)
+    conf = {**config.spark.conf, **_spark_conf(args.conf)}
+    if os.environ.get("WINDOW_OPERATOR_CRASH_AT"):
+        # recovery tests: let the armed task kill this whole job (see runtime.faults)
+        os.environ["WINDOW_OPERATOR_CRASH_PGID"] = str(os.getpgid(0))
+    spark = build_session(
+        app_name=f"window-operator-{config.job}",
+        master=args.master or config.spark.master,
+        conf=conf,
+    )
+    job = StreamingJob(
+        config,
+        bootstrap_servers=bootstrap,
+        spark=spark,
+        state_dir=args.state_dir,
+        available_now=True if args.available_now else None,
+        starting_offsets=args.starting_offsets,
+    )
+    from window_operator.observe.attach import QueryFailedError, run_observed
+
+    metrics = config.metrics
+    try:
+        run_observed(
+            job,
+            metrics_port=args.metrics_port if args.metrics_port is not None else metrics.port,
+            metrics_host=metrics.host,
+            report_path=args.report,
+        )
+    except QueryFailedError as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from window_operator.observe.status import format_status, job_status
+
+    config = load_any_config(args.config)
+    status = job_status(
+        config,
+        bootstrap_servers(args, config),
+        state_dir=args.state_dir,
+        max_idle_triggers=args.max_idle_triggers,
+        interval_s=args.interval,
+    )
+    print(format_status(status))
+    return 0 if status.healthy else EXIT_UNHEALTHY
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    import orjson
+    from confluent_kafka import Producer
+
+    runtime = load_runtime(args.config)
+    config = runtime.config
+    bootstrap = bootstrap_servers(args, config)
+    topic = config.input.topic
+    # retention.ms=-1: sample data carries historical event times
+    KafkaAdmin(bootstrap).create_topic(topic, args.partitions, {"retention.ms": "-1"})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    key_field = config.input.key
+    n = 0
+    bar = progress_bar(total=Path(args.input).stat().st_size, desc="produce", unit="B")
+    with open(args.input, "rb") as lines, bar:
+        for line in lines:
+            bar.update(len(line))
+            line = line.strip()
+            if not line:
+                continue
+            key = None
+            if key_field is not None:
+                try:
+                    value = orjson.loads(line).get(key_field)
+                    key = None if value is None else str(value).encode()
+                except (orjson.JSONDecodeError, AttributeError):
+                    key = None  # produced as is: the job routes it to the error topic
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=line)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            n += 1
+    if producer.flush(60):
+        raise CliError("some records were not acknowledged by the broker")
+    print(f"produced {n} records to {topic}", file=sys.stderr)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from window_operator.demo import DEFAULT_CONFIG, run_demo
+
+    printed = run_demo(
+        config_path=Path(args.config) if args.config else DEFAULT_CONFIG,
+        events=args.events,
+        seconds=args.seconds,
+        out=sys.stdout,
+        err=sys.stderr,
+        chart=Path(args.chart) if args.chart else None,
+    )
+    return 0 if printed > 0 else 1
+
+
+def _add_simulate(sub: Subparsers) -> None:
+    sim = sub.add_parser(
+        "simulate",
+        help="run a job config over a JSONL file of events and print the window results",
+    )
+    sim.add_argument("--config", required=True, help="job YAML file")
+    sim.add_argument("--input", required=True, help="JSONL events, one per line, arrival order")
+    sim.add_argument("--output", help="write results here (JSONL) instead of stdout")
+    sim.add_argument("--errors", help="write rejected records here (JSONL)")
+    sim.add_argument("--state-dir", help="keep the RocksDB state here (default: a temp dir)")
+    sim.add_argument(
+        "--batch-size",
+        type=int,
+        default=10_000,
+        help="events per micro-batch, as the streaming job would see them (1 = per event)",
+    )
+    sim.set_defaults(func=_cmd_simulate)
+
+
+def _add_run(sub: Subparsers) -> None:
+    run = sub.add_parser("run", help="run the Spark Structured Streaming job of a config")
+    run.add_argument("--config", required=True, help="job YAML file")
+    run.add_argument(
+        "--master", help="Spark master (default: spark.master of the config, local[*])"
+    )
+    run.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    run.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
+    run.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    run.add_argument(
+        "--available-now", action="store_true", help="process what is in the topic, then stop"
+    )
+    run.add_argument(
+        "--starting-offsets", default="earliest", help="earliest | latest | Spark-style JSON"
+    )
+    run.add_argument("--report", help="append one JSON line of task reports per micro-batch")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port (default: metrics.port; 0: any free one)",
+    )
+    run.add_argument("--quiet", action="store_true", help="no log line per micro-batch")
+    run.set_defaults(func=_cmd_run)
+
+
+def _add_status(sub: Subparsers) -> None:
+    st = sub.add_parser(
+        "status", help="a job's input lag, watermark, last batch and changelog; exit 1 unhealthy"
+    )
+    st.add_argument("--config", required=True, help="job YAML file")
+    st.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
+    st.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    st.add_argument(
+        "--max-idle-triggers",
+        type=int,
+        default=3,
+        help="unhealthy when input waits and no batch ran for this many triggers (default 3)",
+    )
+    st.add_argument(
+        "--interval",
+        type=float,
+        default=0.0,
+        help="read the lag twice this many seconds apart: unhealthy if it grew (default: once)",
+    )
+    st.set_defaults(func=_cmd_status)
+
+
+def _add_produce_and_demo(sub: Subparsers) -> None:
+    prod = sub.add_parser("produce", help="produce a JSONL file to a job's input topic")
+    prod.add_argument("--config", required=True, help="job YAML file")
+    prod.add_argument("--input", required=True, help="JSONL events")
+    prod.add_argument("--partitions", type=int, default=4, help="partitions if the topic is new")
+    prod.add_argument(
+        "--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)"
+    )
+    prod.set_defaults(func=_cmd_produce)
+
+    demo = sub.add_parser(
+        "demo", help="broker + live click stream + the streaming job, printing window results"
+    )
+    demo.add_argument("--config", help="job YAML (default: config/clicks.yaml)")
+    demo.add_argument("--events", type=int, default=3000, help="clicks to produce")
+    demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
+    demo.add_argument("--chart", help="where to write the PNG chart (default: the run's temp dir)")
+    demo.set_defaults(func=_cmd_demo)
+
+
+def add_parsers(sub: Subparsers) -> None:
+    """``simulate``, ``run``, ``status``, ``produce`` and ``demo``."""
+    _add_simulate(sub)
+    _add_run(sub)
+    _add_status(sub)
+    _add_produce_and_demo(sub)

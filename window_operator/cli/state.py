@@ -1,0 +1,138 @@
+"""The commands on a job's local state: ``restore`` (from the changelog) and ``inspect``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from window_operator.cli.common import (
+    EXIT_CONFIG,
+    CliError,
+    parse_time,
+    task_settings,
+)
+from window_operator.config import (
+    JoinJobConfig,
+)
+from window_operator.kafka_admin import KafkaAdmin
+
+if TYPE_CHECKING:
+    from window_operator.cli.common import Subparsers
+    from window_operator.runtime.settings import TaskSettings
+
+__all__ = ["add_parsers"]
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from window_operator.observe.progress import RestoreBar
+    from window_operator.runtime.commit import TaskState
+
+    settings = task_settings(args)
+    count = KafkaAdmin(settings.bootstrap_servers).require_topic(
+        settings.changelog_topic,
+        hint="run the job first (it creates its changelog), or check the job name in the config",
+        kind="changelog topic",
+        wait_s=0,
+    )
+    if args.task is not None and not 0 <= args.task < count:
+        raise CliError(
+            f"--task {args.task}: the changelog {settings.changelog_topic!r} has tasks "
+            f"0 to {count - 1}",
+            EXIT_CONFIG,
+        )
+    tasks = [args.task] if args.task is not None else list(range(count))
+    for task in tasks:
+        bar = RestoreBar(task)
+        try:
+            state = TaskState.open(settings, task, progress=bar)
+        finally:
+            bar.close()
+        state.close()
+        result = state.restored
+        print(
+            f"task {task}: applied {result.applied} records in {result.batches} batches, "
+            f"now at changelog offset {result.position}"
+            + (f", {len(result.uncommitted)} uncommitted" if result.uncommitted else "")
+        )
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    import orjson
+
+    from window_operator.runtime.settings import task_state_dir
+
+    settings = task_settings(args, with_kafka=False)
+    start = parse_time(args.start, -(2**62))
+    end = parse_time(args.end, 2**62)
+    root = task_state_dir(settings.state_dir_path, settings.config.job, 0).parent
+    tasks = (
+        sorted(int(p.name.removeprefix("task-")) for p in root.glob("task-*") if p.is_dir())
+        if root.exists()
+        else []
+    )
+    if not tasks:
+        raise CliError(f"no local state under {root}: run the job or `window-operator restore`")
+    found = 0
+    for task in tasks:
+        for line in _inspect_task(settings, task, args.key, start, end):
+            found += 1
+            sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
+    if not found:
+        print(f"no stored state for key {args.key!r} in that range", file=sys.stderr)
+    return 0
+
+
+def _inspect_task(
+    settings: TaskSettings, task: int, key: str, start: int, end: int
+) -> list[dict[str, object]]:
+    """A task's stored windows of ``key`` (aggregations) or messages (joins), as JSON."""
+    from window_operator.runtime.queries import stored_messages, stored_windows
+
+    if isinstance(settings.config, JoinJobConfig):
+        return [
+            {
+                "task": task,
+                "source": m.source,
+                "key": list(m.key),
+                "ts": m.ts,
+                "partition": m.partition,
+                "offset": m.offset,
+                "record": m.record,
+            }
+            for m in stored_messages(settings, task, key, start, end)
+        ]
+    return [
+        {
+            "task": task,
+            "key": w.key,
+            "window_start": w.window_start,
+            "window_end": w.window_end,
+            "fired": w.fired,
+            "values": w.values,
+        }
+        for w in stored_windows(settings, task, key, start, end)
+    ]
+
+
+def _add_state_commands(sub: Subparsers) -> None:
+    rst = sub.add_parser("restore", help="rebuild local task stores from the changelog")
+    rst.add_argument("--config", required=True, help="job YAML file")
+    rst.add_argument("--task", type=int, help="only this task (input partition)")
+    rst.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
+    rst.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    rst.set_defaults(func=_cmd_restore)
+
+    ins = sub.add_parser("inspect", help="print the stored windows of a key")
+    ins.add_argument("--config", required=True, help="job YAML file")
+    ins.add_argument("--key", required=True, help="the key to look up")
+    ins.add_argument("--from", dest="start", help="window range start (ms or ISO-8601)")
+    ins.add_argument("--to", dest="end", help="window range end (ms or ISO-8601)")
+    ins.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    ins.set_defaults(func=_cmd_inspect)
+
+
+def add_parsers(sub: Subparsers) -> None:
+    """``restore`` and ``inspect``."""
+    _add_state_commands(sub)
