@@ -24,14 +24,14 @@ from window_operator.count_windows.per_key import KeyCountWindows
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
-    InputPosition,
     OperatorKernel,
     StepStats,
     StoredWindow,
     WindowOperator,
 )
+from window_operator.kernel.shell import KernelForwarding
 from window_operator.policies import EmitPolicy
-from window_operator.results import ErrorRecord, ResultBatch, WindowResult
+from window_operator.results import ResultBatch, WindowResult
 
 __all__ = ["CountWindowAggregator"]
 
@@ -72,7 +72,7 @@ class _Engine(Protocol):
         ...
 
 
-class CountWindowAggregator:
+class CountWindowAggregator(KernelForwarding[ResultBatch, WindowResult]):
     """A task's ``count`` or ``offsets`` window aggregation over RocksDB.
 
     ``use_deduct``: ``True`` slides hopping windows by deduct (Jet), ``False`` combines
@@ -100,26 +100,7 @@ class CountWindowAggregator:
             self.engine = OffsetWindows(window, aggregations, policy, store, use_deduct)
         else:
             self.engine = KeyCountWindows(window, aggregations, policy, store, use_deduct)
-
-    @property
-    def store(self) -> TaskStore:
-        """The task's RocksDB store."""
-        return self.engine.kernel.store
-
-    @property
-    def watermark(self) -> int:
-        """Offsets: the highest offset delivered; count: ``END_OF_TIME`` after the input ended."""
-        return self.engine.kernel.watermark
-
-    @property
-    def offsets(self) -> dict[InputPosition, int]:
-        """Last applied offset per input partition."""
-        return self.engine.kernel.offsets
-
-    @property
-    def batches(self) -> int:
-        """How many flushes the store has seen (the changelog batch number)."""
-        return self.engine.kernel.batches
+        self.kernel = self.engine.kernel
 
     # ------------------------------------------------------------------ input
 
@@ -179,14 +160,6 @@ class CountWindowAggregator:
     def take_result_batches(self) -> list[ResultBatch]:
         """Hand over the pending results in columnar form."""
         return self.engine.take_result_batches()
-
-    def get_result(self) -> list[WindowResult]:
-        """Hand over (and forget) every window result produced so far."""
-        return [r for b in self.take_result_batches() for r in b.to_results()]
-
-    def get_errors(self) -> list[ErrorRecord]:
-        """Hand over (and forget) the rejected input records."""
-        return self.engine.kernel.outputs.take_errors()
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Persist state and checkpoint atomically; return the writes.

@@ -47,7 +47,8 @@ from window_operator.join.rows import RowsWindows
 from window_operator.join.spec import JoinSpec
 from window_operator.join.state import MessageCodec
 from window_operator.join.storage import JoinStorage
-from window_operator.kernel import ClockState, InputPosition, OperatorKernel, StepStats
+from window_operator.kernel import ClockState, OperatorKernel, StepStats
+from window_operator.kernel.shell import KernelForwarding
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord
 
@@ -72,7 +73,7 @@ DEFAULT_KEY_LIMIT = 100_000
 _UNMATCHED = (JoinKind.LEFT_UNMATCHED, JoinKind.RIGHT_UNMATCHED)
 
 
-class JoinOperator:
+class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
     """A task's windowed join of two inputs over one RocksDB store.
 
     :meth:`add_batch` takes decoded :class:`JoinRows` of one input (the typed protocol
@@ -128,31 +129,6 @@ class JoinOperator:
         self._restore()
 
     # ------------------------------------------------------------------ properties
-
-    @property
-    def store(self) -> TaskStore:
-        """The task's RocksDB store."""
-        return self.kernel.store
-
-    @property
-    def watermark(self) -> int:
-        """The join's watermark: min over both inputs, never decreasing."""
-        return self.kernel.watermark
-
-    @property
-    def offsets(self) -> dict[InputPosition, int]:
-        """Last applied offset per ``(source index, partition)``."""
-        return self.kernel.offsets
-
-    @property
-    def batches(self) -> int:
-        """How many flushes the store has seen (the changelog batch number)."""
-        return self.kernel.batches
-
-    @property
-    def now(self) -> int:
-        """The latest wall clock seen (messages and :meth:`timeout`)."""
-        return self.kernel.clock.now
 
     def side_of(self, source: str) -> int:
         """The index of an input by name (:data:`LEFT` or :data:`RIGHT`)."""
@@ -301,18 +277,6 @@ class JoinOperator:
         clock.note_now(now_ms)
         if self.spec.idle_timeout is not None:
             self._advance_watermark(clock.coalesced())
-
-    def take_result_batches(self) -> list[JoinResultBatch]:
-        """Hand over the pending results in columnar form (the hot-path variant)."""
-        return self.kernel.outputs.take_results()
-
-    def get_result(self) -> list[JoinResult]:
-        """Hand over (and forget) every join result produced so far."""
-        return [r for b in self.take_result_batches() for r in b.to_results()]
-
-    def get_errors(self) -> list[ErrorRecord]:
-        """Hand over (and forget) the rejected input records."""
-        return self.kernel.outputs.take_errors()
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Persist state and checkpoint atomically; expire and evict; return the writes.

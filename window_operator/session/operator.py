@@ -32,7 +32,6 @@ from window_operator.config import DEFAULT_CACHE_MB, SessionWindow
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
-    InputPosition,
     LiveState,
     OperatorKernel,
     StepStats,
@@ -43,9 +42,10 @@ from window_operator.kernel import (
     due,
     retention_error,
 )
+from window_operator.kernel.shell import KernelForwarding
 from window_operator.keytable import DEFAULT_KEY_SLACK
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
-from window_operator.results import ErrorRecord, Kind, ResultBatch, WindowResult
+from window_operator.results import Kind, ResultBatch, WindowResult
 from window_operator.session.cache import SessionCache
 from window_operator.session.emitter import SessionEmitter
 from window_operator.session.loader import SessionLoader
@@ -63,7 +63,7 @@ from window_operator.session.trigger import SessionTrigger
 __all__ = ["SessionAggregator"]
 
 
-class SessionAggregator:
+class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
     """A task's session window aggregation over RocksDB (time or tuple sessions).
 
     Satisfies :class:`~window_operator.kernel.WindowOperator` for
@@ -118,26 +118,6 @@ class SessionAggregator:
         slots = self.cache.open_slots()
         kids = self.cache.slots.kid[slots]
         return LiveState(keys=len(np.unique(kids)), windows=len(slots))
-
-    @property
-    def store(self) -> TaskStore:
-        """The task's RocksDB store."""
-        return self.kernel.store
-
-    @property
-    def watermark(self) -> int:
-        """The event-time watermark (never decreasing); tuple sessions close by offsets."""
-        return self.kernel.watermark
-
-    @property
-    def offsets(self) -> dict[InputPosition, int]:
-        """Last applied offset per input partition."""
-        return self.kernel.offsets
-
-    @property
-    def batches(self) -> int:
-        """How many flushes the store has seen (the changelog batch number)."""
-        return self.kernel.batches
 
     # ------------------------------------------------------------------ public API
 
@@ -210,18 +190,6 @@ class SessionAggregator:
             self._emit_late()
         if TimerAction.EARLY in action:
             self._emit_early()
-
-    def take_result_batches(self) -> list[ResultBatch]:
-        """Hand over the pending results in columnar form, in emission order."""
-        return self.kernel.outputs.take_results()
-
-    def get_result(self) -> list[WindowResult]:
-        """Hand over (and forget) every window result produced so far."""
-        return [r for b in self.take_result_batches() for r in b.to_results()]
-
-    def get_errors(self) -> list[ErrorRecord]:
-        """Hand over (and forget) the rejected input records."""
-        return self.kernel.outputs.take_errors()
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Persist changed sessions and the checkpoint atomically; expire; evict.

@@ -47,9 +47,10 @@ from window_operator.kernel import (
     due,
     retention_error,
 )
+from window_operator.kernel.shell import KernelForwarding
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
-from window_operator.results import ErrorRecord, ResultBatch
+from window_operator.results import ResultBatch, WindowResult
 from window_operator.timewindows.bookkeeping import WindowBook
 from window_operator.timewindows.emission import WindowEmitter
 from window_operator.timewindows.evaluator import WindowEvaluator
@@ -66,7 +67,7 @@ __all__ = ["KEY_SLACK", "WindowedAggregator"]
 KEY_SLACK = 4096
 
 
-class WindowedAggregator:
+class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
     """A task's tumbling / hopping window aggregation over RocksDB."""
 
     def __init__(
@@ -117,11 +118,6 @@ class WindowedAggregator:
 
     # ------------------------------------------------------------------ properties
 
-    @property
-    def store(self) -> TaskStore:
-        """The task's RocksDB store."""
-        return self.kernel.store
-
     def live_state(self) -> LiveState:
         """Keys with a window that has not fired yet, and those windows (read-only).
 
@@ -137,21 +133,6 @@ class WindowedAggregator:
         is_open = starts > self.watermark - self._size
         pairs = np.unique(np.stack([owners[is_open], starts[is_open]]), axis=1)
         return LiveState(keys=len(np.unique(owners[is_open])), windows=int(pairs.shape[1]))
-
-    @property
-    def watermark(self) -> int:
-        """The task's watermark (min over active partitions, never decreasing)."""
-        return self.kernel.watermark
-
-    @property
-    def offsets(self) -> dict[InputPosition, int]:
-        """Last applied offset per input partition."""
-        return self.kernel.offsets
-
-    @property
-    def batches(self) -> int:
-        """How many flushes the store has seen (the changelog batch number)."""
-        return self.kernel.batches
 
     # ------------------------------------------------------------------ public API
 
@@ -220,18 +201,6 @@ class WindowedAggregator:
             open_ = self.trigger.open_windows(self.watermark)
             self.frames.unspill(open_.lo, END_OF_TIME)
             self.emitter.early(self.watermark)
-
-    def take_result_batches(self) -> list[ResultBatch]:
-        """Hand over the pending results in columnar form, in emission order."""
-        return self.kernel.outputs.take_results()
-
-    def get_result(self) -> list[Any]:
-        """Hand over (and forget) every window result produced so far."""
-        return [r for b in self.take_result_batches() for r in b.to_results()]
-
-    def get_errors(self) -> list[ErrorRecord]:
-        """Hand over (and forget) the rejected input records."""
-        return self.kernel.outputs.take_errors()
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Persist state and checkpoint atomically; expire and evict; return the writes.

@@ -7,6 +7,7 @@ sessions of the sorted input.
 
 from __future__ import annotations
 
+import inspect
 import statistics
 import subprocess
 import sys
@@ -315,7 +316,7 @@ def test_the_operator_satisfies_the_window_operator_protocol(open_agg: OpenAgg) 
     agg = open_agg(session_runtime())
     assert isinstance(agg, SessionAggregator)
     for name in ("store", "watermark", "offsets", "batches"):
-        assert isinstance(type(agg).__dict__[name], property), name
+        assert isinstance(inspect.getattr_static(agg, name), property), name
     for name in ("add_batch", "mark_consumed", "adopt_clock", "timeout", "flush", "close"):
         assert callable(getattr(agg, name)), name
     assert agg.flush() is not None and agg.batches == 1
