@@ -25,7 +25,7 @@ from window_operator.kernel.checkpoint import (
 from window_operator.kernel.clock import EventClock
 from window_operator.kernel.outputs import OutputBuffer
 from window_operator.kernel.positions import InputPosition, Positions
-from window_operator.kernel.records import Admission, StepStats, raw_of
+from window_operator.kernel.records import Admission, StepStats, raw_of, retention_error
 from window_operator.policies import EmitPolicy
 from window_operator.results import ErrorRecord
 
@@ -130,6 +130,20 @@ class OperatorKernel(Generic[R]):
             )
             return StepStats(rejected=1)
         return Decoded(value, off)
+
+    def reject_retention(self, ts: int, key: str, what: str, partition: int, offset: int) -> None:
+        """Reject an event out of retention (``what``: its window ended, ...)."""
+        self.outputs.reject(
+            retention_error(
+                ts=ts,
+                key=key,
+                what=what,
+                retention=self.policy.retention,
+                watermark=self.watermark,
+                partition=partition,
+                offset=offset,
+            )
+        )
 
     # -- checkpoint ---------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Generic, Protocol, TypeVar
 
 from stores.rocks import TaskStore
+from window_operator.kernel.clock import ClockState
 from window_operator.kernel.kernel import OperatorKernel
 from window_operator.kernel.positions import InputPosition
 from window_operator.results import ErrorRecord
@@ -61,6 +62,14 @@ class KernelForwarding(Generic[B, T]):
     def now(self) -> int:
         """The latest wall clock seen (messages and ``timeout``)."""
         return self.kernel.clock.now
+
+    def adopt_clock(self, state: ClockState) -> None:
+        """Take the clock of the whole job (Spark driver) and fire what it passed."""
+        self._advance_watermark(self.kernel.clock.adopt(state))
+
+    def _advance_watermark(self, candidate: int) -> None:
+        """Move the watermark to ``candidate`` if that is further; fire what it passed."""
+        raise NotImplementedError
 
     def take_result_batches(self) -> list[B]:
         """Hand over the pending results in columnar form, in emission order."""

@@ -31,7 +31,6 @@ from window_operator.arrays import BoolArray, FloatArray, IntArray, one
 from window_operator.config import DEFAULT_CACHE_MB, SessionWindow
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
-    ClockState,
     LiveState,
     OperatorKernel,
     StepStats,
@@ -40,7 +39,6 @@ from window_operator.kernel import (
     Timers,
     WindowOperator,
     due,
-    retention_error,
 )
 from window_operator.kernel.shell import KernelForwarding
 from window_operator.keytable import DEFAULT_KEY_SLACK
@@ -165,10 +163,6 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         decoded = self.decoder.decode_records(list(batch))
         self.kernel.outputs.errors.extend(decoded.errors)
         return self._add_columns(decoded.batch) + StepStats(rejected=len(decoded.errors))
-
-    def adopt_clock(self, state: ClockState) -> None:
-        """Take the clock of the whole job (Spark driver) and fire what it passed."""
-        self._advance_watermark(self.kernel.clock.adopt(state))
 
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` ends the input."""
@@ -443,17 +437,7 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         self.cache.early_sent(early)
 
     def _reject_retention(self, ts: int, key: str, partition: int, offset: int) -> None:
-        self.kernel.outputs.reject(
-            retention_error(
-                ts=ts,
-                key=key,
-                what="its session would end",
-                retention=self.policy.retention,
-                watermark=self.watermark,
-                partition=partition,
-                offset=offset,
-            )
-        )
+        self.kernel.reject_retention(ts, key, "its session would end", partition, offset)
 
     # ------------------------------------------------------------------ restore
 

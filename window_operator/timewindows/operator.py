@@ -36,7 +36,6 @@ from window_operator.arrays import FloatArray, IntArray
 from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
-    ClockState,
     InputPosition,
     LiveState,
     OperatorKernel,
@@ -45,7 +44,6 @@ from window_operator.kernel import (
     TimerAction,
     Timers,
     due,
-    retention_error,
 )
 from window_operator.kernel.shell import KernelForwarding
 from window_operator.keytable import KeyTable
@@ -178,10 +176,6 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         if offsets:
             self.mark_consumed(0, offsets[-1])
         return stats + StepStats(rejected=len(decoded.errors))
-
-    def adopt_clock(self, state: ClockState) -> None:
-        """Take the clock of the whole job (Spark driver) and fire what it passed."""
-        self._advance_watermark(self.kernel.clock.adopt(state))
 
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` fires everything."""
@@ -435,17 +429,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         self.emitter.mark_late(kid, frame, wm_before, created, self.kernel.clock.now)
 
     def _reject_retention(self, ts: int, key: str, partition: int, offset: int) -> None:
-        self.kernel.outputs.reject(
-            retention_error(
-                ts=ts,
-                key=key,
-                what="its last window ended",
-                retention=self.policy.retention,
-                watermark=self.watermark,
-                partition=partition,
-                offset=offset,
-            )
-        )
+        self.kernel.reject_retention(ts, key, "its last window ended", partition, offset)
 
     # ------------------------------------------------------------------ restore
 
