@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -12,24 +12,12 @@ from window_operator.config.fields import (
     AggregationName,
     FilePath,
     FrozenModel,
-    JobName,
     NonEmptyStr,
     TopicName,
     check_avro_schema,
     none_to_empty_mapping,
 )
-from window_operator.config.sections import (
-    EmitConfig,
-    KafkaConfig,
-    MetricsConfig,
-    OutputConfig,
-    ProcessingConfig,
-    RetentionConfig,
-    SparkConfig,
-    StateConfig,
-    WatermarkConfig,
-    fill_defaults,
-)
+from window_operator.config.sections import JobSections
 from window_operator.config.windows import WindowConfig
 
 __all__ = ["AggregationConfig", "InputConfig", "JobConfig"]
@@ -80,32 +68,18 @@ class AggregationConfig(FrozenModel):
     )
 
 
-class JobConfig(FrozenModel):
+class JobConfig(JobSections):
     """The root of a job file: one windowed aggregation from an input topic to an output.
 
     Sections are documented on their models; see the module docstring for conventions
     (durations in ms, frozen models, derived defaults).
     """
 
-    job: JobName
     input: InputConfig
     window: WindowConfig
     aggregations: tuple[AggregationConfig, ...]
-    watermark: WatermarkConfig
-    emit: EmitConfig
-    retention: RetentionConfig
-    output: OutputConfig
-    state: StateConfig
-    processing: ProcessingConfig
-    kafka: KafkaConfig
-    spark: SparkConfig
-    metrics: MetricsConfig
 
-    @model_validator(mode="before")
-    @classmethod
-    def _derived_defaults(cls, data: object) -> object:
-        """Fill absent sections and the defaults that depend on the job name."""
-        return fill_defaults(data, input_sections=("input",))
+    input_sections: ClassVar[tuple[str, ...]] = ("input",)
 
     @field_validator("aggregations")
     @classmethod

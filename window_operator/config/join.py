@@ -12,24 +12,12 @@ from window_operator.config.errors import FieldProblems, Location
 from window_operator.config.fields import (
     FilePath,
     FrozenModel,
-    JobName,
     NonEmptyStr,
     StrictPositiveInt,
     TopicName,
     check_avro_schema,
 )
-from window_operator.config.sections import (
-    EmitConfig,
-    KafkaConfig,
-    MetricsConfig,
-    OutputConfig,
-    ProcessingConfig,
-    RetentionConfig,
-    SparkConfig,
-    StateConfig,
-    WatermarkConfig,
-    fill_defaults,
-)
+from window_operator.config.sections import JobSections
 from window_operator.durations import Duration, parse_duration_ms
 
 __all__ = ["JoinConfig", "JoinInputConfig", "JoinJobConfig", "SignedDuration"]
@@ -135,23 +123,7 @@ class JoinConfig(FrozenModel):
         return None
 
 
-class JoinJobConfig(FrozenModel):
+class JoinJobConfig(JobSections):
     """The root of a join job file: ``join:`` instead of ``input``/``window``/``aggregations``."""
 
-    job: JobName
     join: JoinConfig
-    watermark: WatermarkConfig
-    emit: EmitConfig
-    retention: RetentionConfig
-    output: OutputConfig
-    state: StateConfig
-    processing: ProcessingConfig
-    kafka: KafkaConfig
-    spark: SparkConfig
-    metrics: MetricsConfig
-
-    @model_validator(mode="before")
-    @classmethod
-    def _derived_defaults(cls, data: object) -> object:
-        """Fill absent sections and the defaults that depend on the job name."""
-        return fill_defaults(data, input_sections=())

@@ -137,7 +137,7 @@ def parse_config(
     try:
         return JobConfig.model_validate(data, context={"base_dir": Path(base_dir)})
     except ValidationError as exc:
-        raise ConfigError(source, problems_of(exc)) from exc
+        raise ConfigError(source, problems_of(exc, list(data))) from exc
 
 
 def parse_any_config(
@@ -148,5 +148,5 @@ def parse_any_config(
         try:
             return JoinJobConfig.model_validate(data, context={"base_dir": Path(base_dir)})
         except ValidationError as exc:
-            raise ConfigError(source, problems_of(exc)) from exc
+            raise ConfigError(source, problems_of(exc, list(data))) from exc
     return parse_config(data, base_dir=base_dir, source=source)

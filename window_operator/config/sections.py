@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -19,6 +19,7 @@ from window_operator.config.fields import (
     OFF,
     FilePath,
     FrozenModel,
+    JobName,
     KafkaSetting,
     NonEmptyStr,
     OptionalPositiveDuration,
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_CACHE_MB",
     "OPTIONAL_SECTIONS",
     "EmitConfig",
+    "JobSections",
     "KafkaConfig",
     "LateEmit",
     "MetricsConfig",
@@ -351,3 +353,38 @@ def fill_defaults(data: object, *, input_sections: Sequence[str]) -> object:
         checkpoint = Path(state_dir) / name / "spark-checkpoint"
         out["spark"] = _with_default(out["spark"], "checkpoint_dir", checkpoint)
     return out
+
+
+class JobSections(FrozenModel):
+    """The root sections of every job file, aggregation and join jobs alike.
+
+    A root model adds its own input sections and names those whose ``topic`` defaults
+    to ``<job>-input`` in :attr:`input_sections`.
+    """
+
+    job: JobName
+    watermark: WatermarkConfig
+    emit: EmitConfig
+    retention: RetentionConfig
+    output: OutputConfig
+    state: StateConfig
+    processing: ProcessingConfig
+    kafka: KafkaConfig
+    spark: SparkConfig
+    metrics: MetricsConfig
+
+    input_sections: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def section_names(cls) -> list[str]:
+        """The root keys in the order a job file is written: ``job``, the job's own
+        sections (input, window, ...), then the shared ones."""
+        shared = list(JobSections.model_fields)
+        own = [name for name in cls.model_fields if name not in shared]
+        return [shared[0], *own, *shared[1:]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_defaults(cls, data: object) -> object:
+        """Fill absent sections and the defaults that depend on the job name."""
+        return fill_defaults(data, input_sections=cls.input_sections)

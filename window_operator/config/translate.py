@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails
 
 from window_operator.config.errors import ConfigProblem, FieldProblems, Location, dotted, show
 from window_operator.config.job import JobConfig
+from window_operator.config.sections import JobSections
 
 __all__ = ["problems_of"]
 
@@ -54,14 +55,23 @@ class _Error:
     msg: str
 
 
-def problems_of(exc: ValidationError) -> list[ConfigProblem]:
-    """Every problem of ``exc``, in pydantic's order, without repeats."""
+def problems_of(exc: ValidationError, sections: Sequence[object] = ()) -> list[ConfigProblem]:
+    """Every problem of ``exc`` without repeats, in the order of the document's ``sections``.
+
+    Problems of one section keep pydantic's order; those of sections the document does
+    not hold (a missing required one) come last.
+    """
     problems: list[ConfigProblem] = []
     for error in exc.errors():
         for problem in _translate(error):
             if problem not in problems:
                 problems.append(problem)
-    return problems
+    rank = {str(name): i for i, name in enumerate(sections)}
+
+    def position(problem: ConfigProblem) -> int:
+        return rank.get(re.split(r"[.\[]", problem.path, maxsplit=1)[0], len(rank))
+
+    return sorted(problems, key=position)
 
 
 def _strip_type(tp: object) -> object:
@@ -170,7 +180,9 @@ def _unknown_key_message(error: _Error) -> str:
     parent = _walk(error.raw_loc[:-1])[1]
     message = "unknown key"
     if isinstance(parent, type) and issubclass(parent, BaseModel):
-        keys = list(parent.model_fields)
+        keys = (
+            parent.section_names() if issubclass(parent, JobSections) else list(parent.model_fields)
+        )
         message += f" (allowed keys: {', '.join(keys)})"
         close = difflib.get_close_matches(str(error.raw_loc[-1]), keys, n=1)
         if close:
