@@ -289,11 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     broker = LocalBroker(data_dir=tmp / "broker")
     broker.start()
     try:
-        bootstrap, topic = broker.bootstrap_servers, "clicks-startup"
-        KafkaAdmin(bootstrap).create_topic(topic, args.partitions, {"retention.ms": "-1"})
+        bootstrap = broker.bootstrap_servers
         starts: list[Start] = []
         for _ in range(args.runs):
             job = f"startup-{uuid.uuid4().hex[:8]}"
+            # a topic per run: every fresh start reads the same amount of input
+            topic = f"clicks-{job}"
+            KafkaAdmin(bootstrap).create_topic(topic, args.partitions, {"retention.ms": "-1"})
             config = write_config(tmp, job, topic)
             for kind in ("fresh", "restart"):
                 produce(bootstrap, topic, args.events, args.partitions)

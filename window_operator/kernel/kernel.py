@@ -47,7 +47,7 @@ class SingleDecoder(Protocol[T_co]):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per single record, where that costs
 class Decoded(Generic[T]):
     """A single record that passed the replay filter and decoding, with its offset."""
 

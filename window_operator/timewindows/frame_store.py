@@ -156,6 +156,8 @@ class FrameStore:
     ) -> IntArray:
         """Fresh slots for many new ``(kid, frame)`` pairs at once."""
         n = len(pairs)
+        if n == 0:  # (free[-0:] would be the whole free list)
+            return np.zeros(0, dtype=np.int64)
         if len(self.free) < n:
             self._grow(n - len(self.free))
         taken = self.free[-n:]
@@ -298,6 +300,8 @@ class FrameStore:
             pick = np.asarray(new, dtype=np.int64)
             kids, frames = kids[pick], frames[pick]
             items, pairs = [items[i] for i in new], [pairs[i] for i in new]
+            if not items:
+                return 0
         if not self.aggs.objects:
             rows, early = self.codec.decode_rows([v for _, v in items])
             slots = self.allocate_many(kids, frames, pairs)

@@ -36,7 +36,6 @@ from window_operator.arrays import FloatArray, IntArray
 from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
-    InputPosition,
     LiveState,
     OperatorKernel,
     StepStats,
@@ -382,7 +381,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
     ) -> StepStats:
         kernel = self.kernel
         key, ts = event.key, event.ts
-        wm_before = self.watermark
+        wm_before = kernel.clock.watermark
         frame = self.windowing.frame_of(ts)
         kernel.positions.mark(0, partition, offset)
         if wall_ms is not None:
@@ -403,12 +402,12 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         if self.trigger.late(frame, wm_before):
             self._mark_late(kid, frame, wm_before, {(kid, frame)} if created else set())
             late = 1
-        if ts > kernel.clock.max_ts.get(InputPosition(0, partition), NO_WATERMARK):
+        if ts > kernel.clock.max_ts.get((0, partition), NO_WATERMARK):  # type: ignore[call-overload]
             kernel.clock.observe_one(0, partition, ts)
             self._advance_watermark(kernel.clock.coalesced())
         if late and self.policy.late_mode is LateMode.PER_ARRIVAL:
             self._emit_late()
-        return StepStats(applied=1, late=late)
+        return _APPLIED_LATE if late else _APPLIED
 
     # ------------------------------------------------------------------ emission
 
@@ -443,6 +442,11 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         wm = self.watermark
         self.frames.load_range(wm - self._size + 1 if wm > NO_WATERMARK else -(2**63))
         self.book.restore(wm, self._size)
+
+
+#: the stats of one event (shared: frozen, and building one per event costs)
+_APPLIED = StepStats(applied=1)
+_APPLIED_LATE = StepStats(applied=1, late=1)
 
 
 def _field_value(event: DecodedEvent, field: str | None) -> Any:

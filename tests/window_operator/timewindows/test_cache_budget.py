@@ -21,13 +21,15 @@ from window_operator.job import JobRuntime
 from window_operator.timewindows import WindowedAggregator
 
 
-def runtime() -> JobRuntime:
+def runtime(objects: bool = True) -> JobRuntime:
+    """With ``objects`` a full-state median too (frames then load one by one, not in bulk)."""
+    median = [{"name": "median", "op": "median", "field": "v"}] if objects else []
     return runtime_for(
         window={"type": "hopping", "size": "30s", "step": "10s"},
         aggregations=[
             {"name": "n", "op": "count"},
             {"name": "mean", "op": "mean", "field": "v"},
-            {"name": "median", "op": "median", "field": "v"},
+            *median,
         ],
         watermark={"allowed_lateness": "2s"},
         emit={"early": "5s", "late": "per_arrival"},
@@ -50,9 +52,11 @@ def spilled_within_budget(agg: WindowedAggregator) -> int:
     return int(frames.spilled_upto is not None)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_a_small_budget_spills_and_changes_no_result(tmp_path: Path, seed: int) -> None:
-    rt = runtime()
+@pytest.mark.parametrize(("seed", "objects"), [(1, True), (2, True), (3, False), (4, False)])
+def test_a_small_budget_spills_and_changes_no_result(
+    tmp_path: Path, seed: int, objects: bool
+) -> None:
+    rt = runtime(objects)
     spills = side_by_side(
         open_agg(rt, tmp_path / "free", None),
         lambda: open_agg(rt, tmp_path / "tight", 50),
@@ -60,3 +64,23 @@ def test_a_small_budget_spills_and_changes_no_result(tmp_path: Path, seed: int) 
         spilled_within_budget,
     )
     assert spills > 10
+
+
+def test_reading_back_frames_already_in_memory_loads_none(tmp_path: Path) -> None:
+    """Bulk read-back (no object accumulators) of a range whose frames are all in memory,
+    with free slots from evicted frames: nothing is loaded and the free slots stay."""
+    agg = open_agg(runtime(objects=False), tmp_path / "s", None)
+    for batch in random_batches(5, keys=50, per_batch=100, count=10):
+        agg.add_batch(batch)
+        agg.timeout(int(batch.ts.max()))
+        agg.take_result_batches()
+        agg.flush()
+    frames = agg.frames
+    free = list(frames.free)
+    assert free, "closed frames were evicted: their slots are free"
+    open_from = agg.trigger.evictable_before(agg.watermark)
+    in_memory = int(((frames.kid >= 0) & (frames.frame >= open_from)).sum())
+    assert in_memory > 0
+    assert frames.load_range(open_from) == 0
+    assert frames.free == free
+    assert int(((frames.kid >= 0) & (frames.frame >= open_from)).sum()) == in_memory
