@@ -193,7 +193,7 @@ class StateConfig(FrozenModel):
     ``cache_mb`` is the memory budget (MiB, per task) of an operator's write-back caches
     (time-window frames, sessions, a join's message caches): beyond it, entries that are
     already in the store are evicted and read back when needed. It changes speed and
-    memory, never results.
+    memory, never results (only their order within one step).
     """
 
     dir: FilePath = DEFAULT_STATE_DIR
