@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -207,6 +208,8 @@ class TaskStore:
         self._handles = {cf: self._db.get_column_family_handle(cf.value) for cf in ColumnFamily}
         #: per column family, the range covering every range delete since the last compaction
         self._deleted: dict[ColumnFamily, tuple[bytes, bytes]] = {}
+        #: the compaction running in the background, if any (joined before the next and at close)
+        self._compaction: threading.Thread | None = None
 
     @property
     def closed(self) -> bool:
@@ -274,16 +277,37 @@ class TaskStore:
                 self._deleted[m.cf] = (min(lo, m.key), max(hi, m.value))
         db.write(wb)
 
-    def compact_deleted(self) -> None:
+    def compact_deleted(self, *, background: bool = False) -> None:
         """Compact the ranges deleted since the last call, so their data leaves the disk.
 
         A range delete only writes a tombstone; the deleted records stay in the files until
-        a compaction reaches them, which for old, cold ranges may be never.
+        a compaction reaches them, which for old, cold ranges may be never. With
+        ``background`` the compaction runs in a thread of its own (joined by the next
+        call and by :meth:`close`).
         """
         self._require_open()
-        for cf, (lo, hi) in self._deleted.items():
-            self._cfs[cf].compact_range(lo, hi)
+        self.wait_for_compaction()
+        ranges = [(self._cfs[cf], lo, hi) for cf, (lo, hi) in self._deleted.items()]
         self._deleted.clear()
+        if not ranges:
+            return
+
+        def compact() -> None:
+            for family, lo, hi in ranges:
+                family.compact_range(lo, hi)
+
+        if not background:
+            compact()
+            return
+        # RocksDB releases the GIL while it compacts: the task goes on meanwhile
+        self._compaction = threading.Thread(target=compact, name="store-compaction", daemon=True)
+        self._compaction.start()
+
+    def wait_for_compaction(self) -> None:
+        """Wait for a background compaction (:meth:`compact_deleted`) to end."""
+        if self._compaction is not None:
+            self._compaction.join()
+            self._compaction = None
 
     def size_on_disk(self) -> int:
         """Bytes of the store's files (SST, WAL, manifest)."""
@@ -293,6 +317,7 @@ class TaskStore:
         """Flush and close the database; further use raises :class:`StoreClosedError`."""
         if self._db is None:
             return
+        self.wait_for_compaction()
         db = self._db
         self._db = None
         db.close()  # the write-ahead log already holds every committed batch

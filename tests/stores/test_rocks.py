@@ -57,3 +57,33 @@ def test_a_temporary_upper_bound_does_not_cut_a_scan_short(tmp_path: Path) -> No
     gc.collect()  # the bound passed above is no longer referenced by the caller
     assert sum(1 for _ in it) == len(keys)
     store.close()
+
+
+def _fill(store: TaskStore, prefix: bytes, n: int) -> None:
+    batch = StoreBatch()
+    for i in range(n):
+        batch.put(ColumnFamily.WINDOW_META, prefix + b"%08d" % i, bytes(200))
+    store.commit(batch)
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_compacting_deleted_ranges_takes_their_data_off_the_disk(
+    tmp_path: Path, background: bool
+) -> None:
+    store = TaskStore(tmp_path / "t")
+    for chunk in range(4):
+        _fill(store, b"a%d" % chunk, 20_000)
+    store.close()  # the memtables go to files
+    store = TaskStore(tmp_path / "t")
+    full = store.size_on_disk()
+    batch = StoreBatch()
+    batch.delete_range(ColumnFamily.WINDOW_META, b"a", b"b")
+    store.commit(batch)
+    store.compact_deleted(background=background)
+    _fill(store, b"c", 10)  # the store is usable while it compacts
+    store.wait_for_compaction()
+    assert store.get(ColumnFamily.WINDOW_META, b"a000000001") is None
+    assert store.get(ColumnFamily.WINDOW_META, b"c00000001") == bytes(200)
+    assert store.size_on_disk() < full / 2
+    store.compact_deleted(background=background)  # nothing deleted since: nothing to do
+    store.close()  # joins a compaction still running

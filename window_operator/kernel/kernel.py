@@ -176,7 +176,7 @@ class OperatorKernel(Generic[R]):
         if commit:
             self.store.commit(batch)
             if self.batches % COMPACT_EVERY == 0:
-                self.store.compact_deleted()
+                self.store.compact_deleted(background=True)
         return batch
 
     def close(self, flush: Any) -> None:

@@ -137,7 +137,7 @@ class TaskState:
             batch.put(ColumnFamily.CHECKPOINT, WRITER_KEY, writer.encode())
         self.store.commit(batch)
         if self.logged_batch is not None and self.logged_batch % COMPACT_EVERY == 0:
-            self.store.compact_deleted()
+            self.store.compact_deleted(background=True)
 
     def last_writer(self) -> str | None:
         """The token of the producer that last committed this store (None: not known)."""
