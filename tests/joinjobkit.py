@@ -83,7 +83,7 @@ def random_join(
 ) -> RandomJoin:
     """Produce a random join's inputs (late arrivals included) and build its config.
 
-    ``names``: job, left topic, right topic. ``sections`` override config sections.
+    ``names``: job, left topic, right topic. ``sections`` override keys of config sections.
     """
     rng = random.Random(seed)
     job, left_t, right_t = names
@@ -113,8 +113,9 @@ def random_join(
         "retention": {"time": "1h"},
         "state": {"dir": str(tmp / "state"), "tasks": 2},
         "spark": {"trigger": "available_now", "max_offsets_per_trigger": 1_000},
-        **sections,
     }
+    for name, section in sections.items():  # a section's keys override the defaults'
+        data[name] = {**data.get(name, {}), **section}
     config = parse_any_config(data, base_dir=tmp)
     assert isinstance(config, JoinJobConfig)
     return RandomJoin(config, evs, kind)

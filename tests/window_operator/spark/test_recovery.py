@@ -260,15 +260,25 @@ def test_a_replayed_batch_decides_with_its_logged_watermark(
 
 @pytest.mark.parametrize("crash_at", ["after_outputs", "after_changelog"])
 def test_a_join_killed_mid_batch_then_restarted_is_exact(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], crash_at: str
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    local_broker: bool,
+    unique_name: Callable[[str], str],
+    crash_at: str,
 ) -> None:
     names = (unique_name("job"), unique_name("left"), unique_name("right"))
+    # noida-db 0.2.2 does not abort a killed producer's open transaction when its id is
+    # initialised again: its records become visible with the next commit (real Kafka
+    # aborts them). Killing the job while another state task is inside its transaction
+    # then duplicates that task's results there, so on that broker one state task runs.
+    state = {"tasks": 1} if local_broker else {}
     join = random_join(
         kafka_bootstrap,
         tmp_path,
         names,
         kind="left",
         spark={"trigger": "available_now", "max_offsets_per_trigger": 800},
+        state=state,
     )
     path = write_yaml(tmp_path / "job.yaml", join.config)
     crashed = run_job_process(path, kafka_bootstrap, crash_at, tmp_path, crash_batch=1)
