@@ -15,10 +15,7 @@ from window_operator.cli.common import (
     load_runtime,
     load_simulation_runtime,
 )
-from window_operator.config import (
-    JobConfig,
-    load_any_config,
-)
+from window_operator.config import JobConfig, load_any_config
 from window_operator.job import build_runtime
 from window_operator.join import JoinRuntime, build_join_runtime
 from window_operator.kafka_admin import KafkaAdmin
@@ -187,8 +184,6 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from window_operator.demo import DEFAULT_CONFIG, run_demo
 
     printed = run_demo(

@@ -12,9 +12,7 @@ from window_operator.cli.common import (
     parse_time,
     task_settings,
 )
-from window_operator.config import (
-    JoinJobConfig,
-)
+from window_operator.config import JoinJobConfig
 from window_operator.kafka_admin import KafkaAdmin
 
 if TYPE_CHECKING:
