@@ -58,7 +58,6 @@ def kafka_bootstrap() -> Iterator[str]:
         yield existing
         return
     from window_operator.broker import LocalBroker
-    from window_operator.kafka_range import close_consumers
     from window_operator.runtime.producers import close_producers
 
     with LocalBroker() as broker:
@@ -68,7 +67,6 @@ def kafka_bootstrap() -> Iterator[str]:
             yield broker.bootstrap_servers
         finally:
             close_producers()  # their threads would log failed reconnects after the broker
-            close_consumers()
             import gc
 
             gc.collect()  # and the tests' own clients, before the broker stops

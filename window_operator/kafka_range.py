@@ -7,10 +7,8 @@ source's executor side and by a state task that must read input its state lacks.
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -24,7 +22,6 @@ __all__ = [
     "KafkaRange",
     "KafkaSourceError",
     "RangeLike",
-    "close_consumers",
     "range_consumer_config",
     "read_messages",
 ]
@@ -90,63 +87,15 @@ def _describe(p: RangeLike) -> str:
     return f"{p.topic}[{p.partition}] offsets [{start}, {p.until})"
 
 
-class _ConsumerPool:
-    """Idle range consumers of this process, by settings (``group.id`` aside).
-
-    A consumer costs a connection and a metadata round trip to create, which used to be
-    most of a small range's read; a worker reads a range per task, so it keeps its
-    consumers. One is lent to one read at a time, unassigned when the read ends, and
-    closed (not returned) when the read fails; all are closed at exit.
-    """
-
-    def __init__(self) -> None:
-        self._idle: dict[tuple[tuple[str, str], ...], list[Any]] = {}
-        self._lock = threading.Lock()
-        atexit.register(self.close)
-
-    @staticmethod
-    def _key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted((k, str(v)) for k, v in config.items() if k != "group.id"))
-
-    def take(self, config: Mapping[str, Any]) -> Any:
-        from confluent_kafka import Consumer
-
-        with self._lock:
-            idle = self._idle.get(self._key(config))
-            if idle:
-                return idle.pop()
-        return Consumer(dict(config))
-
-    def give_back(self, config: Mapping[str, Any], consumer: Any) -> None:
-        consumer.unassign()
-        with self._lock:
-            self._idle.setdefault(self._key(config), []).append(consumer)
-
-    def close(self) -> None:
-        with self._lock:
-            idle = [c for cs in self._idle.values() for c in cs]
-            self._idle.clear()
-        for consumer in idle:
-            consumer.close()
-
-
-_POOL = _ConsumerPool()
-
-
-def close_consumers() -> None:
-    """Close this process's idle range consumers (before their broker goes away)."""
-    _POOL.close()
-
-
 def read_messages(p: RangeLike) -> Iterator[list[Any]]:
     """The records of ``p``'s range as lists of confluent-kafka messages (see read_partition)."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     if p.start != EARLIEST and p.start >= p.until:
         return
     batch_rows = max(1, p.arrow_batch_size)
     progress = _RangeProgress(p, timeout_s=p.poll_timeout_ms / 1000.0)
-    consumer = _POOL.take(p.consumer_config)
+    consumer = Consumer(dict(p.consumer_config))
     try:
         start = OFFSET_BEGINNING if p.start == EARLIEST else p.start
         consumer.assign([TopicPartition(p.topic, p.partition, start)])
@@ -159,10 +108,8 @@ def read_messages(p: RangeLike) -> Iterator[list[Any]]:
                 yield progress.drain()
             if not progress.done:
                 progress.check_deadline()
-    except BaseException:
+    finally:
         consumer.close()
-        raise
-    _POOL.give_back(p.consumer_config, consumer)
 
 
 @dataclass
