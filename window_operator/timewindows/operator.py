@@ -228,10 +228,9 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
 
     def _release_keys(self) -> None:
         """Forget keys nothing in memory refers to (their state, if any, is in the store)."""
-        referenced = np.concatenate([self.frames.live_kids(), self.book.live_kids()])
-        if len(self.keys) <= 2 * len(referenced) + self.key_slack:
-            return  # there are at most that many live keys: no need to count them
-        live = np.unique(referenced)
+        if len(self.keys) <= self.key_slack:
+            return  # within the slack whatever is live: no need to count
+        live = np.unique(np.concatenate([self.frames.live_kids(), self.book.live_kids()]))
         if len(self.keys) <= 2 * len(live) + self.key_slack:
             return
         remap = self.keys.compact(live)

@@ -101,3 +101,32 @@ def test_release_survives_a_restore(tmp_path: Path) -> None:
         assert latest[("k2-0", 200 * S)].values["n"] == 6
     finally:
         again.close()
+
+
+def test_keys_with_many_frames_are_released_too(tmp_path: Path) -> None:
+    """Hopping 60 s / 1 s: every key holds three frames, so the frames refer to each live
+    key three times; the key table still keeps to twice the live keys."""
+    rt = runtime_for(
+        window={"type": "hopping", "size": "60s", "step": "1s"},
+        retention={"time": "1m"},
+        emit={"late": "per_arrival"},
+    )
+    agg = WindowedAggregator(
+        windowing=TimeWindowing(60 * S, 1 * S),
+        aggregations=rt.aggregations,
+        policy=rt.policy,
+        store=TaskStore(tmp_path / "s"),
+        decoder=rt.decoder,
+        key_slack=0,
+    )
+    try:
+        for b in range(8):
+            agg.add_batch(batch_of([f"k{b}-{i}" for i in range(50)], b * 100 * S))
+            agg.timeout(b * 100 * S)
+            agg.take_result_batches()
+            agg.flush()
+            live = np.unique(np.concatenate([agg.frames.live_kids(), agg.book.live_kids()]))
+            assert len(agg.frames.live_kids()) >= 2 * len(live)  # several frames per key
+            assert len(agg.keys) <= 2 * len(live)
+    finally:
+        agg.close()
