@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -30,6 +31,7 @@ from jobkit import (
     sentinels,
 )
 from joinjobkit import random_join
+from pydantic import BaseModel
 
 from window_operator.broker import free_port
 
@@ -99,6 +101,23 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
                 p.kill()
 
 
+def run_on_cluster(config: BaseModel, master: str, bootstrap: str, tmp: Path) -> list[Any]:
+    """``window-operator run --available-now`` of ``config`` on the cluster; its batch reports."""
+    config_path = tmp / "job.yaml"
+    config_path.write_text(yaml.safe_dump(orjson.loads(config.model_dump_json())))
+    report = tmp / "report.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "window_operator", "run", "--config", str(config_path),
+         "--bootstrap-servers", bootstrap, "--available-now", "--master", master,
+         "--conf", "spark.executor.cores=1", "--conf", "spark.locality.wait=0",
+         "--report", str(report)],
+        capture_output=True, timeout=900,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()[-4000:]
+    return [orjson.loads(line) for line in report.read_bytes().splitlines()]
+
+
 def test_tasks_move_between_executors_and_results_stay_exact(
     tmp_path: Path,
     kafka_bootstrap: str,
@@ -115,19 +134,7 @@ def test_tasks_move_between_executors_and_results_stay_exact(
     config = job_config(
         tmp_path, topic, unique_name("job"), spark={"max_offsets_per_trigger": 2_000}
     )
-    config_path = tmp_path / "job.yaml"
-    config_path.write_text(yaml.safe_dump(orjson.loads(config.model_dump_json())))
-    report = tmp_path / "report.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "window_operator", "run", "--config", str(config_path),
-         "--bootstrap-servers", kafka_bootstrap, "--available-now", "--master", master,
-         "--conf", "spark.executor.cores=1", "--conf", "spark.locality.wait=0",
-         "--report", str(report)],
-        capture_output=True, timeout=900,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr.decode()[-4000:]
-    batches = [orjson.loads(line) for line in report.read_bytes().splitlines()]
+    batches = run_on_cluster(config, master, kafka_bootstrap, tmp_path)
     assert len(batches) >= 5
     tasks = [t for b in batches for t in b["tasks"]]
     # the work really ran on both workers, in their own state directories
@@ -159,19 +166,8 @@ def test_a_join_on_the_cluster_is_exact(
         kind="left",
         spark={"trigger": "available_now", "max_offsets_per_trigger": 600},
     )
-    config_path = tmp_path / "job.yaml"
-    config_path.write_text(yaml.safe_dump(orjson.loads(join.config.model_dump_json())))
-    report = tmp_path / "report.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "window_operator", "run", "--config", str(config_path),
-         "--bootstrap-servers", kafka_bootstrap, "--available-now", "--master", master,
-         "--conf", "spark.executor.cores=1", "--conf", "spark.locality.wait=0",
-         "--report", str(report)],
-        capture_output=True, timeout=900,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr.decode()[-4000:]
-    tasks = [t for line in report.read_bytes().splitlines() for t in orjson.loads(line)["tasks"]]
+    batches = run_on_cluster(join.config, master, kafka_bootstrap, tmp_path)
+    tasks = [t for b in batches for t in b["tasks"]]
     roots = {str(s) for s in worker_states}
     assert {next(r for r in roots if r in t["location"]) for t in tasks} == roots
     assert join.got(kafka_bootstrap) == join.expected()
