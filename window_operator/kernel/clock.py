@@ -78,11 +78,9 @@ class EventClock:
         """:meth:`observe` for one applied event."""
         if self.external:
             return
-        current = self.max_ts.get((source, partition))  # type: ignore[call-overload]
-        if current is None:
-            self.max_ts[InputPosition(source, partition)] = ts
-        elif ts > current:
-            self.max_ts[(source, partition)] = ts  # type: ignore[index]  # keeps the key
+        pos = InputPosition(source, partition)
+        if ts > self.max_ts.get(pos, NO_WATERMARK):
+            self.max_ts[pos] = ts
 
     def note_now(self, now: int) -> None:
         """Advance the wall clock (the first reading starts it)."""
@@ -105,11 +103,9 @@ class EventClock:
         if self.external:
             return
         self.note_now(wall)
-        current = self.last_active.get((source, partition))  # type: ignore[call-overload]
-        if current is None:
-            self.last_active[InputPosition(source, partition)] = wall
-        elif wall > current:
-            self.last_active[(source, partition)] = wall  # type: ignore[index]  # keeps the key
+        pos = InputPosition(source, partition)
+        if wall > self.last_active.get(pos, NO_WATERMARK):
+            self.last_active[pos] = wall
 
     def adopt(self, state: ClockState) -> int:
         """Take the clock of the whole job; the watermark it implies (to :meth:`advance` to).

@@ -36,8 +36,7 @@ class Positions:
 
     def get(self, source: int, partition: int) -> int:
         """The last applied offset of a partition (``-1``: none yet)."""
-        # a plain tuple finds the InputPosition key (same hash and equality), cheaper to build
-        return self.last.get((source, partition), -1)  # type: ignore[call-overload,no-any-return]
+        return self.last.get(InputPosition(source, partition), -1)
 
     def assign(self, source: int, part: IntArray, off: IntArray) -> IntArray:
         """``off`` with every ``-1`` replaced by the next offset of its partition, in order."""
@@ -71,13 +70,9 @@ class Positions:
 
     def mark(self, source: int, partition: int, offset: int) -> bool:
         """Record ``offset`` as handled; whether the position moved."""
-        last = self.last
-        current = last.get((source, partition))  # type: ignore[call-overload]
-        if current is None:
-            last[InputPosition(source, partition)] = offset
-            return True
-        if offset > current:
-            last[(source, partition)] = offset  # type: ignore[index]  # keeps the existing key
+        pos = InputPosition(source, partition)
+        if offset > self.last.get(pos, -1):
+            self.last[pos] = offset
             return True
         return False
 

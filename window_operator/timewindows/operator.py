@@ -36,6 +36,7 @@ from window_operator.arrays import FloatArray, IntArray
 from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
+    InputPosition,
     LiveState,
     OperatorKernel,
     StepStats,
@@ -404,7 +405,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         if self.trigger.late(frame, wm_before):
             self._mark_late(kid, frame, wm_before, {(kid, frame)} if created else set())
             late = 1
-        if ts > kernel.clock.max_ts.get((0, partition), NO_WATERMARK):  # type: ignore[call-overload]
+        if ts > kernel.clock.max_ts.get(InputPosition(0, partition), NO_WATERMARK):
             kernel.clock.observe_one(0, partition, ts)
             self._advance_watermark(kernel.clock.coalesced())
         if late and self.policy.late_mode is LateMode.PER_ARRIVAL:
