@@ -48,8 +48,9 @@ class KeyTable(Generic[K]):
     def ids_of(self, keys: Sequence[K]) -> IntArray:
         """Vectorized :meth:`id_of`: new keys get ids in first-seen order."""
         ids = self.ids
-        if len(ids) < len(keys) or any(k not in ids for k in dict.fromkeys(keys)):
-            for k in dict.fromkeys(keys):
+        distinct = dict.fromkeys(keys).keys()
+        if not distinct <= ids.keys():  # a set comparison in C: no Python loop when none is new
+            for k in distinct:
                 if k not in ids:
                     self.id_of(k)
         return np.fromiter(map(ids.__getitem__, keys), dtype=np.int64, count=len(keys))
