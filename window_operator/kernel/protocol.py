@@ -8,8 +8,9 @@ batch type, ``R`` the result batch type and ``W`` what the query API returns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.kernel.clock import ClockState
@@ -20,8 +21,8 @@ from window_operator.results import ErrorRecord
 __all__ = ["StoredWindow", "WindowOperator"]
 
 B_contra = TypeVar("B_contra", contravariant=True)
-R = TypeVar("R")
-W = TypeVar("W")
+R_co = TypeVar("R_co", covariant=True)
+W_co = TypeVar("W_co", covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +32,11 @@ class StoredWindow:
     key: str
     window_start: int
     window_end: int
-    values: dict[str, Any]
+    values: dict[str, object]
     fired: bool
 
 
-class WindowOperator(Protocol[B_contra, R, W]):
+class WindowOperator(Protocol[B_contra, R_co, W_co]):
     """A task's stateful operator over one RocksDB store."""
 
     @property
@@ -74,7 +75,7 @@ class WindowOperator(Protocol[B_contra, R, W]):
         """Run wall-clock policies; ``END_OF_TIME`` ends the input."""
         ...
 
-    def take_result_batches(self) -> list[R]:
+    def take_result_batches(self) -> Sequence[R_co]:
         """Hand over pending results (columnar)."""
         ...
 
@@ -90,6 +91,6 @@ class WindowOperator(Protocol[B_contra, R, W]):
         """Flush and close the store."""
         ...
 
-    def get_windows(self, key: str, start: int, end: int) -> list[W]:
+    def get_windows(self, key: str, start: int, end: int) -> Sequence[W_co]:
         """The stored windows of ``key`` overlapping ``[start, end)`` (the seed's query API)."""
         ...

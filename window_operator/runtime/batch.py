@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from window_operator.runtime.exchange import (
 from window_operator.runtime.faults import trace
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import JobPlan
-from window_operator.runtime.plans import plan_for
+from window_operator.runtime.plans import AggregationPlan, Plan, plan_for
 from window_operator.runtime.routing import error_lane
 from window_operator.runtime.runner import TaskReport, TaskRunner
 from window_operator.runtime.settings import TaskSettings
@@ -47,8 +47,12 @@ __all__ = [
     "Shuffled",
     "map_range",
     "reduce_task",
+    "run_task",
     "timer_input",
 ]
+
+B = TypeVar("B")
+R = TypeVar("R")
 
 Shuffled = tuple[int, Rows | Rejected | MapReport]
 """A map-side output: the state task it goes to, and what (``tasks``: the driver)."""
@@ -87,7 +91,7 @@ def advance_clock(
     )
 
 
-def source_index(plan: JobPlan[Any, Any], topic: str) -> int:
+def source_index(plan: Plan, topic: str) -> int:
     """The input a topic feeds."""
     for s in plan.sources:
         if s.topic == topic:
@@ -105,7 +109,23 @@ def map_range(
     t0 = time.perf_counter()
     trace("map", -1, ctx.batch_id, f"{rng.topic}[{rng.partition}]")
     plan = plan_for(ctx.settings)
-    n = ctx.tasks
+    # one call per kind of plan: each is generic in its own row type
+    if isinstance(plan, AggregationPlan):
+        errors, max_ts = yield from _route(plan, ctx.tasks, rng, records)
+    else:
+        errors, max_ts = yield from _route(plan, ctx.tasks, rng, records)
+    codes = Counter(e.code.value for e in errors)
+    report = MapReport(rng, len(records), max_ts, dict(codes), time.perf_counter() - t0)
+    report = replace(report, seconds_read=read_seconds)
+    for t in range(ctx.tasks + 1):
+        yield t, report
+
+
+def _route(
+    plan: JobPlan[B, R], n: int, rng: InputRange, records: InputRecords
+) -> Generator[Shuffled, None, tuple[list[ErrorRecord], int | None]]:
+    """Decode a range and send every task its rows, the error lane the rejected records;
+    returns the rejected records and the largest event time."""
     decoded = plan.decode(rng.source, records)
     tasks = plan.route(decoded.batch, n)
     if len(tasks):
@@ -115,11 +135,7 @@ def map_range(
             yield int(tasks[idx[0]]), Rows(rng.source, rows)
     if decoded.errors:
         yield error_lane(rng.partition, n), Rejected(tuple(decoded.errors))
-    codes = Counter(e.code.value for e in decoded.errors)
-    report = MapReport(rng, len(records), decoded.max_ts, dict(codes), time.perf_counter() - t0)
-    report = replace(report, seconds_read=read_seconds)
-    for t in range(n + 1):
-        yield t, report
+    return decoded.errors, decoded.max_ts
 
 
 def reduce_task(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> TaskReport:
@@ -144,7 +160,16 @@ def reduce_task(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> Tas
         errors=sorted(errors, key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0)),
         ranges=[r.range for r in reports],
     )
-    return TaskRunner(ctx.settings, plan_for(ctx.settings), index).run(inp)
+    return run_task(ctx.settings, index, inp)
+
+
+def run_task(settings: TaskSettings, task: int, inp: TaskInput) -> TaskReport:
+    """Run state task ``task`` on ``inp`` with the job's plan (:class:`TaskRunner`)."""
+    plan = plan_for(settings)
+    # one call per kind of plan: the runner is generic in the plan's row and result types
+    if isinstance(plan, AggregationPlan):
+        return TaskRunner(settings, plan, task).run(inp)
+    return TaskRunner(settings, plan, task).run(inp)
 
 
 def timer_input(ctx: BatchContext, index: int) -> TaskInput:
@@ -204,7 +229,4 @@ class LocalJob:
         """A timer-only pass over every task at ``now_ms``."""
         self.clock = advance_clock(self.settings, self.clock, [], now_ms)
         ctx = BatchContext(self.settings, -1, self.clock)
-        plan = plan_for(self.settings)
-        return [
-            TaskRunner(self.settings, plan, t).run(timer_input(ctx, t)) for t in range(ctx.tasks)
-        ]
+        return [run_task(self.settings, t, timer_input(ctx, t)) for t in range(ctx.tasks)]

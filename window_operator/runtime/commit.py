@@ -20,7 +20,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stores.changelog import (
     LOCAL_KEY_PREFIX,
@@ -35,6 +35,9 @@ from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.kernel.kernel import COMPACT_EVERY
 from window_operator.observe.progress import RestoreLog
 from window_operator.runtime.settings import TaskSettings
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 __all__ = ["WRITER_KEY", "TaskState"]
 
@@ -102,7 +105,7 @@ class TaskState:
 
     def log(
         self,
-        producer: Any,
+        producer: Producer,
         batch: StoreBatch,
         *,
         batch_number: int,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -47,7 +47,13 @@ FATAL_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, StoreErro
 
 
 def internal_error(
-    stage: str, exc: BaseException, *, topic: str | None, partition: int, offset: int, raw: Any
+    stage: str,
+    exc: BaseException,
+    *,
+    topic: str | None,
+    partition: int,
+    offset: int,
+    raw: bytes | None,
 ) -> ErrorRecord:
     """The error record of a record whose ``stage`` raised ``exc`` (also logged)."""
     _log.warning(
@@ -106,15 +112,15 @@ def decode_guarded(
 
 
 B = TypeVar("B")
-Operator = WindowOperator[B, Any, Any]
+R = TypeVar("R")
 
 
 @dataclass
-class Applied(Generic[B]):
+class Applied(Generic[B, R]):
     """The outcome of :func:`add_guarded`."""
 
     #: The operator holding the applied rows (a fresh one if the first raised).
-    operator: WindowOperator[B, Any, Any]
+    operator: WindowOperator[B, R, object]
     #: What the operator's ``add_batch`` calls that stuck did.
     stats: StepStats = field(default_factory=StepStats)
 
@@ -128,12 +134,12 @@ class Applied(Generic[B]):
 
 
 def add_guarded(
-    open_operator: Callable[[], WindowOperator[B, Any, Any]],
-    operator: WindowOperator[B, Any, Any],
+    open_operator: Callable[[], WindowOperator[B, R, object]],
+    operator: WindowOperator[B, R, object],
     batch: B,
     take: Callable[[B, IntArray], B],
     rows: int,
-) -> Applied[B]:
+) -> Applied[B, R]:
     """``operator.add_batch(batch)``; rows that make it raise are isolated (module docstring).
 
     ``take(batch, idx)`` selects rows of the batch, ``rows`` is its length.
@@ -151,12 +157,12 @@ def add_guarded(
 
 
 def _bisect(
-    open_operator: Callable[[], WindowOperator[B, Any, Any]],
+    open_operator: Callable[[], WindowOperator[B, R, object]],
     batch: B,
     take: Callable[[B, IntArray], B],
     rows: int,
-) -> Applied[B]:
-    result: Applied[B] = Applied(open_operator())
+) -> Applied[B, R]:
+    result: Applied[B, R] = Applied(open_operator())
     good: list[int] = []
     pending = [(0, rows)]
     while pending:

@@ -12,7 +12,6 @@ the unmatched record it withdraws.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import orjson
@@ -216,9 +215,9 @@ class JoinPlan:
             np.asarray(table.column("offset").to_numpy(), dtype=np.int64),
         )
 
-    def operator(self, store: TaskStore) -> WindowOperator[JoinRows, JoinResultBatch, Any]:
+    def operator(self, store: TaskStore) -> WindowOperator[JoinRows, JoinResultBatch, object]:
         """The join operator over ``store``."""
-        op: WindowOperator[JoinRows, JoinResultBatch, Any] = self.runtime.operator(store)
+        op: WindowOperator[JoinRows, JoinResultBatch, object] = self.runtime.operator(store)
         return op
 
     def encode_results(self, results: JoinResultBatch) -> list[KafkaRecord]:

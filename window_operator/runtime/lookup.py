@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.settings import KafkaConfig
 
 __all__ = ["read_input", "read_records"]
 
 
 def read_records(
-    consumer_config: Mapping[str, Any],
+    consumer_config: KafkaConfig,
     topic: str,
     partition: int,
     offsets: Iterable[int],
@@ -54,7 +54,7 @@ def read_records(
 
 
 def read_input(
-    consumer_config: Mapping[str, Any],
+    consumer_config: KafkaConfig,
     topic: str,
     partition: int,
     start: int,

@@ -9,7 +9,7 @@ across the exchange as Arrow, open the operator, encode its results.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -96,7 +96,7 @@ class JobPlan(Protocol[B, R]):
         in order: each source's rows ordered by (partition, offset)."""
         ...
 
-    def operator(self, store: TaskStore) -> WindowOperator[B, R, Any]:
+    def operator(self, store: TaskStore) -> WindowOperator[B, R, object]:
         """The job's operator over a task store (restored from it)."""
         ...
 

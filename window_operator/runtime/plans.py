@@ -7,7 +7,7 @@ are reusable across micro-batches).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import orjson
@@ -21,29 +21,35 @@ from window_operator.codecs.inputs import InputDecoder
 from window_operator.config import JobConfig, JoinJobConfig, OffsetsWindow, SessionWindow
 from window_operator.events import DecodeResult, EventBatch
 from window_operator.job import JobRuntime, build_runtime
-from window_operator.kernel import WindowOperator
+from window_operator.kernel import StoredWindow, WindowOperator
 from window_operator.results import ResultBatch
 from window_operator.runtime.guard import decode_guarded
 from window_operator.runtime.inputs import InputRecords
-from window_operator.runtime.plan import DecodedInput, JobPlan, KafkaRecord, SourceSpec
+from window_operator.runtime.plan import DecodedInput, KafkaRecord, SourceSpec
 from window_operator.runtime.routing import task_of_keys, task_of_partitions
 from window_operator.runtime.settings import TaskSettings
 
-__all__ = ["AggregationPlan", "event_batch_from_arrow", "event_batch_to_arrow", "plan_for"]
+if TYPE_CHECKING:
+    from window_operator.runtime.join_plan import JoinPlan
 
-_PLANS: dict[str, JobPlan[Any, Any]] = {}
+__all__ = ["AggregationPlan", "Plan", "event_batch_from_arrow", "event_batch_to_arrow", "plan_for"]
+
+Plan: TypeAlias = "AggregationPlan | JoinPlan"
+"""The plan of a job of either kind (each a :class:`JobPlan` of its own row and result types)."""
+
+_PLANS: dict[str, Plan] = {}
 
 
-def plan_for(settings: TaskSettings) -> JobPlan[Any, Any]:
+def plan_for(settings: TaskSettings) -> Plan:
     """The plan of the settings' job, built once per process."""
     key = settings.config.model_dump_json()
     plan = _PLANS.get(key)
     if plan is None:
         config = settings.config
         if isinstance(config, JoinJobConfig):
-            from window_operator.runtime.join_plan import JoinPlan
+            from window_operator.runtime.join_plan import JoinPlan as _JoinPlan
 
-            plan = JoinPlan.of(config)
+            plan = _JoinPlan.of(config)
         else:
             plan = AggregationPlan.of(config)
         _PLANS[key] = plan
@@ -128,9 +134,9 @@ class AggregationPlan:
         fields = self.runtime.decoder.object_fields
         return [event_batch_from_arrow(p, fields) for _, p in sorted(parts.items())]
 
-    def operator(self, store: TaskStore) -> WindowOperator[EventBatch, ResultBatch, Any]:
+    def operator(self, store: TaskStore) -> WindowOperator[EventBatch, ResultBatch, StoredWindow]:
         """The job's operator over ``store``."""
-        op: WindowOperator[EventBatch, ResultBatch, Any] = self.runtime.operator(store)
+        op: WindowOperator[EventBatch, ResultBatch, StoredWindow] = self.runtime.operator(store)
         return op
 
     def encode_results(self, results: ResultBatch) -> list[KafkaRecord]:

@@ -17,8 +17,12 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+from window_operator.runtime.settings import KafkaConfig
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 __all__ = [
     "close_producers",
@@ -28,12 +32,12 @@ __all__ = [
     "transactional_producer",
 ]
 
-_PLAIN: dict[str, Any] = {}
+_PLAIN: dict[str, Producer] = {}
 #: per transactional id: the producer and its writer token
-_TRANSACTIONAL: dict[str, tuple[Any, str]] = {}
+_TRANSACTIONAL: dict[str, tuple[Producer, str]] = {}
 
 
-def _key(config: Mapping[str, Any]) -> str:
+def _key(config: KafkaConfig) -> str:
     return repr(sorted(config.items()))
 
 
@@ -42,7 +46,7 @@ def transactional_id(job: str, task: int) -> str:
     return f"{job}-task-{task}"
 
 
-def plain_producer(config: Mapping[str, Any]) -> Any:
+def plain_producer(config: KafkaConfig) -> Producer:
     """The worker's producer for ``config`` (idempotent, not transactional)."""
     from confluent_kafka import Producer
 
@@ -54,8 +58,8 @@ def plain_producer(config: Mapping[str, Any]) -> Any:
 
 
 def transactional_producer(
-    config: Mapping[str, Any], txn_id: str, timeout_s: float, last_writer: str | None
-) -> tuple[Any, str]:
+    config: KafkaConfig, txn_id: str, timeout_s: float, last_writer: str | None
+) -> tuple[Producer, str]:
     """The worker's initialised producer of one transactional id, and its writer token.
 
     ``last_writer`` is the token of the producer that last committed the task's store
@@ -76,7 +80,7 @@ def transactional_producer(
     return producer, token
 
 
-def discard_producer(producer: Any) -> None:
+def discard_producer(producer: Producer) -> None:
     """Forget a producer after a failure (it may be fenced or in a fatal state)."""
     for key in [k for k, p in _PLAIN.items() if p is producer]:
         del _PLAIN[key]

@@ -24,10 +24,12 @@ import socket
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Sized
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Never, TypeVar
 
 import numpy as np
+import pyarrow as pa
 
 from stores.changelog import ChangelogError
 from window_operator.arrays import IntArray
@@ -53,10 +55,13 @@ from window_operator.runtime.sink import OutputSink, SinkTopics
 
 __all__ = ["BrokerUnavailableError", "InputGapError", "TaskReport", "TaskRunner"]
 
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
+
 log = logging.getLogger(__name__)
 
 B = TypeVar("B")
-R = TypeVar("R")
+R = TypeVar("R", bound=Sized)
 
 
 def _kafka_failures() -> tuple[type[BaseException], ...]:
@@ -109,7 +114,7 @@ class TaskReport:
     live_keys: int = -1
     live_windows: int = -1
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """JSON-ready fields."""
         return asdict(self)
 
@@ -144,7 +149,7 @@ class TaskRunner(Generic[B, R]):
                 # a fenced producer is replaced at once; a broker away is waited for
                 time.sleep(0.0 if attempt == 1 else min(2.0 ** (attempt - 1), 10.0))
 
-    def _producer(self, state: TaskState) -> tuple[Any, str | None]:
+    def _producer(self, state: TaskState) -> tuple[Producer, str | None]:
         """The producer of this batch, and its writer token (exactly-once only)."""
         s = self.settings
         if s.exactly_once:
@@ -158,7 +163,7 @@ class TaskRunner(Generic[B, R]):
         report = TaskReport(task=self.task, batch_id=inp.batch_id)
         report.location = f"{socket.gethostname()}:{self.settings.task_path(self.task)}"
         state = TaskState.open(self.settings, self.task)
-        producer: Any = None
+        producer: Producer | None = None
         try:
             producer, writer = self._producer(state)
             report.restored_records = state.restored.applied
@@ -178,7 +183,7 @@ class TaskRunner(Generic[B, R]):
         report.seconds = time.perf_counter() - t0
         return report
 
-    def _check_positions(self, op: WindowOperator[B, R, Any], inp: TaskInput) -> TaskInput:
+    def _check_positions(self, op: WindowOperator[B, R, object], inp: TaskInput) -> TaskInput:
         """Step 2: the input must continue where the state ends; a gap is read here."""
         if op.batches == 0 and inp.batch_id > 0 and inp.ranges:
             # Every task runs (and commits) every batch: a task without a checkpoint
@@ -240,15 +245,15 @@ class TaskRunner(Generic[B, R]):
     def _apply(
         self,
         state: TaskState,
-        op: WindowOperator[B, R, Any],
+        op: WindowOperator[B, R, object],
         inp: TaskInput,
         report: TaskReport,
-    ) -> tuple[WindowOperator[B, R, Any], list[ErrorRecord]]:
+    ) -> tuple[WindowOperator[B, R, object], list[ErrorRecord]]:
         """Step 3; returns the operator holding the batch (a fresh one after a failure)."""
         offsets = op.offsets
         errors = [e for e in inp.errors if not _replayed(e, offsets, self.plan)]
         op.adopt_clock(inp.clock_before)
-        by_source: dict[int, list[Any]] = defaultdict(list)
+        by_source: dict[int, list[pa.RecordBatch]] = defaultdict(list)
         for rows in inp.rows:
             by_source[rows.source].append(from_ipc(rows.data))
         applied: list[B] = []
@@ -265,17 +270,17 @@ class TaskRunner(Generic[B, R]):
     def _add(
         self,
         state: TaskState,
-        op: WindowOperator[B, R, Any],
+        op: WindowOperator[B, R, object],
         inp: TaskInput,
         batch: B,
         applied: list[B],
         errors: list[ErrorRecord],
         report: TaskReport,
-    ) -> tuple[WindowOperator[B, R, Any], B]:
+    ) -> tuple[WindowOperator[B, R, object], B]:
         """Add rows of one source; rows that make the operator raise become error records."""
         source = self.plan.source_of(batch)
 
-        def reopen() -> WindowOperator[B, R, Any]:
+        def reopen() -> WindowOperator[B, R, object]:
             fresh = self.plan.operator(state.store)
             fresh.adopt_clock(inp.clock_before)
             for earlier in applied:
@@ -313,10 +318,10 @@ class TaskRunner(Generic[B, R]):
 
     def _send(
         self,
-        producer: Any,
+        producer: Producer,
         writer: str | None,
         state: TaskState,
-        op: WindowOperator[B, R, Any],
+        op: WindowOperator[B, R, object],
         errors: list[ErrorRecord],
         inp: TaskInput,
         report: TaskReport,
@@ -359,7 +364,7 @@ class TaskRunner(Generic[B, R]):
         report.seconds_local_commit = time.perf_counter() - t_changelog
 
 
-def _replayed(err: ErrorRecord, offsets: dict[InputPosition, int], plan: JobPlan[Any, Any]) -> bool:
+def _replayed(err: ErrorRecord, offsets: dict[InputPosition, int], plan: JobPlan[B, R]) -> bool:
     """Whether an error record was already handled (its offset is at or below the position)."""
     if err.partition is None or err.offset is None:
         return False
@@ -367,13 +372,15 @@ def _replayed(err: ErrorRecord, offsets: dict[InputPosition, int], plan: JobPlan
     return err.offset <= offsets.get(InputPosition(source, err.partition), -1)
 
 
-def _count_kind(counts: dict[str, int], results: Any) -> None:
+def _count_kind(counts: dict[str, int], results: Sized) -> None:
     """Count a result batch under its kind (every result batch holds one kind)."""
     kind = str(getattr(results, "kind", "RESULT"))
     counts[kind] = counts.get(kind, 0) + len(results)
 
 
-def _observe_state(op: WindowOperator[Any, Any, Any], state: TaskState, report: TaskReport) -> None:
+def _observe_state(
+    op: WindowOperator[Never, object, object], state: TaskState, report: TaskReport
+) -> None:
     """The task's state after the batch: store size on disk, live keys and windows."""
     report.store_bytes = state.store.size_on_disk()
     live = getattr(op, "live_state", None)

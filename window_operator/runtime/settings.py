@@ -6,18 +6,20 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.observe.logs import kafka_logger
 
-__all__ = ["STATE_DIR_ENV", "TaskSettings", "task_state_dir"]
+__all__ = ["STATE_DIR_ENV", "KafkaConfig", "TaskSettings", "task_state_dir"]
 
 #: Overrides ``state.dir`` on a host (set it in a Spark worker's environment).
 STATE_DIR_ENV = "WINDOW_OPERATOR_STATE_DIR"
 
 AnyJobConfig = JobConfig | JoinJobConfig
+
+KafkaConfig = Mapping[str, object]
+"""librdkafka settings: strings, numbers, booleans, and a logger or callbacks."""
 
 
 def task_state_dir(state_dir: Path, job: str, task: int) -> Path:
@@ -36,8 +38,8 @@ class TaskSettings:
     bootstrap_servers: str
     state_dir: str
     tasks: int = 1
-    producer: Mapping[str, Any] = field(default_factory=dict)
-    consumer: Mapping[str, Any] = field(default_factory=dict)
+    producer: KafkaConfig = field(default_factory=dict)
+    consumer: KafkaConfig = field(default_factory=dict)
 
     @property
     def job(self) -> str:
@@ -70,7 +72,7 @@ class TaskSettings:
         root = os.environ.get(STATE_DIR_ENV) or self.state_dir
         return task_state_dir(Path(root), self.config.job, task)
 
-    def producer_config(self) -> dict[str, Any]:
+    def producer_config(self) -> dict[str, object]:
         """librdkafka producer settings (idempotent, all acks, batched)."""
         return {
             "bootstrap.servers": self.bootstrap_servers,
@@ -85,7 +87,7 @@ class TaskSettings:
             **self.producer,
         }
 
-    def consumer_config(self) -> dict[str, Any]:
+    def consumer_config(self) -> dict[str, object]:
         """librdkafka consumer settings for restores and range reads."""
         return {
             "bootstrap.servers": self.bootstrap_servers,

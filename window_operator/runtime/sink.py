@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stores.changelog import ChangelogDelivery
 from stores.changelog.writer import produce
 from window_operator.codecs import encode_error
 from window_operator.errors import OutputSendError
 from window_operator.results import ErrorRecord
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message, Producer
 
 __all__ = ["OutputSink", "SinkTopics"]
 
@@ -38,7 +41,7 @@ class SinkTopics:
 class _Deliveries:
     errors: list[str] = field(default_factory=list)
 
-    def __call__(self, err: Any, _msg: Any) -> None:
+    def __call__(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self.errors.append(str(err))
 
@@ -48,7 +51,7 @@ class OutputSink:
 
     def __init__(
         self,
-        producer: Any,
+        producer: Producer,
         topics: SinkTopics,
         *,
         transactional: bool,

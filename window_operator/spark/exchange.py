@@ -22,13 +22,14 @@ from window_operator.runtime.batch import (
     Shuffled,
     map_range,
     reduce_task,
+    run_task,
     source_index,
     timer_input,
 )
 from window_operator.runtime.exchange import InputRange, MapReport
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plans import plan_for
-from window_operator.runtime.runner import TaskReport, TaskRunner
+from window_operator.runtime.runner import TaskReport
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = ["map_side", "read_input", "reduce_side", "timer_pass"]
@@ -68,4 +69,4 @@ def reduce_side(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> Ite
 
 def timer_pass(ctx: BatchContext, index: int, _rows: Iterable[Any]) -> Iterator[TaskReport]:
     """A timer-only pass of state task ``index`` (``mapPartitionsWithIndex`` body)."""
-    yield TaskRunner(ctx.settings, plan_for(ctx.settings), index).run(timer_input(ctx, index))
+    yield run_task(ctx.settings, index, timer_input(ctx, index))
