@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from stores.rocks import ColumnFamily, TaskStore
 from window_operator.join.common import JoinKey
@@ -13,6 +14,8 @@ from window_operator.runtime.plans import AggregationPlan, plan_for
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = ["parse_join_key", "stored_messages", "stored_windows"]
+
+P = TypeVar("P")
 
 
 @contextmanager
@@ -29,13 +32,19 @@ def _stored_state(settings: TaskSettings, task: int) -> Iterator[TaskStore | Non
         store.close()
 
 
+def _plan(settings: TaskSettings, kind: type[P], what: str) -> P:
+    """The job's plan, which must be of ``kind`` (the kind of job that stores ``what``)."""
+    plan = plan_for(settings)
+    if not isinstance(plan, kind):
+        raise TypeError(f"job {settings.job!r} stores no {what}")
+    return plan
+
+
 def stored_windows(
     settings: TaskSettings, task: int, key: str, start: int, end: int
 ) -> list[StoredWindow]:
     """The stored windows of ``key`` overlapping ``[start, end)`` in a task's local store."""
-    plan = plan_for(settings)
-    if not isinstance(plan, AggregationPlan):
-        raise TypeError(f"job {settings.job!r} is a join: it stores messages, not windows")
+    plan = _plan(settings, AggregationPlan, "windows")
     with _stored_state(settings, task) as store:
         return [] if store is None else list(plan.operator(store).get_windows(key, start, end))
 
@@ -61,9 +70,7 @@ def stored_messages(
     """The stored messages of join key ``key`` with event time in ``[start, end)``."""
     from window_operator.runtime.join_plan import JoinPlan
 
-    plan = plan_for(settings)
-    if not isinstance(plan, JoinPlan):
-        raise TypeError(f"job {settings.job!r} aggregates: it stores windows, not messages")
+    plan = _plan(settings, JoinPlan, "messages")
     with _stored_state(settings, task) as store:
         if store is None:
             return []

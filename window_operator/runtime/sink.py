@@ -12,11 +12,11 @@ next producer of the task resolves what was left open when it is initialised.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
 from stores.changelog import ChangelogDelivery
-from stores.changelog.writer import produce
+from stores.changelog.writer import Headers, produce
 from window_operator.codecs import encode_error
 from window_operator.errors import OutputSendError
 from window_operator.results import ErrorRecord
@@ -46,28 +46,27 @@ class _Deliveries:
             self.errors.append(str(err))
 
 
+@dataclass
 class OutputSink:
-    """Produces one state task's batch to Kafka (see module doc)."""
+    """Produces one state task's batch to Kafka (see module doc).
 
-    def __init__(
-        self,
-        producer: Producer,
-        topics: SinkTopics,
-        *,
-        transactional: bool,
-        timeout_s: float,
-        attempt: str | None = None,
-    ) -> None:
-        self.producer = producer
-        self.topics = topics
-        self.transactional = transactional
-        self.timeout_s = timeout_s
-        #: an id of this attempt at the batch, put in an ``attempt`` header of every
-        #: result (audits: which attempt a result came from)
-        self.attempt = attempt
-        self._headers = None if attempt is None else [("attempt", attempt.encode())]
-        self._deliveries = _Deliveries()
-        self.sent = 0
+    ``attempt`` is an id of this attempt at the batch, put in an ``attempt`` header of
+    every result (audits: which attempt a result came from).
+    """
+
+    producer: Producer
+    topics: SinkTopics
+    _: KW_ONLY
+    transactional: bool
+    timeout_s: float
+    attempt: str | None = None
+    #: records produced so far
+    sent: int = field(default=0, init=False)
+    _deliveries: _Deliveries = field(default_factory=_Deliveries, init=False)
+
+    @property
+    def _headers(self) -> Headers | None:
+        return None if self.attempt is None else [("attempt", self.attempt.encode())]
 
     def begin(self) -> None:
         """Start the batch (a transaction under exactly-once)."""
@@ -76,34 +75,22 @@ class OutputSink:
 
     def results(self, records: Iterable[KafkaRecord]) -> int:
         """Produce encoded window results; how many."""
-        n = 0
-        for key, value in records:
-            produce(
-                self.producer,
-                self.topics.results,
-                key,
-                value,
-                headers=self._headers,
-                on_delivery=self._deliveries,
-            )
-            n += 1
-        self.sent += n
-        return n
+        headers = self._headers
+        return self._produce(self.topics.results, ((k, v, headers) for k, v in records))
 
     def errors(self, errors: Sequence[ErrorRecord]) -> int:
         """Produce rejected input records to the errors topic (dead-letter convention)."""
-        for err in errors:
-            key, value, headers = encode_error(err, key=err.key)
-            produce(
-                self.producer,
-                self.topics.errors,
-                key,
-                value,
-                headers=headers,
-                on_delivery=self._deliveries,
-            )
-        self.sent += len(errors)
-        return len(errors)
+        return self._produce(self.topics.errors, (encode_error(e, key=e.key) for e in errors))
+
+    def _produce(
+        self, topic: str, records: Iterable[tuple[bytes | None, bytes | None, Headers | None]]
+    ) -> int:
+        n = 0
+        for key, value, headers in records:
+            produce(self.producer, topic, key, value, headers=headers, on_delivery=self._deliveries)
+            n += 1
+        self.sent += n
+        return n
 
     def acknowledge_outputs(self) -> None:
         """At-least-once: wait until results and errors are acknowledged (before the log)."""
