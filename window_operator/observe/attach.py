@@ -148,7 +148,7 @@ def run_observed(
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     try:
         job.start()
-        while not job.await_termination(0.5):
+        while not job.await_termination(1):
             if interrupted.is_set():
                 log.info("stopping after the running micro-batch (Ctrl-C)")
                 _wait_between_batches(job)
@@ -166,7 +166,7 @@ def run_observed(
 def _wait_between_batches(job: StreamingJob) -> None:
     """Wait (bounded) until the query runs no trigger: a stop then cancels nothing."""
     deadline = time.monotonic() + job.settings.broker_timeout_s
-    while time.monotonic() < deadline and job.query.status.get("isTriggerActive"):
+    while time.monotonic() < deadline and job.started.status.get("isTriggerActive"):
         time.sleep(0.1)
 
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kernel import ClockState
@@ -35,6 +35,10 @@ from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.clock_log import ClockLog
 from window_operator.spark.exchange import map_side, reduce_side, timer_pass
 from window_operator.spark.topics import prepare_topics
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["BatchReport", "JobRun", "StreamingJob", "prepare_topics"]
 
@@ -84,7 +88,7 @@ class StreamingJob:
         config: AnyJobConfig,
         *,
         bootstrap_servers: str,
-        spark: Any,
+        spark: SparkSession,
         state_dir: str | None = None,
         available_now: bool | None = None,
         starting_offsets: str = "earliest",
@@ -113,7 +117,7 @@ class StreamingJob:
         self._last_activity = time.monotonic()
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
-        self.query: Any = None
+        self.query: StreamingQuery | None = None
 
     # -- the job clock -------------------------------------------------------------------
 
@@ -123,7 +127,7 @@ class StreamingJob:
 
     # -- micro-batches -------------------------------------------------------------------
 
-    def _process(self, batch_df: Any, batch_id: int) -> None:
+    def _process(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         with self._lock:
             clock = self.clocks.begin(batch_id, _now_ms(), self._advance)
@@ -198,7 +202,7 @@ class StreamingJob:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def start(self) -> Any:
+    def start(self) -> StreamingQuery:
         """Create topics, fix the number of state tasks and start the streaming query."""
         from window_operator.spark.kafka_source import read_kafka_stream
 
@@ -228,20 +232,28 @@ class StreamingJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.trigger_ms} milliseconds")
-        self.query = writer.start()
+        query: StreamingQuery = writer.start()
+        self.query = query
         if not self.available_now:
             self._timer = threading.Thread(
                 target=self._timer_loop, name="window-timers", daemon=True
             )
             self._timer.start()
+        return query
+
+    @property
+    def started(self) -> StreamingQuery:
+        """The running query (:meth:`start` starts it)."""
+        if self.query is None:
+            raise RuntimeError(f"job {self.config.job!r}: the query was not started")
         return self.query
 
-    def await_termination(self, timeout_s: float | None = None) -> bool:
+    def await_termination(self, timeout_s: int | None = None) -> bool:
         """Wait for the query to stop (AvailableNow stops by itself)."""
         if timeout_s is None:
-            self.query.awaitTermination()
+            self.started.awaitTermination()
             return True
-        return bool(self.query.awaitTermination(timeout_s))
+        return bool(self.started.awaitTermination(timeout_s))
 
     def stop(self) -> None:
         """Stop the timer thread and the query."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from window_operator.runtime import lookup
 from window_operator.runtime.batch import (
@@ -32,10 +32,13 @@ from window_operator.runtime.plans import plan_for
 from window_operator.runtime.runner import TaskReport
 from window_operator.runtime.settings import TaskSettings
 
+if TYPE_CHECKING:
+    from pyspark.sql import Row
+
 __all__ = ["map_side", "read_input", "reduce_side", "timer_pass"]
 
 
-def read_input(settings: TaskSettings, row: Any) -> tuple[InputRange | None, InputRecords]:
+def read_input(settings: TaskSettings, row: Row) -> tuple[InputRange | None, InputRecords]:
     """The records of one offset range row (``None`` range: nothing was read)."""
     topic, partition = str(row["topic"]), int(row["partition"])
     start, until = int(row["start_offset"]), int(row["until_offset"])
@@ -50,7 +53,7 @@ def read_input(settings: TaskSettings, row: Any) -> tuple[InputRange | None, Inp
     return InputRange(source, topic, partition, first, until), records
 
 
-def map_side(ctx: BatchContext, rows: Iterable[Any]) -> Iterator[Shuffled]:
+def map_side(ctx: BatchContext, rows: Iterable[Row]) -> Iterator[Shuffled]:
     """``mapPartitions`` body over the source's offset-range rows."""
     for row in rows:
         t0 = time.perf_counter()
@@ -59,7 +62,9 @@ def map_side(ctx: BatchContext, rows: Iterable[Any]) -> Iterator[Shuffled]:
             yield from map_range(ctx, rng, records, time.perf_counter() - t0)
 
 
-def reduce_side(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> Iterator[Any]:
+def reduce_side(
+    ctx: BatchContext, index: int, items: Iterable[Shuffled]
+) -> Iterator[TaskReport | MapReport]:
     """``mapPartitionsWithIndex`` body after the shuffle: a state task, or the reports."""
     if index == ctx.tasks:
         yield from (item for _, item in items if isinstance(item, MapReport))
@@ -67,6 +72,6 @@ def reduce_side(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> Ite
     yield reduce_task(ctx, index, items)
 
 
-def timer_pass(ctx: BatchContext, index: int, _rows: Iterable[Any]) -> Iterator[TaskReport]:
+def timer_pass(ctx: BatchContext, index: int, _rows: Iterable[object]) -> Iterator[TaskReport]:
     """A timer-only pass of state task ``index`` (``mapPartitionsWithIndex`` body)."""
     yield run_task(ctx.settings, index, timer_input(ctx, index))

@@ -6,7 +6,10 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["TASK_ATTEMPTS", "build_session", "prepare_environment", "with_task_retries"]
 
@@ -39,7 +42,7 @@ def build_session(
     app_name: str = "window-operator",
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
-) -> Any:
+) -> SparkSession:
     """A SparkSession (``local[*]`` unless ``master`` or spark-submit says otherwise)."""
     prepare_environment()
     from pyspark.sql import SparkSession
