@@ -4,6 +4,8 @@ its in-memory cache (vectorized range searches), older ones from RocksDB.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass, field
+
 import numpy as np
 
 from window_operator.arrays import IntArray, ObjArray
@@ -23,6 +25,7 @@ _ROW_OVERHEAD = 5 * 8 + 48
 _SAMPLE = 64
 
 
+@dataclass(eq=False)
 class TimeMatcher:
     """Each input's message cache (sorted by ``(join key, ts)`` codes) and the probes.
 
@@ -32,24 +35,17 @@ class TimeMatcher:
     per input, and the estimated bytes of both caches; ``None``: no byte bound).
     """
 
-    def __init__(
-        self,
-        spec: JoinSpec,
-        keys: JoinKeyTable,
-        reader: MessageReader,
-        *,
-        slack_ms: int,
-        max_rows: int,
-        max_bytes: int | None = None,
-    ) -> None:
-        self.spec = spec
-        self.keys = keys
-        self.reader = reader
-        self.slack_ms = slack_ms
-        self.max_rows = max_rows
-        self.max_bytes = max_bytes
-        self.caches = (SideCache(), SideCache())
-        self.codec: Codec | None = None
+    spec: JoinSpec
+    keys: JoinKeyTable
+    reader: MessageReader
+    _: KW_ONLY
+    slack_ms: int
+    max_rows: int
+    max_bytes: int | None = None
+    caches: tuple[SideCache, SideCache] = field(
+        init=False, default_factory=lambda: (SideCache(), SideCache())
+    )
+    codec: Codec | None = field(init=False, default=None)
 
     def partners(self, side: int, kids: IntArray, ts: IntArray) -> Partners:
         """The stored messages of the other input that new messages of ``side`` join,

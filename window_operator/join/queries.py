@@ -5,6 +5,7 @@ join key) and the stored messages of an input in a ``(ts, position)`` range.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import orjson
@@ -25,24 +26,16 @@ __all__ = ["JoinQueries"]
 _Found = dict[int, tuple[int, int, bytes]]
 
 
+@dataclass(eq=False)
 class JoinQueries:
     """Reads windows and stored messages of a join's state (memory and store)."""
 
-    def __init__(
-        self,
-        spec: JoinSpec,
-        keys: JoinKeyTable,
-        reader: MessageReader,
-        caches: tuple[SideCache, SideCache],
-        rows: RowsWindows,
-        storage: JoinStorage,
-    ) -> None:
-        self.spec = spec
-        self.keys = keys
-        self.reader = reader
-        self.caches = caches
-        self.rows = rows
-        self.storage = storage
+    spec: JoinSpec
+    keys: JoinKeyTable
+    reader: MessageReader
+    caches: tuple[SideCache, SideCache]
+    rows: RowsWindows
+    storage: JoinStorage
 
     def windows(self, key: JoinKey | None, start: int, end: int) -> list[JoinWindow]:
         """:meth:`JoinOperator.get_windows`: frame metadata, or one key's frames."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,32 +21,25 @@ from window_operator.timewindows.trigger import StartRange, TimeTrigger
 __all__ = ["WindowEmitter"]
 
 
+@dataclass(eq=False, kw_only=True)
 class WindowEmitter:
     """Turns the trigger's decisions into result batches (reads frames, writes bookkeeping)."""
 
-    def __init__(
-        self,
-        *,
-        keys: KeyTable[str],
-        aggs: AggregationSet,
-        policy: EmitPolicy,
-        frames: FrameStore,
-        book: WindowBook,
-        trigger: TimeTrigger,
-        evaluator: WindowEvaluator,
-        outputs: OutputBuffer[ResultBatch],
-    ) -> None:
-        self.keys = keys
-        self.aggs = aggs
-        self.policy = policy
-        self.frames = frames
-        self.book = book
-        self.trigger = trigger
-        self.evaluator = evaluator
-        self.outputs = outputs
-        self.timers = Timers()
-        self.size = trigger.size
-        self.step = trigger.step
+    keys: KeyTable[str]
+    aggs: AggregationSet
+    policy: EmitPolicy
+    frames: FrameStore
+    book: WindowBook
+    trigger: TimeTrigger
+    evaluator: WindowEvaluator
+    outputs: OutputBuffer[ResultBatch]
+    timers: Timers = field(init=False, default_factory=Timers)
+    size: int = field(init=False)
+    step: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.size = self.trigger.size
+        self.step = self.trigger.step
 
     def on_time(self, wm_before: int, wm_after: int) -> None:
         """ON_TIME results of the windows the watermark passed."""
