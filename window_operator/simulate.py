@@ -30,7 +30,7 @@ import orjson
 from window_operator.arrival import ArrivalClock, future_error, future_errors
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.job import JobRuntime, TaskOperator
-from window_operator.join import JoinDecoder, JoinOperator, JoinRuntime
+from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
 from window_operator.policies import END_OF_TIME
 from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
 from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder
@@ -139,16 +139,20 @@ def _run_chunk(
 
 
 def _drain(
-    agg: TaskOperator,
+    op: TaskOperator | JoinOperator,
     rejected: list[ErrorRecord],
     out: IO[bytes],
     errors_out: IO[bytes] | None,
     summary: SimulationSummary,
 ) -> None:
-    for batch in agg.take_result_batches():
+    """Write the operator's pending results, then ``rejected`` and its error records."""
+    for batch in op.take_result_batches():
         summary.results += len(batch)
-        out.write(_result_lines(batch))
-    for err in rejected + agg.get_errors():
+        if isinstance(batch, JoinResultBatch):
+            out.write(batch.to_json_lines())
+        else:
+            out.write(_result_lines(batch))
+    for err in rejected + op.get_errors():
         summary.errors[err.code.value] += 1
         if errors_out is not None:
             errors_out.write(orjson.dumps(err.to_dict()) + b"\n")
@@ -202,13 +206,13 @@ def _simulate_join(
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
                     rejected = _run_join_chunk(runtime, op, chunk, clock, summary)
-                    _drain_join(op, rejected, out, errors_out, summary)
+                    _drain(op, rejected, out, errors_out, summary)
                     if progress is not None:
                         progress(stream.tell())
                     # as a task does after each micro-batch: a checkpoint, bounded memory
                     op.flush()
             op.timeout(END_OF_TIME)
-            _drain_join(op, [], out, errors_out, summary)
+            _drain(op, [], out, errors_out, summary)
         finally:
             op.close()
     return summary
@@ -334,22 +338,6 @@ def _reject_future_rows(
 
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _drain_join(
-    op: JoinOperator,
-    rejected: list[ErrorRecord],
-    out: IO[bytes],
-    errors_out: IO[bytes] | None,
-    summary: SimulationSummary,
-) -> None:
-    for batch in op.take_result_batches():
-        summary.results += len(batch)
-        out.write(batch.to_json_lines())
-    for err in rejected + op.get_errors():
-        summary.errors[err.code.value] += 1
-        if errors_out is not None:
-            errors_out.write(orjson.dumps(err.to_dict()) + b"\n")
 
 
 def _partition_offsets(agg: TaskOperator) -> dict[int, int]:
