@@ -41,8 +41,10 @@ __all__ = [
     "StrictPositiveInt",
     "TopicName",
     "check_avro_schema",
+    "duration_ms_or",
     "is_valid_job_name",
     "none_to_empty_mapping",
+    "positive_duration_ms",
 ]
 
 #: Names an aggregation may not take: they are the other fields of a window result.
@@ -119,17 +121,33 @@ def none_to_empty_mapping(value: object) -> object:
     return {} if value is None else value
 
 
+def duration_ms_or(value: object, otherwise: str) -> int:
+    """``value`` as a duration in ms, for a setting that also takes some words.
+
+    A value that is neither fails with ``otherwise`` (those words: ``or off``) appended to
+    the reason.
+    """
+    try:
+        return parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
+    except DurationError as exc:
+        raise DurationError(f"{exc}; {otherwise}") from None
+
+
+def positive_duration_ms(value: object, *, otherwise: str, zero_hint: str) -> int:
+    """:func:`duration_ms_or`, and a zero duration fails with ``zero_hint``."""
+    ms = duration_ms_or(value, otherwise)
+    if ms == 0:
+        raise DurationError(f"{value!r} is not a positive duration; {zero_hint}")
+    return ms
+
+
 def _optional_positive_duration(value: object) -> object:
     # ``off`` in YAML 1.1 is the boolean false; accept both spellings of "disabled".
     if value is None or value is False or value == OFF:
         return None
-    try:
-        ms = parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
-    except DurationError as exc:
-        raise DurationError(f"{exc}; or null/off to disable") from None
-    if ms == 0:
-        raise DurationError(f"{value!r} is not a positive duration; use null/off to disable")
-    return ms
+    return positive_duration_ms(
+        value, otherwise="or null/off to disable", zero_hint="use null/off to disable"
+    )
 
 
 def _kafka_setting(value: object) -> object:
