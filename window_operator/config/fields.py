@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     Strict,
     ValidationInfo,
+    field_validator,
 )
 
 from window_operator.config.errors import show
@@ -33,6 +34,7 @@ __all__ = [
     "AggregationName",
     "FilePath",
     "FrozenModel",
+    "InputModel",
     "JobName",
     "KafkaSetting",
     "NonEmptyStr",
@@ -220,3 +222,21 @@ def check_avro_schema(
     if fmt is not None and fmt != "avro":
         raise ValueError(f"only allowed when {section}.format is avro ({section}.format is {fmt})")
     return _resolve_existing_file(value, info)
+
+
+class InputModel(FrozenModel):
+    """The base of ``input:`` and of a join side, which decode records alike.
+
+    Both declare ``format``, ``avro_schema``, ``avro_wire``, ``timestamp``,
+    ``timestamp_unit`` and ``fields`` among their own keys, each model in its documented
+    key order (pydantic would put fields of a base first); this base checks
+    ``avro_schema`` against ``format``, naming ``section`` in its problems.
+    """
+
+    #: The config section named in ``avro_schema`` problems.
+    section: ClassVar[str]
+
+    @field_validator("avro_schema", check_fields=False)
+    @classmethod
+    def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return check_avro_schema(cls.section, value, info, required=True)
