@@ -10,7 +10,7 @@ finite numbers, keys that encode as UTF-8, object values that serialize.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -28,6 +28,8 @@ __all__ = [
     "RecordDecoder",
     "RecordRejected",
     "TimestampUnit",
+    "check_column_lengths",
+    "position_columns",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -41,6 +43,34 @@ _MAX_ABS_TS = 2**61
 #: Values of object-valued fields (``first``, ``collect``, ...) nested deeper than this
 #: are rejected: they could not be stored or written as results.
 MAX_VALUE_DEPTH = 64
+
+
+def position_columns(
+    n: int,
+    partition: int | Sequence[int] | IntArray,
+    offset: Sequence[int] | IntArray | None,
+    wall_ms: Sequence[int] | IntArray | None,
+) -> tuple[IntArray, IntArray, IntArray | None]:
+    """The partition, offset and arrival columns of ``n`` rows as int64 arrays.
+
+    An ``int`` partition is every row's; offsets not given are ``-1`` ("the next offset
+    of the partition"); ``wall_ms`` stays ``None`` when not given.
+    """
+    part = (
+        np.full(n, partition, dtype=np.int64)
+        if isinstance(partition, int)
+        else np.asarray(partition, dtype=np.int64)
+    )
+    off = np.full(n, -1, dtype=np.int64) if offset is None else np.asarray(offset, np.int64)
+    wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)
+    return part, off, wall
+
+
+def check_column_lengths(n: int, lengths: Iterable[tuple[str, int]]) -> None:
+    """Raise ``ValueError`` for the first named column whose length is not ``n`` (the keys')."""
+    for name, length in lengths:
+        if length != n:
+            raise ValueError(f"column {name} has {length} rows, keys have {n}")
 
 
 @dataclass(slots=True)
@@ -79,24 +109,16 @@ class EventBatch:
         if hasattr(keys, "to_pylist"):
             keys = keys.to_pylist()
         key_list = list(keys) if not isinstance(keys, list) else keys
-        n = len(key_list)
         ts_arr = np.asarray(ts, dtype=np.int64)
-        part = (
-            np.full(n, partition, dtype=np.int64)
-            if isinstance(partition, int)
-            else np.asarray(partition, dtype=np.int64)
-        )
-        off = np.full(n, -1, dtype=np.int64) if offset is None else np.asarray(offset, np.int64)
+        part, off, wall = position_columns(len(key_list), partition, offset, wall_ms)
         num = {k: np.asarray(v, dtype=np.float64) for k, v in (numeric or {}).items()}
         obj = {k: list(v) for k, v in (objects or {}).items()}
-        wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)
         batch = cls(key_list, ts_arr, part, off, num, obj, wall)
         batch.check()
         return batch
 
     def check(self) -> None:
         """Raise ``ValueError`` if the columns do not all have the batch's length."""
-        n = len(self.keys)
         cols: list[tuple[str, int]] = [
             ("ts", len(self.ts)),
             ("partition", len(self.partition)),
@@ -106,9 +128,7 @@ class EventBatch:
         cols += [(f"objects[{k}]", len(v)) for k, v in self.objects.items()]
         if self.wall_ms is not None:
             cols.append(("wall_ms", len(self.wall_ms)))
-        for name, length in cols:
-            if length != n:
-                raise ValueError(f"column {name} has {length} rows, keys have {n}")
+        check_column_lengths(len(self.keys), cols)
 
     @classmethod
     def concat(cls, batches: Sequence[EventBatch]) -> EventBatch:

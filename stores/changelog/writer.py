@@ -129,19 +129,8 @@ class ChangelogWriter:
         self._send(delivery, marker.cf, marker.key, marker.value, headers)
         return delivery
 
-    def log(
-        self,
-        batch: StoreBatch,
-        store: TaskStore,
-        *,
-        batch_number: int,
-        source_offsets: Iterable[tuple[tuple[int, int], int]],
-        extra: Sequence[tuple[ColumnFamily, bytes, bytes | None]] = (),
-    ) -> int:
-        """:meth:`write`, then wait for every acknowledgement; the marker's offset."""
-        delivery = self.write(
-            batch, store, batch_number=batch_number, source_offsets=source_offsets, extra=extra
-        )
+    def wait(self, delivery: ChangelogDelivery) -> int:
+        """Wait for every acknowledgement of a :meth:`write`; the marker's offset."""
         return delivery.marker_offset(self.producer.flush(60))
 
     def _send(

@@ -42,6 +42,7 @@ __all__ = [
     "KeyRange",
     "KeyTimeEntry",
     "KeyTimeKeyspace",
+    "Keyspace",
     "TimeFirstEntry",
     "TimeFirstKeyspace",
     "clamp_i64",
@@ -81,6 +82,20 @@ def corrupt(what: str, data: bytes, exc: Exception) -> StateCorruptError:
     return StateCorruptError(f"not a {what} key: {data[:40]!r}: {exc}")
 
 
+class Keyspace:
+    """What every keyspace has: a name (for errors), a column family, and a tag that every
+    key of the keyspace starts with (``b""``: the keyspace has its column family alone)."""
+
+    def __init__(self, name: str, cf: ColumnFamily, tag: bytes = b"") -> None:
+        self.name = name
+        self.cf = cf
+        self.tag = tag
+
+    def all(self) -> KeyRange:
+        """Every record of this keyspace."""
+        return KeyRange(self.cf, self.tag, prefix_upper_bound(self.tag))
+
+
 class TimeFirstEntry(NamedTuple):
     """A parsed time-first key."""
 
@@ -88,13 +103,11 @@ class TimeFirstEntry(NamedTuple):
     key: str
 
 
-class TimeFirstKeyspace:
+class TimeFirstKeyspace(Keyspace):
     """``tag + i64(time) + str(key)`` records in one column family (see module doc)."""
 
     def __init__(self, name: str, cf: ColumnFamily, tag: bytes) -> None:
-        self.name = name
-        self.cf = cf
-        self.tag = tag
+        super().__init__(name, cf, tag)
         self._head = len(tag) + I64_WIDTH
 
     def key(self, time: int, key: EncodedKey) -> bytes:
@@ -158,10 +171,6 @@ class TimeFirstKeyspace:
         """Every record with ``time <= hi``."""
         return KeyRange(self.cf, self.tag + MIN_I64_BYTES, self.tag + encode_i64(clamp_i64(hi + 1)))
 
-    def all(self) -> KeyRange:
-        """Every record of this keyspace."""
-        return KeyRange(self.cf, self.tag, prefix_upper_bound(self.tag))
-
 
 class KeyTimeEntry(NamedTuple):
     """A parsed key-time key (after the key part)."""
@@ -171,13 +180,8 @@ class KeyTimeEntry(NamedTuple):
     b: int
 
 
-class KeyTimeKeyspace:
+class KeyTimeKeyspace(Keyspace):
     """``tag + str(key) + i64(time) + i64(a) + i64(b)`` records (see module doc)."""
-
-    def __init__(self, name: str, cf: ColumnFamily, tag: bytes = b"") -> None:
-        self.name = name
-        self.cf = cf
-        self.tag = tag
 
     def prefix(self, key: EncodedKey) -> bytes:
         """The common prefix of one key's records."""

@@ -15,7 +15,7 @@ from stores.keys import (
     encode_i64,
     prefix_upper_bound,
 )
-from stores.keyspace.base import EncodedKey, IntArray, clamp_i64, corrupt, i64_column
+from stores.keyspace.base import EncodedKey, IntArray, Keyspace, clamp_i64, corrupt, i64_column
 from stores.rocks import ColumnFamily, KeyRange
 
 __all__ = [
@@ -79,17 +79,12 @@ def _i64_parts(times: IntArray) -> list[bytes]:
     return [data[i : i + I64_WIDTH] for i in range(0, len(data), I64_WIDTH)]
 
 
-class KeyFirstKeyspace:
+class KeyFirstKeyspace(Keyspace):
     """``tag + key + i64(time)`` records: one key's records in time order.
 
     ``key`` is any prefix-free key part (an :data:`EncodedKey`, or a
     :class:`GroupKeyLayout` encoding), so the time is always the last 8 bytes.
     """
-
-    def __init__(self, name: str, cf: ColumnFamily, tag: bytes = b"") -> None:
-        self.name = name
-        self.cf = cf
-        self.tag = tag
 
     def prefix(self, key: EncodedKey) -> bytes:
         """The common prefix of one key's records."""
@@ -137,10 +132,6 @@ class KeyFirstKeyspace:
         p = self.tag + key
         return KeyRange(self.cf, p, prefix_upper_bound(p))
 
-    def all(self) -> KeyRange:
-        """Every record of this keyspace."""
-        return KeyRange(self.cf, self.tag, prefix_upper_bound(self.tag))
-
 
 class BucketEntry(NamedTuple):
     """A parsed bucket index key."""
@@ -150,7 +141,7 @@ class BucketEntry(NamedTuple):
     time: int
 
 
-class BucketIndexKeyspace:
+class BucketIndexKeyspace(Keyspace):
     """``tag + i64(bucket) + key + i64(time)``: an index of key-first records by time bucket.
 
     The entries of a range of buckets are one range (restore what is still open,
@@ -158,9 +149,7 @@ class BucketIndexKeyspace:
     """
 
     def __init__(self, name: str, cf: ColumnFamily, tag: bytes) -> None:
-        self.name = name
-        self.cf = cf
-        self.tag = tag
+        super().__init__(name, cf, tag)
         self._head = len(tag) + I64_WIDTH
 
     def key(self, bucket: int, key: EncodedKey, time: int) -> bytes:

@@ -22,6 +22,7 @@ from stores.keyspace.base import (
     SIGN,
     EncodedKey,
     IntArray,
+    Keyspace,
     corrupt,
 )
 from stores.rocks import ColumnFamily, KeyRange
@@ -115,16 +116,14 @@ def _i64_at(keys: Sequence[bytes], at: int) -> IntArray:
     return out
 
 
-class MessageKeyspace:
+class MessageKeyspace(Keyspace):
     """Message Store keys of one :class:`MessageLayout` behind ``tag`` (see its doc).
 
     Every method takes and gives only the parts the layout holds.
     """
 
     def __init__(self, name: str, cf: ColumnFamily, tag: bytes, layout: MessageLayout) -> None:
-        self.name = name
-        self.cf = cf
-        self.tag = tag
+        super().__init__(name, cf, tag)
         self.layout = layout
         h = len(tag)
         # where the fixed-width parts are (negative: from the end) and the fields span
@@ -205,10 +204,6 @@ class MessageKeyspace:
         ts = None if self._ts_at is None else _i64_at(keys, self._ts_at)
         return MessageColumns(fields, ts, _i64_at(keys, self._offset_at))
 
-    def all(self) -> KeyRange:
-        """Every message of this keyspace."""
-        return KeyRange(self.cf, self.tag, prefix_upper_bound(self.tag))
-
     def times(self, lo: int, hi: int) -> KeyRange:
         """Time-first layouts: every message with ``lo <= ts < hi`` (``hi = MAX_I64 + 1``:
         unbounded)."""
@@ -250,21 +245,12 @@ class MessageKeyspace:
             raise ValueError(f"{layout} keys need the parts they hold (fields, ts, offset)")
 
 
-class _TimeTagged:
+class _TimeTagged(Keyspace):
     """Records whose keys are ``tag + i64(time) + ...``: ranges by time."""
-
-    def __init__(self, name: str, cf: ColumnFamily, tag: bytes) -> None:
-        self.name = name
-        self.cf = cf
-        self.tag = tag
 
     def before(self, time: int) -> KeyRange:
         """Every record with a time below ``time``."""
         return KeyRange(self.cf, *ts_range(self.tag, MIN_I64, time))
-
-    def all(self) -> KeyRange:
-        """Every record of this keyspace."""
-        return KeyRange(self.cf, self.tag, prefix_upper_bound(self.tag))
 
 
 class IntKeyspace(_TimeTagged):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from stores.keys import KeyEncodingError, decode_key_first_key, encode_i64, prefix_upper_bound
-from stores.keyspace.base import EncodedKey, corrupt
-from stores.rocks import ColumnFamily, KeyRange
+from stores.keys import KeyEncodingError, decode_key_first_key, encode_i64
+from stores.keyspace.base import EncodedKey, Keyspace, corrupt
 
 __all__ = [
     "KeySlotEntry",
@@ -24,17 +23,12 @@ class KeySlotEntry(NamedTuple):
     slot: int
 
 
-class KeySlotKeyspace:
+class KeySlotKeyspace(Keyspace):
     """``tag + str(key) + i64(slot)`` records: a key's records in slot order, one range.
 
     For state a key keeps in a fixed set of numbered slots (a ring), so a record is
     replaced by overwriting its slot rather than deleted.
     """
-
-    def __init__(self, name: str, cf: ColumnFamily, tag: bytes = b"") -> None:
-        self.name = name
-        self.cf = cf
-        self.tag = tag
 
     def key(self, key: EncodedKey, slot: int) -> bytes:
         """The store key of one record."""
@@ -55,7 +49,3 @@ class KeySlotKeyspace:
         if tag != self.tag:
             raise corrupt(self.name, data, ValueError("unexpected tag"))
         return KeySlotEntry(key, slot)
-
-    def all(self) -> KeyRange:
-        """Every record of this keyspace."""
-        return KeyRange(self.cf, self.tag, prefix_upper_bound(self.tag))

@@ -43,7 +43,8 @@ def dump(store: TaskStore) -> dict[ColumnFamily, list[tuple[bytes, bytes]]]:
 
 def commit_logged(store: TaskStore, writer: ChangelogWriter, batch: StoreBatch, number: int) -> int:
     batch.put(ColumnFamily.CHECKPOINT, b"task", b"checkpoint-%d" % number)
-    marker = writer.log(batch, store, batch_number=number, source_offsets={(0, 0): number}.items())
+    offsets = {(0, 0): number}.items()
+    marker = writer.wait(writer.write(batch, store, batch_number=number, source_offsets=offsets))
     set_local_position(batch, marker + 1)
     store.commit(batch)
     return marker
@@ -130,9 +131,7 @@ def test_a_torn_tail_is_not_applied_and_is_reported(
     nb = StoreBatch()
     nb.put(ColumnFamily.WINDOW_META, b"k3", b"new")
     nb.put(ColumnFamily.CHECKPOINT, b"task", b"cp")
-    marker = ChangelogWriter(producer, topic, 0).log(
-        nb, restored, batch_number=1, source_offsets=(), extra=extra
-    )
+    marker = writer.wait(writer.write(nb, restored, batch_number=1, source_offsets=(), extra=extra))
     set_local_position(nb, marker + 1)
     restored.commit(nb)
     fresh = TaskStore(tmp_path / "c")
@@ -178,7 +177,8 @@ def test_a_store_ahead_of_its_changelog_is_reported(
     b = StoreBatch()
     b.put(ColumnFamily.WINDOW_META, b"x", b"v")
     b.put(ColumnFamily.CHECKPOINT, b"task", b"cp")
-    ChangelogWriter(producer, other, 0).log(b, store, batch_number=0, source_offsets=())
+    other_writer = ChangelogWriter(producer, other, 0)
+    other_writer.wait(other_writer.write(b, store, batch_number=0, source_offsets=()))
     assert restore_from_changelog(store, conf, other, 0).ahead
     assert not restore_from_changelog(store, conf, topic, 0).ahead
     store.close()

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
+
+from window_operator.arrays import FloatArray, IntArray
 
 __all__ = [
     "AggregateOp",
@@ -35,9 +36,6 @@ __all__ = [
     "Ordering",
     "VectorOp",
 ]
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 class NotDeductibleError(TypeError):
@@ -98,9 +96,14 @@ class VectorOp(AggregateOp):
     #: Number of float64 columns of the accumulator.
     width: ClassVar[int] = 1
 
-    @abstractmethod
+    @property
+    def deductible(self) -> bool:
+        """Vector operations are deductible exactly when they override :meth:`deduct`."""
+        return type(self).deduct is not VectorOp.deduct
+
     def identity(self) -> FloatArray:
-        """The accumulator of no events, shape ``(width,)``."""
+        """The accumulator of no events, shape ``(width,)``: zeros unless overridden."""
+        return np.zeros(self.width, dtype=np.float64)
 
     @abstractmethod
     def accumulate(self, inputs: ColumnInputs, groups: IntArray, n_groups: int) -> FloatArray:

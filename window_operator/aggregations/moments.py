@@ -22,9 +22,6 @@ from window_operator.aggregations.base import ColumnInputs, VectorOp
 from window_operator.aggregations.numeric import (
     _EPS,
     _NOISE_ULPS,
-    BoolArray,
-    FloatArray,
-    IntArray,
     _bincount,
     _counts,
     _null_mask,
@@ -34,6 +31,7 @@ from window_operator.aggregations.numeric import (
     _safe_div,
     _validate_ddof,
 )
+from window_operator.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = ["LinregOp", "StddevOp", "VarianceOp"]
 
@@ -108,15 +106,6 @@ class VarianceOp(VectorOp):
 
     def __init__(self, *, ddof: int = 1) -> None:
         self.ddof = _validate_ddof(ddof)
-
-    @property
-    def deductible(self) -> bool:
-        """Chan's combine has an algebraic inverse."""
-        return True
-
-    def identity(self) -> FloatArray:
-        """``[0, 0, 0, 0]``."""
-        return np.zeros(4, dtype=np.float64)
 
     def accumulate(self, inputs: ColumnInputs, groups: IntArray, n_groups: int) -> FloatArray:
         """Per-group ``(n, mean, mean_lo, M2)`` by a corrected two-pass over ``bincount``."""
@@ -218,15 +207,6 @@ class LinregOp(VectorOp):
 
     op_name: ClassVar[str] = "linreg"
     width: ClassVar[int] = 7
-
-    @property
-    def deductible(self) -> bool:
-        """The bivariate Chan combine has an algebraic inverse."""
-        return True
-
-    def identity(self) -> FloatArray:
-        """Seven zeros."""
-        return np.zeros(7, dtype=np.float64)
 
     def accumulate(self, inputs: ColumnInputs, groups: IntArray, n_groups: int) -> FloatArray:
         """Per-group accumulators by a corrected two-pass over ``bincount``."""

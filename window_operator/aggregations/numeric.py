@@ -27,9 +27,9 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from window_operator.aggregations.base import ColumnInputs, VectorOp
+from window_operator.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = [
     "CountNonNullOp",
@@ -39,10 +39,6 @@ __all__ = [
     "MinOp",
     "SumOp",
 ]
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 # A cancellation residue below this many ulps of the operands is indistinguishable from
 # zero: deduct sets such second moments to exactly 0 so that a window whose remaining
@@ -128,15 +124,6 @@ class CountOp(VectorOp):
     def __init__(self, *, has_field: bool = False) -> None:
         self.has_field = type(self).needs_field
 
-    @property
-    def deductible(self) -> bool:
-        """Counts subtract exactly."""
-        return True
-
-    def identity(self) -> FloatArray:
-        """``[0]``."""
-        return np.zeros(1, dtype=np.float64)
-
     def accumulate(self, inputs: ColumnInputs, groups: IntArray, n_groups: int) -> FloatArray:
         """Number of events per group."""
         return _bincount(groups, n_groups).reshape(n_groups, 1)
@@ -182,15 +169,6 @@ class SumOp(VectorOp):
 
     op_name: ClassVar[str] = "sum"
     width: ClassVar[int] = 2
-
-    @property
-    def deductible(self) -> bool:
-        """Sums subtract (up to floating-point rounding)."""
-        return True
-
-    def identity(self) -> FloatArray:
-        """``[0, 0]``."""
-        return np.zeros(2, dtype=np.float64)
 
     def accumulate(self, inputs: ColumnInputs, groups: IntArray, n_groups: int) -> FloatArray:
         """``(n, sum)`` per group."""
@@ -250,11 +228,6 @@ class MinOp(VectorOp):
     width: ClassVar[int] = 2
     #: The value column of the identity; also replaces nulls so that they never win.
     _neutral: ClassVar[float] = math.inf
-
-    @property
-    def deductible(self) -> bool:
-        """A minimum cannot be un-combined."""
-        return False
 
     def identity(self) -> FloatArray:
         """``[0, +inf]`` (``-inf`` for max)."""

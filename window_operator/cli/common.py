@@ -1,5 +1,5 @@
-"""What the sub-commands share: user-facing errors and exit codes, the broker address,
-times on the command line, loading a job."""
+"""What the sub-commands share: user-facing errors and exit codes, the options several
+take, the broker address, times on the command line, loading a job."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_UNHEALTHY",
     "CliError",
+    "add_bootstrap_option",
+    "add_config_option",
+    "add_state_dir_option",
     "bootstrap_servers",
     "load_runtime",
     "load_simulation_runtime",
@@ -47,6 +50,23 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_INPUT) -> None:
         super().__init__(message)
         self.code = code
+
+
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    """``--config``, the job file (required)."""
+    parser.add_argument("--config", required=True, help="job YAML file")
+
+
+def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap-servers`` (see :func:`bootstrap_servers`)."""
+    parser.add_argument(
+        "--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)"
+    )
+
+
+def add_state_dir_option(parser: argparse.ArgumentParser) -> None:
+    """``--state-dir``, where a job's RocksDB state is (see :func:`task_settings`)."""
+    parser.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
 
 
 def load_runtime(path: str) -> JobRuntime:

@@ -11,6 +11,9 @@ from typing import IO, TYPE_CHECKING
 from window_operator.cli.common import (
     EXIT_UNHEALTHY,
     CliError,
+    add_bootstrap_option,
+    add_config_option,
+    add_state_dir_option,
     bootstrap_servers,
     load_runtime,
     load_simulation_runtime,
@@ -202,7 +205,7 @@ def _add_simulate(sub: Subparsers) -> None:
         "simulate",
         help="run a job config over a JSONL file of events and print the window results",
     )
-    sim.add_argument("--config", required=True, help="job YAML file")
+    add_config_option(sim)
     sim.add_argument("--input", required=True, help="JSONL events, one per line, arrival order")
     sim.add_argument("--output", help="write results here (JSONL) instead of stdout")
     sim.add_argument("--errors", help="write rejected records here (JSONL)")
@@ -218,13 +221,13 @@ def _add_simulate(sub: Subparsers) -> None:
 
 def _add_run(sub: Subparsers) -> None:
     run = sub.add_parser("run", help="run the Spark Structured Streaming job of a config")
-    run.add_argument("--config", required=True, help="job YAML file")
+    add_config_option(run)
     run.add_argument(
         "--master", help="Spark master (default: spark.master of the config, local[*])"
     )
     run.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
-    run.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
-    run.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    add_bootstrap_option(run)
+    add_state_dir_option(run)
     run.add_argument(
         "--available-now", action="store_true", help="process what is in the topic, then stop"
     )
@@ -245,9 +248,9 @@ def _add_status(sub: Subparsers) -> None:
     st = sub.add_parser(
         "status", help="a job's input lag, watermark, last batch and changelog; exit 1 unhealthy"
     )
-    st.add_argument("--config", required=True, help="job YAML file")
-    st.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
-    st.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    add_config_option(st)
+    add_bootstrap_option(st)
+    add_state_dir_option(st)
     st.add_argument(
         "--max-idle-triggers",
         type=int,
@@ -265,12 +268,10 @@ def _add_status(sub: Subparsers) -> None:
 
 def _add_produce_and_demo(sub: Subparsers) -> None:
     prod = sub.add_parser("produce", help="produce a JSONL file to a job's input topic")
-    prod.add_argument("--config", required=True, help="job YAML file")
+    add_config_option(prod)
     prod.add_argument("--input", required=True, help="JSONL events")
     prod.add_argument("--partitions", type=int, default=4, help="partitions if the topic is new")
-    prod.add_argument(
-        "--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)"
-    )
+    add_bootstrap_option(prod)
     prod.set_defaults(func=_cmd_produce)
 
     demo = sub.add_parser(

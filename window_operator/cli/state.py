@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 from window_operator.cli.common import (
     EXIT_CONFIG,
     CliError,
+    add_bootstrap_option,
+    add_config_option,
+    add_state_dir_option,
     parse_time,
     task_settings,
 )
@@ -116,18 +119,18 @@ def _inspect_task(
 
 def _add_state_commands(sub: Subparsers) -> None:
     rst = sub.add_parser("restore", help="rebuild local task stores from the changelog")
-    rst.add_argument("--config", required=True, help="job YAML file")
+    add_config_option(rst)
     rst.add_argument("--task", type=int, help="only this task (input partition)")
-    rst.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
-    rst.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    add_bootstrap_option(rst)
+    add_state_dir_option(rst)
     rst.set_defaults(func=_cmd_restore)
 
     ins = sub.add_parser("inspect", help="print the stored windows of a key")
-    ins.add_argument("--config", required=True, help="job YAML file")
+    add_config_option(ins)
     ins.add_argument("--key", required=True, help="the key to look up")
     ins.add_argument("--from", dest="start", help="window range start (ms or ISO-8601)")
     ins.add_argument("--to", dest="end", help="window range end (ms or ISO-8601)")
-    ins.add_argument("--state-dir", help="RocksDB state directory (default: state.dir)")
+    add_state_dir_option(ins)
     ins.set_defaults(func=_cmd_inspect)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from window_operator.cli.common import (
     EXIT_CONFIG,
     CliError,
+    add_bootstrap_option,
     bootstrap_servers,
     parse_time,
 )
@@ -96,7 +97,7 @@ def _add_nexmark(sub: Subparsers) -> None:
         help="fill Kafka topics <prefix>persons, <prefix>auctions, <prefix>bids (JSON)",
     )
     gen.add_argument("--events", type=int, required=True, help="events of all kinds (1:3:46)")
-    gen.add_argument("--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)")
+    add_bootstrap_option(gen)
     gen.add_argument("--rate", type=float, default=10_000.0, help="events per second of event time")
     gen.add_argument("--topic-prefix", default="nexmark-", help="topic name prefix")
     gen.add_argument("--partitions", type=int, default=4, help="partitions of new topics")

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     Strict,
     ValidationInfo,
+    field_validator,
 )
 
 from window_operator.config.errors import show
@@ -33,6 +34,7 @@ __all__ = [
     "AggregationName",
     "FilePath",
     "FrozenModel",
+    "InputModel",
     "JobName",
     "KafkaSetting",
     "NonEmptyStr",
@@ -41,8 +43,10 @@ __all__ = [
     "StrictPositiveInt",
     "TopicName",
     "check_avro_schema",
+    "duration_ms_or",
     "is_valid_job_name",
     "none_to_empty_mapping",
+    "positive_duration_ms",
 ]
 
 #: Names an aggregation may not take: they are the other fields of a window result.
@@ -119,17 +123,33 @@ def none_to_empty_mapping(value: object) -> object:
     return {} if value is None else value
 
 
+def duration_ms_or(value: object, otherwise: str) -> int:
+    """``value`` as a duration in ms, for a setting that also takes some words.
+
+    A value that is neither fails with ``otherwise`` (those words: ``or off``) appended to
+    the reason.
+    """
+    try:
+        return parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
+    except DurationError as exc:
+        raise DurationError(f"{exc}; {otherwise}") from None
+
+
+def positive_duration_ms(value: object, *, otherwise: str, zero_hint: str) -> int:
+    """:func:`duration_ms_or`, and a zero duration fails with ``zero_hint``."""
+    ms = duration_ms_or(value, otherwise)
+    if ms == 0:
+        raise DurationError(f"{value!r} is not a positive duration; {zero_hint}")
+    return ms
+
+
 def _optional_positive_duration(value: object) -> object:
     # ``off`` in YAML 1.1 is the boolean false; accept both spellings of "disabled".
     if value is None or value is False or value == OFF:
         return None
-    try:
-        ms = parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
-    except DurationError as exc:
-        raise DurationError(f"{exc}; or null/off to disable") from None
-    if ms == 0:
-        raise DurationError(f"{value!r} is not a positive duration; use null/off to disable")
-    return ms
+    return positive_duration_ms(
+        value, otherwise="or null/off to disable", zero_hint="use null/off to disable"
+    )
 
 
 def _kafka_setting(value: object) -> object:
@@ -202,3 +222,21 @@ def check_avro_schema(
     if fmt is not None and fmt != "avro":
         raise ValueError(f"only allowed when {section}.format is avro ({section}.format is {fmt})")
     return _resolve_existing_file(value, info)
+
+
+class InputModel(FrozenModel):
+    """The base of ``input:`` and of a join side, which decode records alike.
+
+    Both declare ``format``, ``avro_schema``, ``avro_wire``, ``timestamp``,
+    ``timestamp_unit`` and ``fields`` among their own keys, each model in its documented
+    key order (pydantic would put fields of a base first); this base checks
+    ``avro_schema`` against ``format``, naming ``section`` in its problems.
+    """
+
+    #: The config section named in ``avro_schema`` problems.
+    section: ClassVar[str]
+
+    @field_validator("avro_schema", check_fields=False)
+    @classmethod
+    def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return check_avro_schema(cls.section, value, info, required=True)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from window_operator.config.errors import FieldProblems, Location
 from window_operator.config.fields import (
     AggregationName,
     FilePath,
     FrozenModel,
+    InputModel,
     NonEmptyStr,
     TopicName,
-    check_avro_schema,
     none_to_empty_mapping,
 )
 from window_operator.config.sections import JobSections
@@ -26,7 +25,7 @@ __all__ = ["AggregationConfig", "InputConfig", "JobConfig"]
 _X_PARAM_OPS = frozenset({"linreg"})
 
 
-class InputConfig(FrozenModel):
+class InputConfig(InputModel):
     """``input:`` the topic events are read from and how an event is decoded.
 
     ``key`` is the grouping field; ``None`` puts every event under the one global key
@@ -46,10 +45,7 @@ class InputConfig(FrozenModel):
     timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = "ms"
     fields: tuple[NonEmptyStr, ...] | None = None
 
-    @field_validator("avro_schema")
-    @classmethod
-    def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        return check_avro_schema("input", value, info, required=True)
+    section: ClassVar[str] = "input"
 
 
 class AggregationConfig(FrozenModel):

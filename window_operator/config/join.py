@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, ClassVar, Literal, Self
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from window_operator.config.errors import FieldProblems, Location
 from window_operator.config.fields import (
     FilePath,
     FrozenModel,
+    InputModel,
     NonEmptyStr,
     StrictPositiveInt,
     TopicName,
-    check_avro_schema,
 )
 from window_operator.config.sections import JobSections
 from window_operator.durations import Duration, parse_duration_ms
@@ -38,7 +37,7 @@ def _signed_duration(value: object) -> object:
 SignedDuration = Annotated[int, BeforeValidator(_signed_duration)]
 
 
-class JoinInputConfig(FrozenModel):
+class JoinInputConfig(InputModel):
     """One side of a join: ``join.left`` or ``join.right``.
 
     ``name`` identifies the side (``source`` in ``simulate`` input lines, and the key of
@@ -55,10 +54,7 @@ class JoinInputConfig(FrozenModel):
     timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = "ms"
     fields: tuple[NonEmptyStr, ...] | None = None
 
-    @field_validator("avro_schema")
-    @classmethod
-    def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        return check_avro_schema("join", value, info, required=True)
+    section: ClassVar[str] = "join"
 
     @property
     def topic_name(self) -> str:

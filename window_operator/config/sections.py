@@ -27,10 +27,12 @@ from window_operator.config.fields import (
     StrictPositiveInt,
     TopicName,
     check_avro_schema,
+    duration_ms_or,
     is_valid_job_name,
     none_to_empty_mapping,
+    positive_duration_ms,
 )
-from window_operator.durations import Duration, DurationError, parse_duration_ms
+from window_operator.durations import Duration
 from window_operator.observe.redact import redact_settings
 
 #: Default memory budget of a task's write-back caches (``state.cache_mb``).
@@ -88,14 +90,11 @@ def _late_emit(value: object) -> object:
         return {"mode": "per_arrival", "period_ms": 0}
     if isinstance(value, Mapping | LateEmit):
         return value
-    try:
-        ms = parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
-    except DurationError as exc:
-        raise DurationError(f"{exc}; or per_arrival, or off") from None
-    if ms == 0:
-        raise DurationError(
-            f"{value!r} is not a positive duration; use per_arrival to re-emit on every late event"
-        )
+    ms = positive_duration_ms(
+        value,
+        otherwise="or per_arrival, or off",
+        zero_hint="use per_arrival to re-emit on every late event",
+    )
     return {"mode": "period", "period_ms": ms}
 
 
@@ -248,10 +247,7 @@ class KafkaConfig(FrozenModel):
 def _spark_trigger(value: object) -> object:
     if value == "available_now":
         return value
-    try:
-        return parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
-    except DurationError as exc:
-        raise DurationError(f"{exc}; or available_now") from None
+    return duration_ms_or(value, "or available_now")
 
 
 class SparkConfig(FrozenModel):

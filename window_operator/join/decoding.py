@@ -13,7 +13,13 @@ import numpy as np
 from stores.keys import MAX_I64, MIN_I64, FieldValue
 from window_operator.arrays import IntArray, one
 from window_operator.config import JoinInputConfig
-from window_operator.events import MAX_KEY_BYTES, RecordDecoder, RecordRejected
+from window_operator.events import (
+    MAX_KEY_BYTES,
+    RecordDecoder,
+    RecordRejected,
+    check_column_lengths,
+    position_columns,
+)
 from window_operator.join.common import JoinKey, dumps
 from window_operator.kernel import raw_of
 from window_operator.results import ErrorCode, ErrorRecord
@@ -62,21 +68,13 @@ class JoinRows:
     ) -> JoinRows:
         """Build rows of input ``source`` from columns; ``ValueError`` when lengths differ."""
         n = len(keys)
-        part = (
-            np.full(n, partition, dtype=np.int64)
-            if isinstance(partition, int)
-            else np.asarray(partition, dtype=np.int64)
-        )
-        off = np.full(n, -1, dtype=np.int64) if offset is None else np.asarray(offset, np.int64)
-        wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)
+        part, off, wall = position_columns(n, partition, offset, wall_ms)
         rows = cls(source, list(keys), np.asarray(ts, np.int64), list(records), part, off, wall)
         lengths = {"ts": len(rows.ts), "records": len(rows.records), "partition": len(part)}
         lengths["offset"] = len(off)
         if wall is not None:
             lengths["wall_ms"] = len(wall)
-        for name, length in lengths.items():
-            if length != n:
-                raise ValueError(f"column {name} has {length} rows, keys have {n}")
+        check_column_lengths(n, lengths.items())
         return rows
 
     @classmethod

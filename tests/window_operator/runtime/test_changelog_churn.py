@@ -93,7 +93,7 @@ def test_the_compacted_changelog_holds_only_the_live_state(
             op.timeout(t0)
             op.take_result_batches()
             batch = op.flush(commit=False)
-            writer.log(batch, op.store, batch_number=op.batches, source_offsets=[])
+            writer.wait(writer.write(batch, op.store, batch_number=op.batches, source_offsets=[]))
             op.store.commit(batch)
         compacted: Contents = {}
         for m in read_topic(kafka_bootstrap, topic):
