@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.arrays import IntArray
-from window_operator.events import RecordRejected
+from window_operator.events import EventBatch, RecordRejected
 from window_operator.kernel.checkpoint import (
     CHECKPOINT_KEY,
     Checkpoint,
@@ -99,6 +99,22 @@ class OperatorKernel(Generic[R]):
         off = self.positions.assign(source, part, off)
         fresh = self.positions.fresh(source, part, off)
         return Admission(off, fresh, int(len(off) - fresh.sum()))
+
+    def admit_events(self, batch: EventBatch) -> Admission:
+        """:meth:`admit` a batch of events of the only input; the arrival clock notes its
+        wall clock first (a late mark starts its LATE period from it)."""
+        if batch.wall_ms is not None and len(batch.wall_ms):
+            self.clock.note_wall(0, batch.partition, batch.wall_ms)
+        return self.admit(0, batch.partition, batch.offset)
+
+    def applied_events(self, batch: EventBatch, adm: Admission, applied: IntArray) -> None:
+        """After a batch of :meth:`admit_events`: offsets advance for every fresh record,
+        rejected ones included (they were handled), and the clock sees the event times
+        of the ``applied`` rows."""
+        part, fresh = batch.partition, adm.fresh
+        self.positions.advance(0, part[fresh], adm.offsets[fresh])
+        if len(applied):
+            self.clock.observe(0, part[applied], batch.ts[applied])
 
     def decode_one(
         self,

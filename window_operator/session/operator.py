@@ -228,16 +228,11 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         n = len(batch)
         if n == 0:
             return StepStats()
-        kernel = self.kernel
         wm_before = self.watermark
-        part = batch.partition
-        adm = kernel.admit(0, part, batch.offset)
-        off, fresh = adm.offsets, adm.fresh
-        idx = np.flatnonzero(fresh)
+        adm = self.kernel.admit_events(batch)
+        part, off = batch.partition, adm.offsets
+        idx = np.flatnonzero(adm.fresh)
         rejected = late = 0
-        if batch.wall_ms is not None and len(batch.wall_ms):
-            # the arrival clock, before late marks start the LATE period from it
-            kernel.clock.note_wall(0, part, batch.wall_ms)
         if len(idx):
             keys = batch.keys if len(idx) == n else [batch.keys[i] for i in idx.tolist()]
             kids = self.cache.keys.ids(keys, part[idx])
@@ -253,10 +248,7 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
                     idx, kids, axis = idx[keep], kids[keep], axis[keep]
             if len(idx):
                 late = self._apply(batch, idx, kids, axis, off, wm_before)
-        # Offsets advance for every fresh record, rejected ones included: they were handled.
-        kernel.positions.advance(0, part[fresh], off[fresh])
-        if len(idx):
-            kernel.clock.observe(0, part[idx], batch.ts[idx])
+        self.kernel.applied_events(batch, adm, idx)
         self._after_step()
         if self.policy.late_mode is LateMode.PER_ARRIVAL:
             self._emit_late()

@@ -285,13 +285,10 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
     # ------------------------------------------------------------------ batch path
 
     def _add_columns(self, batch: EventBatch) -> StepStats:
-        n = len(batch)
-        if n == 0:
+        if not len(batch):
             return StepStats()
-        kernel = self.kernel
         wm_before = self.watermark
-        part = batch.partition
-        adm = kernel.admit(0, part, batch.offset)
+        adm = self.kernel.admit_events(batch)
         off, fresh = adm.offsets, adm.fresh
         frames = self.windowing.frames_of(batch.ts)
         accept = fresh.copy()
@@ -302,22 +299,16 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
             if too_old.any():
                 for i in np.flatnonzero(too_old).tolist():
                     self._reject_retention(
-                        int(batch.ts[i]), batch.keys[i], int(part[i]), int(off[i])
+                        int(batch.ts[i]), batch.keys[i], int(batch.partition[i]), int(off[i])
                     )
                 rejected = int(too_old.sum())
                 accept &= retained
         idx = np.flatnonzero(accept)
-        if batch.wall_ms is not None and len(batch.wall_ms):
-            # before applying: a late mark starts its period at this batch's wall clock
-            kernel.clock.note_wall(0, part, batch.wall_ms)
         late = 0
         if len(idx):
             late = self._apply(batch, idx, frames[idx], off, wm_before)
-        # Offsets advance for every fresh record, including rejected ones: they were handled.
-        kernel.positions.advance(0, part[fresh], off[fresh])
-        if len(idx):
-            kernel.clock.observe(0, part[idx], batch.ts[idx])
-        self._advance_watermark(kernel.clock.coalesced())
+        self.kernel.applied_events(batch, adm, idx)
+        self._advance_watermark(self.kernel.clock.coalesced())
         if self.policy.late_mode is LateMode.PER_ARRIVAL:
             self._emit_late()
         return StepStats(applied=len(idx), replayed=adm.replayed, rejected=rejected, late=late)
