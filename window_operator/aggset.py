@@ -27,6 +27,8 @@ __all__ = ["AggregationSet", "BoundAggregation"]
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+_NO_ROWS: IntArray = np.empty(0, dtype=np.int64)
+
 
 @dataclass(frozen=True, slots=True)
 class BoundAggregation:
@@ -67,6 +69,10 @@ class AggregationSet:
             self.identity[sl] = op.identity()
         self.full_state = [i for i, (_, op) in enumerate(self.objects) if op.full_state]
         self.deductible = all(a.op.deductible for a in self.aggregations)
+        #: vector ops whose deduct can cancel (they say where: ``cancelled``)
+        self.cancelling = [
+            (op, sl) for _, op, sl in self.vector if type(op).cancelled is not VectorOp.cancelled
+        ]
 
     @property
     def names(self) -> list[str]:
@@ -113,6 +119,25 @@ class AggregationSet:
         out = np.empty_like(a)
         for _, op, sl in self.vector:
             out[:, sl] = op.deduct(a[:, sl], b[:, sl])
+        return out
+
+    def deduct_checked(self, a: FloatArray, b: FloatArray) -> tuple[FloatArray, IntArray]:
+        """:meth:`deduct`, and the rows whose result cancelled too much to be trusted
+        (:meth:`~window_operator.aggregations.base.VectorOp.cancelled`): a sliding window
+        recombines those from its frames instead."""
+        out = self.deduct(a, b)
+        lost: npt.NDArray[np.bool_] | None = None
+        for op, sl in self.cancelling:
+            rows = op.cancelled(a[:, sl], out[:, sl])
+            if rows is not None:
+                lost = rows if lost is None else lost | rows
+        return out, (_NO_ROWS if lost is None else np.flatnonzero(lost))
+
+    def combine_all(self, parts: Sequence[FloatArray]) -> FloatArray:
+        """Row-wise combine of several ``(n, width)`` arrays, in order."""
+        out = parts[0]
+        for part in parts[1:]:
+            out = self.combine(out, part)
         return out
 
     # -- object part --------------------------------------------------------------------

@@ -21,3 +21,25 @@ def test_rows_combine_deduct_and_finish_per_operation() -> None:
     values = aggs.finish(total, [aggs.create_objects(), aggs.create_objects()])
     assert values["n"] == [4, 2] and values["s"] == [10.0, 4.0] and values["f"] == [None, None]
     assert aggs.deduct(total, part).tolist() == part.tolist()
+
+
+def test_a_deduct_that_cancels_most_of_a_second_moment_is_flagged() -> None:
+    """Removing a far value from a spread-out window leaves two close ones: their
+    variance is ~1e-9 of the total's, too little to trust after the subtraction."""
+    aggs = runtime_for(
+        aggregations=[
+            {"name": "n", "op": "count"},
+            {"name": "var", "op": "variance", "field": "v"},
+            {"name": "fit", "op": "linreg", "field": "v"},
+        ]
+    ).aggregations
+    assert [op.op_name for op, _ in aggs.cancelling] == ["variance", "linreg"]
+    values = np.array([35_185.0, 65_535.0, 65_536.0, 1.0, 2.0, 3.0])
+    ts = np.array([35_185, 65_535, 65_536, 1, 2, 3])
+    # rows 0 and 1: {35185} and {65535, 65536} (cancelling); rows 2 and 3: {1} and {2, 3}
+    part = aggs.accumulate({"v": values}, ts, np.array([0, 1, 1, 2, 3, 3]), 4)
+    total = aggs.combine(part[[0, 2]], part[[1, 3]])
+    rest, lost = aggs.deduct_checked(total, part[[0, 2]])
+    assert lost.tolist() == [0]
+    assert np.allclose(rest[1], part[3])  # a well-conditioned deduct is trusted
+    assert aggs.combine_all([part[[0, 2]], part[[1, 3]]]).tolist() == total.tolist()

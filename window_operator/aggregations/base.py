@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from window_operator.arrays import FloatArray, IntArray
+from window_operator.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = [
     "AggregateOp",
@@ -133,6 +133,12 @@ class VectorOp(AggregateOp):
     def deduct(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Row-wise inverse of combine: ``deduct(combine(x, y), x) == y``."""
         raise NotDeductibleError(f"{self.op_name} has no deduct (it is not invertible)")
+
+    def cancelled(self, total: FloatArray, rest: FloatArray) -> BoolArray | None:
+        """Rows where ``rest = deduct(total, part)`` lost too many bits to cancellation to
+        be trusted (``None``: the op's deduct never does); their windows are then
+        combined from their frames afresh."""
+        return None
 
     @abstractmethod
     def finish(self, acc: FloatArray) -> list[Any]:

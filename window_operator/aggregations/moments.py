@@ -35,6 +35,12 @@ from window_operator.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = ["LinregOp", "StddevOp", "VarianceOp"]
 
+#: A deduct whose result keeps less than this fraction of the total's second moment has
+#: cancelled about 20 of float64's 52 bits; with the rounding error of the subtraction
+#: (a few ulps of the total) it could be off by more than 1e-8 relative, so the window
+#: is combined from its frames instead.
+_TRUSTED_FRACTION = 2.0**-20
+
 
 def _two_sum(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Knuth's TwoSum: ``s + err == a + b`` exactly, ``s = fl(a + b)``."""
@@ -172,6 +178,10 @@ class VarianceOp(VectorOp):
         out = np.where((na == 0)[..., None], c, out)
         return _identity_where(out, nb <= 0)
 
+    def cancelled(self, total: FloatArray, rest: FloatArray) -> BoolArray | None:
+        """``M2`` of the rest is a tiny fraction of the total's (see ``_TRUSTED_FRACTION``)."""
+        return rest[..., 3] < total[..., 3] * _TRUSTED_FRACTION
+
     def _finish_values(self, n: FloatArray, m2: FloatArray) -> FloatArray:
         return _safe_div(m2, n - self.ddof)
 
@@ -302,6 +312,12 @@ class LinregOp(VectorOp):
         out = np.stack([nb, hx, lx, hy, ly, cxx, cxy], axis=-1)
         out = np.where((na == 0)[..., None], c, out)
         return _identity_where(out, nb <= 0)
+
+    def cancelled(self, total: FloatArray, rest: FloatArray) -> BoolArray | None:
+        """``Cxx`` or ``|Cxy|`` of the rest is a tiny fraction of the total's."""
+        lost_xx = rest[..., 5] < total[..., 5] * _TRUSTED_FRACTION
+        lost_xy = np.abs(rest[..., 6]) < np.abs(total[..., 6]) * _TRUSTED_FRACTION
+        return lost_xx | lost_xy
 
     def finish(self, acc: FloatArray) -> list[Any]:
         """``{"slope": Cxy/Cxx, "intercept": mean_y - slope mean_x}`` or ``None``."""

@@ -150,7 +150,10 @@ class CountEvaluator:
         for i in range(1, depth):
             sel = np.flatnonzero(nw > i)
             at = seg_start[sel] + i
-            step_run = aggs.combine(aggs.deduct(run[sel], rows[at - 1]), rows[at + k - 1])
+            step_run, lost = aggs.deduct_checked(run[sel], rows[at - 1])
+            step_run = aggs.combine(step_run, rows[at + k - 1])
+            if len(lost):  # cancelled: these windows are combined from their rows
+                step_run[lost] = aggs.combine_all([rows[at[lost] + j] for j in range(k)])
             run[sel] = step_run
             out[first_out[sel] + i] = step_run
         return out

@@ -140,7 +140,10 @@ class WindowEvaluator:
                 run = aggs.combine(run, grid[:, j])
             out[:, 0] = run
             for i in range(1, n_w):
-                run = aggs.combine(aggs.deduct(run, grid[:, i - 1]), grid[:, i + k - 1])
+                run, lost = aggs.deduct_checked(run, grid[:, i - 1])
+                run = aggs.combine(run, grid[:, i + k - 1])
+                if len(lost):  # cancelled: these windows are combined from their frames
+                    run[lost] = aggs.combine_all([grid[lost, i + j] for j in range(k)])
                 out[:, i] = run
             return out
         flat = grid[:, 0:n_w].reshape(-1, width)

@@ -66,3 +66,27 @@ def test_open_windows_combine_their_frames_up_to_the_last_message() -> None:
     assert ev.marked(wins, flag).tolist() == [True, False]
     flag[0, 0] = True
     assert ev.marked(wins, flag).tolist() == [True, True]
+
+
+# size 3, step 1; key 0 holds 35185, then 65535 and up: deducting 35185 from the first
+# window leaves two close values whose variance is ~1e-9 of the total's, so the second
+# window is recombined from its frames (deduct alone is off by ~1e-7 relative).
+def test_a_deduct_that_cancels_is_replaced_by_recombination() -> None:
+    aggs = runtime(
+        {"type": "count", "size": 3, "step": 1},
+        [{"name": "var", "op": "variance", "field": "v"}],
+    ).aggregations
+    ring = Ring(aggs, 3, 1)
+    ring.ensure(1)
+    kids = ints(0, 0, 0, 0)
+    values = np.array([35_185.0, 65_535.0, 65_536.0, 65_538.0])
+    num = number(kids, ring.count, 1, 1)
+    merged = aggs.accumulate({"v": values}, np.zeros(4, np.int64), num.groups, len(num.g_kid))
+    full = CountTrigger(3, 1).full_windows(num)
+    assert full is not None
+    got = [
+        aggs.finish(CountEvaluator(ring, aggs, deduct).full(num, full, merged, []).acc, None)
+        for deduct in (True, False)
+    ]
+    assert got[0] == got[1]
+    assert got[0]["var"][1] == np.var(values[1:], ddof=1)
