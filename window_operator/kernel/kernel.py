@@ -24,7 +24,7 @@ from window_operator.kernel.checkpoint import (
 )
 from window_operator.kernel.clock import EventClock
 from window_operator.kernel.outputs import OutputBuffer
-from window_operator.kernel.positions import InputPosition, Positions
+from window_operator.kernel.positions import InputPosition, Positions, input_position
 from window_operator.kernel.records import Admission, StepStats, raw_of, retention_error
 from window_operator.policies import EmitPolicy
 from window_operator.results import ErrorRecord
@@ -49,9 +49,11 @@ class SingleDecoder(Protocol[T_co]):
 
 @dataclass(slots=True)  # not frozen: built once per single record, where that costs
 class Decoded(Generic[T]):
-    """A single record that passed the replay filter and decoding, with its offset."""
+    """A single record that passed the replay filter and decoding, with its input
+    partition and offset."""
 
     value: T
+    position: InputPosition
     offset: int
 
 
@@ -133,19 +135,20 @@ class OperatorKernel(Generic[R]):
         """
         if decoder is None:
             raise ValueError("single records need a decoder (build the operator from a job)")
-        last = self.positions.get(source, partition)
+        pos = input_position(source, partition)
+        last = self.positions.last.get(pos, -1)
         if offset is not None and offset <= last:
             return StepStats(replayed=1)
         off = last + 1 if offset is None else offset
         try:
             value = decoder.decode_one(message)
         except RecordRejected as rej:
-            self.positions.mark(source, partition, off)
+            self.positions.mark_at(pos, off)
             self.outputs.reject(
                 ErrorRecord(rej.code, rej.reason, partition, off, raw_of(message), topic)
             )
             return StepStats(rejected=1)
-        return Decoded(value, off)
+        return Decoded(value, pos, off)
 
     def reject_retention(self, ts: int, key: str, what: str, partition: int, offset: int) -> None:
         """Reject an event out of retention (``what``: its window ended, ...)."""

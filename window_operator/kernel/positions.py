@@ -16,7 +16,7 @@ import numpy as np
 
 from window_operator.arrays import BoolArray, IntArray
 
-__all__ = ["InputPosition", "Positions"]
+__all__ = ["InputPosition", "Positions", "input_position"]
 
 
 class InputPosition(NamedTuple):
@@ -24,6 +24,19 @@ class InputPosition(NamedTuple):
 
     source: int
     partition: int
+
+
+_INTERNED: dict[tuple[int, int], InputPosition] = {}
+
+
+def input_position(source: int, partition: int) -> InputPosition:
+    """The :class:`InputPosition` of a partition, one shared object per partition: the
+    per-record paths look positions up several times a record, and building a named
+    tuple costs four times a plain tuple and a dict lookup."""
+    pos = _INTERNED.get((source, partition))
+    if pos is None:
+        pos = _INTERNED[(source, partition)] = InputPosition(source, partition)
+    return pos
 
 
 class Positions:
@@ -36,7 +49,7 @@ class Positions:
 
     def get(self, source: int, partition: int) -> int:
         """The last applied offset of a partition (``-1``: none yet)."""
-        return self.last.get(InputPosition(source, partition), -1)
+        return self.last.get(input_position(source, partition), -1)
 
     def assign(self, source: int, part: IntArray, off: IntArray) -> IntArray:
         """``off`` with every ``-1`` replaced by the next offset of its partition, in order."""
@@ -70,7 +83,10 @@ class Positions:
 
     def mark(self, source: int, partition: int, offset: int) -> bool:
         """Record ``offset`` as handled; whether the position moved."""
-        pos = InputPosition(source, partition)
+        return self.mark_at(input_position(source, partition), offset)
+
+    def mark_at(self, pos: InputPosition, offset: int) -> bool:
+        """:meth:`mark` for a position at hand."""
         if offset > self.last.get(pos, -1):
             self.last[pos] = offset
             return True

@@ -36,7 +36,6 @@ from window_operator.arrays import FloatArray, IntArray
 from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
-    InputPosition,
     LiveState,
     OperatorKernel,
     StepStats,
@@ -45,6 +44,7 @@ from window_operator.kernel import (
     Timers,
     due,
 )
+from window_operator.kernel.positions import InputPosition
 from window_operator.kernel.shell import KernelForwarding
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
@@ -148,7 +148,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         )
         if isinstance(got, StepStats):
             return got
-        return self._add_one(got.value, partition, got.offset, wall_ms)
+        return self._add_one(got.value, got.position, got.offset, wall_ms)
 
     def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors)."""
@@ -371,13 +371,13 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
     # ------------------------------------------------------------------ single path
 
     def _add_one(
-        self, event: DecodedEvent, partition: int, offset: int, wall_ms: int | None
+        self, event: DecodedEvent, pos: InputPosition, offset: int, wall_ms: int | None
     ) -> StepStats:
         kernel = self.kernel
-        key, ts = event.key, event.ts
+        key, ts, partition = event.key, event.ts, pos.partition
         wm_before = kernel.clock.watermark
         frame = self.windowing.frame_of(ts)
-        kernel.positions.mark(0, partition, offset)
+        kernel.positions.mark_at(pos, offset)
         if wall_ms is not None:
             kernel.clock.note_active(0, partition, wall_ms)
         if wm_before > NO_WATERMARK and not self.trigger.frame_retained(frame, wm_before):
@@ -396,7 +396,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         if self.trigger.late(frame, wm_before):
             self._mark_late(kid, frame, wm_before, {(kid, frame)} if created else set())
             late = 1
-        if ts > kernel.clock.max_ts.get(InputPosition(0, partition), NO_WATERMARK):
+        if ts > kernel.clock.max_ts.get(pos, NO_WATERMARK):
             kernel.clock.observe_one(0, partition, ts)
             self._advance_watermark(kernel.clock.coalesced())
         if late and self.policy.late_mode is LateMode.PER_ARRIVAL:
