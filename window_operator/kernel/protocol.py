@@ -67,6 +67,10 @@ class WindowOperator(Protocol[B_contra, R_co, W_co]):
         """Record that ``offset`` was handled outside the operator (e.g. rejected)."""
         ...
 
+    def clock_state(self) -> ClockState:
+        """The event-time clock as it stands (restored: as the last flush left it)."""
+        ...
+
     def adopt_clock(self, state: ClockState) -> None:
         """Take the event-time clock of the whole job; fire what its watermark passed."""
         ...

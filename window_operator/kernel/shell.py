@@ -63,6 +63,10 @@ class KernelForwarding(Generic[B, T]):
         """The latest wall clock seen (messages and ``timeout``)."""
         return self.kernel.clock.now
 
+    def clock_state(self) -> ClockState:
+        """The event-time clock as it stands (restored: as the last flush left it)."""
+        return self.kernel.clock.state()
+
     def adopt_clock(self, state: ClockState) -> None:
         """Take the clock of the whole job (Spark driver) and fire what it passed."""
         self._advance_watermark(self.kernel.clock.adopt(state))

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -44,10 +44,12 @@ __all__ = [
     "BatchContext",
     "LocalBatch",
     "LocalJob",
+    "RangeSplit",
     "Shuffled",
     "map_range",
     "reduce_task",
     "run_task",
+    "split_range",
     "timer_input",
 ]
 
@@ -99,43 +101,68 @@ def source_index(plan: Plan, topic: str) -> int:
     raise ValueError(f"topic {topic!r} is not an input of job {plan.job!r}")
 
 
-def map_range(
-    ctx: BatchContext, rng: InputRange, records: InputRecords, read_seconds: float = 0.0
-) -> Iterator[Shuffled]:
-    """The map side of one range (see module doc); ``ctx.tasks`` gets the driver's report.
+@dataclass(frozen=True, slots=True)
+class RangeSplit:
+    """One input range decoded and split by state task (see :func:`split_range`).
+
+    ``rows``: every state task's rows (tasks without rows are left out); ``errors``: the
+    range's rejected records, for the task ``lane`` (the range's error lane); ``report``:
+    what every task and the driver get.
+    """
+
+    rows: dict[int, Rows]
+    errors: tuple[ErrorRecord, ...]
+    lane: int
+    report: MapReport
+
+
+def split_range(
+    settings: TaskSettings, rng: InputRange, records: InputRecords, read_seconds: float = 0.0
+) -> RangeSplit:
+    """Decode a range and split it by state task.
 
     ``read_seconds`` (how long reading ``records`` took) goes into the report.
     """
     t0 = time.perf_counter()
-    trace("map", -1, ctx.batch_id, f"{rng.topic}[{rng.partition}]")
-    plan = plan_for(ctx.settings)
+    plan = plan_for(settings)
     # one call per kind of plan: each is generic in its own row type
     if isinstance(plan, AggregationPlan):
-        errors, max_ts = yield from _route(plan, ctx.tasks, rng, records)
+        rows, errors, max_ts = _split(plan, settings.tasks, rng, records)
     else:
-        errors, max_ts = yield from _route(plan, ctx.tasks, rng, records)
+        rows, errors, max_ts = _split(plan, settings.tasks, rng, records)
     codes = Counter(e.code.value for e in errors)
-    report = MapReport(rng, len(records), max_ts, dict(codes), time.perf_counter() - t0)
-    report = replace(report, seconds_read=read_seconds)
+    report = MapReport(
+        rng, len(records), max_ts, dict(codes), time.perf_counter() - t0, read_seconds
+    )
+    return RangeSplit(rows, tuple(errors), error_lane(rng.partition, settings.tasks), report)
+
+
+def map_range(
+    ctx: BatchContext, rng: InputRange, records: InputRecords, read_seconds: float = 0.0
+) -> Iterator[Shuffled]:
+    """The map side of one range (see module doc); ``ctx.tasks`` gets the driver's report."""
+    trace("map", -1, ctx.batch_id, f"{rng.topic}[{rng.partition}]")
+    split = split_range(ctx.settings, rng, records, read_seconds)
+    yield from split.rows.items()
+    if split.errors:
+        yield split.lane, Rejected(split.errors)
     for t in range(ctx.tasks + 1):
-        yield t, report
+        yield t, split.report
 
 
-def _route(
+def _split(
     plan: JobPlan[B, R], n: int, rng: InputRange, records: InputRecords
-) -> Generator[Shuffled, None, tuple[list[ErrorRecord], int | None]]:
-    """Decode a range and send every task its rows, the error lane the rejected records;
-    returns the rejected records and the largest event time."""
+) -> tuple[dict[int, Rows], list[ErrorRecord], int | None]:
+    """Decode a range; every task's rows, the rejected records and the largest event time."""
     decoded = plan.decode(rng.source, records)
     tasks = plan.route(decoded.batch, n)
+    rows: dict[int, Rows] = {}
     if len(tasks):
         order = np.argsort(tasks, kind="stable")
         for idx in np.split(order, np.flatnonzero(np.diff(tasks[order])) + 1):
-            rows = to_ipc(plan.to_arrow(decoded.batch, idx))
-            yield int(tasks[idx[0]]), Rows(rng.source, rows)
-    if decoded.errors:
-        yield error_lane(rng.partition, n), Rejected(tuple(decoded.errors))
-    return decoded.errors, decoded.max_ts
+            data = to_ipc(plan.to_arrow(decoded.batch, idx))
+            rows[int(tasks[idx[0]])] = Rows(rng.source, data)
+    return rows, decoded.errors, decoded.max_ts
 
 
 def reduce_task(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> TaskReport:

@@ -139,6 +139,8 @@ class TaskState:
         if writer is not None:
             batch.put(ColumnFamily.CHECKPOINT, WRITER_KEY, writer.encode())
         self.store.commit(batch)
+        # the batch logged the compensation: a task kept open does not log it again
+        self.restored.uncommitted = []
         if self.logged_batch is not None and self.logged_batch % COMPACT_EVERY == 0:
             self.store.compact_deleted(background=True)
 

@@ -15,6 +15,11 @@ Per batch (:meth:`TaskRunner.run`):
 
 A failure talking to Kafka discards the producer and runs the batch again from step 1
 (nothing of it was committed), until ``processing.broker_timeout`` has passed.
+
+A micro-batch task closes its store after the batch. A long-running task
+(``keep_open=True``) keeps the store open, the operator loaded and the producer
+initialised from one batch to the next: only a failure closes them, and the next batch
+opens them again from the store and the changelog.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from window_operator.runtime.routing import error_lane
 from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
 
-__all__ = ["BrokerUnavailableError", "InputGapError", "TaskReport", "TaskRunner"]
+__all__ = ["BrokerUnavailableError", "InputGapError", "OpenTask", "TaskReport", "TaskRunner"]
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -119,14 +124,41 @@ class TaskReport:
         return asdict(self)
 
 
-class TaskRunner(Generic[B, R]):
-    """Runs the micro-batches of one state task (see module doc)."""
+@dataclass
+class OpenTask(Generic[B, R]):
+    """A state task ready for a batch: its store open and caught up with the changelog,
+    its operator loaded, its producer initialised (``writer``: its token, exactly-once)."""
 
-    def __init__(self, settings: TaskSettings, plan: JobPlan[B, R], task: int) -> None:
+    state: TaskState
+    producer: Producer
+    writer: str | None
+    op: WindowOperator[B, R, object]
+
+
+class TaskRunner(Generic[B, R]):
+    """Runs the batches of one state task (see module doc)."""
+
+    def __init__(
+        self, settings: TaskSettings, plan: JobPlan[B, R], task: int, *, keep_open: bool = False
+    ) -> None:
         self.settings = settings
         self.plan = plan
         self.task = task
+        self.keep_open = keep_open
         self.topics = SinkTopics(settings.config.output.topic, settings.config.output.errors_topic)
+        self._open: OpenTask[B, R] | None = None
+
+    def open(self) -> OpenTask[B, R]:
+        """The task opened for its next batch (kept from the last one when it is open)."""
+        if self._open is None:
+            self._open = self._open_task()
+        return self._open
+
+    def close(self) -> None:
+        """Close the task's store (a kept producer stays with the worker)."""
+        if self._open is not None:
+            self._open.state.close()
+            self._open = None
 
     def run(self, inp: TaskInput) -> TaskReport:
         """Process one batch (or a timer-only pass) and commit it; retry while Kafka is away."""
@@ -158,28 +190,38 @@ class TaskRunner(Generic[B, R]):
             return transactional_producer(s.producer_config(), txn, s.broker_timeout_s, last)
         return plain_producer(s.producer_config()), None
 
+    def _open_task(self) -> OpenTask[B, R]:
+        """Open the store (caught up), initialise the producer, load the operator."""
+        state = TaskState.open(self.settings, self.task)
+        try:
+            producer, writer = self._producer(state)
+            return OpenTask(state, producer, writer, self.plan.operator(state.store))
+        except BaseException:
+            state.close()
+            raise
+
     def _run_once(self, inp: TaskInput) -> TaskReport:
         t0 = time.perf_counter()
         report = TaskReport(task=self.task, batch_id=inp.batch_id)
         report.location = f"{socket.gethostname()}:{self.settings.task_path(self.task)}"
-        state = TaskState.open(self.settings, self.task)
-        producer: Producer | None = None
+        opened = self._open
         try:
-            producer, writer = self._producer(state)
-            report.restored_records = state.restored.applied
+            if opened is None:
+                opened = self._open = self._open_task()
+                report.restored_records = opened.state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
-            op = self.plan.operator(state.store)
-            inp = self._check_positions(op, inp)
-            op, errors = self._apply(state, op, inp, report)
+            inp = self._check_positions(opened.op, inp)
+            opened.op, errors = self._apply(opened.state, opened.op, inp, report)
             report.seconds_operator = time.perf_counter() - t0 - report.seconds_restore
-            self._send(producer, writer, state, op, errors, inp, report)
-            _observe_state(op, state, report)
-        except _KAFKA_FAILURES:
-            if producer is not None:
-                discard_producer(producer)
+            self._send(opened.producer, opened.writer, opened.state, opened.op, errors, inp, report)
+            _observe_state(opened.op, opened.state, report)
+        except BaseException as exc:
+            if opened is not None and isinstance(exc, _KAFKA_FAILURES):
+                discard_producer(opened.producer)
+            self.close()
             raise
-        finally:
-            state.close()
+        if not self.keep_open:
+            self.close()
         report.seconds = time.perf_counter() - t0
         return report
 
