@@ -1,0 +1,76 @@
+"""Long-running workers (as threads) over a real broker and real RocksDB stores.
+
+The input is produced round-robin, so every key's events are in every partition and only
+the exchange between the workers brings a window's events to one state task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from jobkit import (
+    assert_matches_oracle,
+    create_topic,
+    job_config,
+    latest_results,
+    make_stream,
+    oracle,
+    produce,
+    read_topic,
+    sentinels,
+)
+
+from window_operator.config import JobConfig
+from window_operator.runtime.longrun.local import LocalLongRunningJob
+from window_operator.runtime.longrun.prepare import worker_spec
+from window_operator.runtime.longrun.wire import EpochReport
+from window_operator.runtime.settings import TaskSettings
+from window_operator.spark.topics import prepare_topics
+
+pytestmark = [pytest.mark.kafka]
+
+PARTITIONS = 4
+
+
+def unkeyed_topic(bootstrap: str, name: str, records: list[dict[str, Any]], max_ts: int) -> None:
+    create_topic(bootstrap, name, PARTITIONS)
+    produce(bootstrap, name, records, round_robin=True, partitions=PARTITIONS)
+    ends = sentinels(max_ts, PARTITIONS)
+    produce(bootstrap, name, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+
+
+def run_local(
+    config: JobConfig, bootstrap: str, tmp: Path, workers: int, **spec: Any
+) -> tuple[LocalLongRunningJob, list[EpochReport]]:
+    tasks = prepare_topics(config, bootstrap)
+    settings = TaskSettings(config, bootstrap, str(config.state.dir), tasks=tasks)
+    reports: list[EpochReport] = []
+    job = LocalLongRunningJob(
+        worker_spec(settings, workers, checkpoint_dir=tmp / "checkpoint", **spec),
+        on_report=reports.append,
+    )
+    job.start()
+    job.wait(300)
+    return job, reports
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_hopping_windows_of_unkeyed_input_match_the_oracle(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], workers: int
+) -> None:
+    topic = unique_name("clicks")
+    stream = make_stream(6_000, keys=120, seed=31)
+    unkeyed_topic(kafka_bootstrap, topic, stream.records(), int(stream.ts.max()))
+    config = job_config(
+        tmp_path, topic, unique_name("job"), spark={"max_offsets_per_trigger": 1_500}
+    )
+    job, reports = run_local(config, kafka_bootstrap, tmp_path, workers, available_now=True)
+    assert sum(s.records for s in job.summaries) == len(stream.keys) + PARTITIONS
+    applied = sum(t.applied for r in reports for t in r.tasks)
+    assert applied == len(stream.keys) + PARTITIONS
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
