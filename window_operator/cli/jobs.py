@@ -88,9 +88,14 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from window_operator.spark.driver import StreamingJob, prepare_topics
+    from window_operator.spark.longrun import LongRunningJob
     from window_operator.spark.session import build_session
 
     config = load_any_config(args.config)
+    if args.mode is not None:
+        config = config.model_copy(
+            update={"spark": config.spark.model_copy(update={"mode": args.mode})}
+        )
     if isinstance(config, JobConfig):
         build_runtime(config, source=args.config)  # operation problems are config errors
     else:
@@ -108,7 +113,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         master=args.master or config.spark.master,
         conf=conf,
     )
-    job = StreamingJob(
+    shape = LongRunningJob if config.spark.long_running else StreamingJob
+    job = shape(
         config,
         bootstrap_servers=bootstrap,
         spark=spark,
@@ -220,7 +226,7 @@ def _add_simulate(sub: Subparsers) -> None:
 
 
 def _add_run(sub: Subparsers) -> None:
-    run = sub.add_parser("run", help="run the Spark Structured Streaming job of a config")
+    run = sub.add_parser("run", help="run the Spark job of a config")
     add_config_option(run)
     run.add_argument(
         "--master", help="Spark master (default: spark.master of the config, local[*])"
@@ -230,6 +236,11 @@ def _add_run(sub: Subparsers) -> None:
     add_state_dir_option(run)
     run.add_argument(
         "--available-now", action="store_true", help="process what is in the topic, then stop"
+    )
+    run.add_argument(
+        "--mode",
+        choices=["micro_batch", "long_running"],
+        help="how the job runs on Spark (default: spark.mode of the config, micro_batch)",
     )
     run.add_argument(
         "--starting-offsets", default="earliest", help="earliest | latest | Spark-style JSON"

@@ -251,14 +251,23 @@ def _spark_trigger(value: object) -> object:
 
 
 class SparkConfig(FrozenModel):
-    """``spark:``: how the Spark Structured Streaming query runs.
+    """``spark:``: how the job runs on Spark.
 
-    ``master`` ``None`` lets the driver pick (``local[*]`` when nothing else sets it).
-    ``trigger`` is the processing-time trigger interval in ms (default 5 s) or
-    ``"available_now"`` (process what is there, then stop). ``checkpoint_dir`` defaults
-    to ``<state.dir>/<job>/spark-checkpoint``. ``conf`` is extra Spark configuration.
+    ``mode`` ``micro_batch`` (the default) runs a Structured Streaming query whose
+    micro-batches run the exchange and the state tasks as two Spark stages;
+    ``long_running`` runs one stage of ``workers`` long-running tasks (default: one per
+    core Spark has, at most one per state task) that exchange rows directly and keep
+    their state open (see :mod:`window_operator.spark.longrun`). ``master`` ``None``
+    lets the driver pick (``local[*]`` when nothing else sets it). ``trigger`` is the
+    processing-time trigger interval in ms (default 5 s; in ``long_running`` mode how
+    often each state task commits) or ``"available_now"`` (process what is there, then
+    stop). ``max_offsets_per_trigger`` bounds a micro-batch (in ``long_running`` mode,
+    an epoch). ``checkpoint_dir`` defaults to ``<state.dir>/<job>/spark-checkpoint``.
+    ``conf`` is extra Spark configuration.
     """
 
+    mode: Literal["micro_batch", "long_running"] = "micro_batch"
+    workers: StrictPositiveInt | None = None
     master: NonEmptyStr | None = None
     trigger: Annotated[int | Literal["available_now"], BeforeValidator(_spark_trigger)] = 5_000
     max_offsets_per_trigger: StrictPositiveInt | None = None
@@ -283,6 +292,11 @@ class SparkConfig(FrozenModel):
     def trigger_ms(self) -> int | None:
         """The trigger interval in milliseconds, ``None`` for ``available_now``."""
         return self.trigger if isinstance(self.trigger, int) else None
+
+    @property
+    def long_running(self) -> bool:
+        """Whether the job runs as long-running workers (not micro-batches)."""
+        return self.mode == "long_running"
 
 
 class MetricsConfig(FrozenModel):

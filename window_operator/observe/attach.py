@@ -8,7 +8,6 @@ file and Spark's progress listener; :meth:`Observers.close` takes them down agai
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import threading
 import time
@@ -21,9 +20,13 @@ from window_operator.observe.lag import InputLag
 from window_operator.observe.logs import BatchLog
 from window_operator.observe.metrics import JobMetrics
 from window_operator.runtime.plans import plan_for
+from window_operator.spark.failures import root_cause
 
 if TYPE_CHECKING:
     from window_operator.spark.driver import BatchReport, StreamingJob
+    from window_operator.spark.longrun import LongRunningJob
+
+    AnyJob = StreamingJob | LongRunningJob
 
 __all__ = ["Observers", "QueryFailedError", "ReportFile", "attach", "run_observed"]
 
@@ -86,15 +89,17 @@ class Observers:
 
 
 def attach(
-    job: StreamingJob,
+    job: AnyJob,
     *,
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",
     report_path: str | None = None,
     listen: bool = True,
 ) -> Observers:
-    """Observe ``job`` (before :meth:`StreamingJob.start`): metrics, batch log, report."""
+    """Observe ``job`` (before its start): metrics, batch log, report, and for a
+    streaming query Spark's progress events (``listen``)."""
     from window_operator.observe.spark_progress import ProgressListener
+    from window_operator.spark.driver import StreamingJob
 
     config = job.config
     topics = [s.topic for s in plan_for(job.settings).sources]
@@ -112,18 +117,18 @@ def attach(
         job.add_observer(report)
     port = metrics.serve(metrics_port, metrics_host) if metrics_port is not None else None
     listener = None
-    if listen:
+    if listen and isinstance(job, StreamingJob):
         listener = ProgressListener(metrics, f"window-operator-{config.job}")
         job.spark.streams.addListener(listener)
     return Observers(metrics, port, report, listener, job.spark)
 
 
 class QueryFailedError(Exception):
-    """The streaming query stopped with an error (the message names the task's error)."""
+    """The job stopped with an error (the message names the task's error)."""
 
 
 def run_observed(
-    job: StreamingJob,
+    job: AnyJob,
     *,
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",
@@ -131,12 +136,14 @@ def run_observed(
 ) -> None:
     """Start ``job`` observed, wait until it ends or Ctrl-C, then stop it and Spark.
 
-    A failed query raises :class:`QueryFailedError` with the Python error of the task
+    A failed job raises :class:`QueryFailedError` with the Python error of the task
     that failed, instead of the screenfuls of Java and Python stack Spark attaches.
     """
     from pyspark.errors import StreamingQueryException
 
     from window_operator.observe.spark_progress import mute_cancel_warnings
+    from window_operator.spark.driver import StreamingJob
+    from window_operator.spark.longrun import WorkersFailedError
 
     observers = attach(
         job, metrics_port=metrics_port, metrics_host=metrics_host, report_path=report_path
@@ -150,11 +157,14 @@ def run_observed(
         job.start()
         while not job.await_termination(1):
             if interrupted.is_set():
-                log.info("stopping after the running micro-batch (Ctrl-C)")
-                _wait_between_batches(job)
+                log.info("stopping after the running micro-batch or epoch (Ctrl-C)")
+                if isinstance(job, StreamingJob):
+                    _wait_between_batches(job)
                 break
     except StreamingQueryException as exc:
-        raise QueryFailedError(f"the streaming query stopped: {_root_cause(exc)}") from None
+        raise QueryFailedError(f"the streaming query stopped: {root_cause(exc)}") from None
+    except WorkersFailedError as exc:
+        raise QueryFailedError(str(exc)) from None
     finally:
         signal.signal(signal.SIGINT, previous)
         mute_cancel_warnings(job.spark)
@@ -168,10 +178,3 @@ def _wait_between_batches(job: StreamingJob) -> None:
     deadline = time.monotonic() + job.settings.broker_timeout_s
     while time.monotonic() < deadline and job.started.status.get("isTriggerActive"):
         time.sleep(0.1)
-
-
-def _root_cause(exc: Exception) -> str:
-    """The last Python exception line of a query failure (the task's own error)."""
-    lines = [ln.strip() for ln in str(exc).splitlines()]
-    errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception): ", ln)]
-    return errors[-1] if errors else (lines[0] if lines else type(exc).__name__)

@@ -5,7 +5,9 @@ planned: a version line, a metadata line with ``batchTimestampMs``, then one lin
 source with its end offsets; the ``wo_kafka`` source and Spark's own Kafka source both
 write ``{"topic": {"partition": next_offset}}``) and ``commits/<batch>`` (written once
 the batch's sink finished). The driver adds ``window-operator-clock/<batch>.json``, the
-job clock each batch starts from (see :mod:`window_operator.spark.clock_log`).
+job clock each batch starts from (see :mod:`window_operator.spark.clock_log`). A
+long-running job keeps its progress in one file of its own instead (see
+:mod:`window_operator.runtime.longrun.progress`): its epochs count as batches.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from window_operator.kernel import ClockState
+from window_operator.runtime.longrun.progress import read_progress
 from window_operator.spark.clock_log import ClockLog
 
 __all__ = ["CheckpointState", "TopicPartition", "read_checkpoint"]
@@ -92,7 +95,7 @@ def read_checkpoint(directory: str | Path) -> CheckpointState:
     planned = _numbered(root / "offsets")
     committed = _numbered(root / "commits")
     if not planned:
-        return CheckpointState(root)
+        return _long_running(root)
     last_committed = committed[-1] if committed else None
     offsets: dict[TopicPartition, int] = {}
     stamp: int | None = None
@@ -111,4 +114,20 @@ def read_checkpoint(directory: str | Path) -> CheckpointState:
         batch_time_ms=stamp,
         clock=clock,
         last_activity_ms=max(activity) if activity else None,
+    )
+
+
+def _long_running(root: Path) -> CheckpointState:
+    """A long-running job's progress as a checkpoint state (empty when there is none)."""
+    progress = read_progress(root)
+    if progress is None or progress.epochs == 0:
+        return CheckpointState(root)
+    clock = None if progress.watermark is None else ClockState(watermark=progress.watermark)
+    return CheckpointState(
+        directory=root,
+        last_planned=progress.epochs - 1,
+        last_committed=progress.epochs - 1,
+        committed=progress.positions,
+        clock=clock,
+        last_activity_ms=progress.last_activity_ms,
     )

@@ -395,7 +395,7 @@ class Worker:
             clock_after=advance_clock(self.settings, folded, reports, now),
             rows=[p.rows for p in parts if p.rows is not None],
             errors=sorted(errors, key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0)),
-            ranges=[r.range for r in reports],
+            ranges=_spans(reports),
         )
 
     def _close(self) -> None:
@@ -432,6 +432,19 @@ def _without(
     max_ts: dict[InputPosition, int], gone: set[InputPosition]
 ) -> dict[InputPosition, int]:
     return {pos: t for pos, t in max_ts.items() if pos not in gone}
+
+
+def _spans(reports: list[MapReport]) -> list[InputRange]:
+    """The ranges of sorted chunk reports, consecutive chunks of a partition as one (a
+    task checks that each partition's input continues where its state ends)."""
+    out: list[InputRange] = []
+    for r in reports:
+        last = out[-1] if out else None
+        if last is not None and last.position == r.range.position and last.end == r.range.start:
+            out[-1] = replace(last, end=r.range.end)
+        else:
+            out.append(r.range)
+    return out
 
 
 def _records(source: InputPartition, run: list[Message]) -> InputRecords:

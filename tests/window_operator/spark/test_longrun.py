@@ -1,0 +1,137 @@
+"""The long-running shape on Spark (``spark.mode: long_running``): a barrier stage of
+workers over a real broker, real RocksDB stores and Spark ``local[2]``.
+
+Inputs are produced round-robin (unkeyed): a window needs the events of every partition,
+which only the exchange between the workers brings to one state task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from jobkit import (
+    assert_matches_oracle,
+    create_topic,
+    job_config,
+    latest_results,
+    make_stream,
+    oracle,
+    produce,
+    read_topic,
+    sentinels,
+)
+from joinjobkit import random_join
+
+from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.observe.checkpoint import read_checkpoint
+from window_operator.spark.driver import BatchReport
+from window_operator.spark.longrun import LongRunningJob
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+PARTITIONS = 4
+LONG = {"mode": "long_running", "trigger": "available_now", "max_offsets_per_trigger": 2_000}
+
+
+def run_job(
+    spark: Any, config: JobConfig | JoinJobConfig, bootstrap: str, **options: Any
+) -> tuple[LongRunningJob, list[BatchReport]]:
+    reports: list[BatchReport] = []
+    job = LongRunningJob(
+        config, bootstrap_servers=bootstrap, spark=spark, on_report=reports.append, **options
+    )
+    job.start()
+    assert job.await_termination(600), "the available-now run did not end"
+    return job, reports
+
+
+def unkeyed_topic(bootstrap: str, name: str, records: list[dict[str, Any]], max_ts: int) -> None:
+    create_topic(bootstrap, name, PARTITIONS)
+    produce(bootstrap, name, records, round_robin=True, partitions=PARTITIONS)
+    ends = sentinels(max_ts, PARTITIONS)
+    produce(bootstrap, name, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+
+
+@pytest.mark.parametrize("tasks", [None, 3], ids=["tasks-default", "3-tasks"])
+def test_hopping_windows_of_unkeyed_input_match_the_oracle(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    tasks: int | None,
+) -> None:
+    topic = unique_name("clicks")
+    stream = make_stream(8_000, keys=120, seed=41)
+    unkeyed_topic(kafka_bootstrap, topic, stream.records(), int(stream.ts.max()))
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        state={"tasks": tasks} if tasks else {},
+        spark=LONG,
+    )
+    job, reports = run_job(spark, config, kafka_bootstrap)
+    assert len(job.summaries) == 2, "one worker per core of local[2]"
+    assert {t.task for r in reports for t in r.tasks} == set(range(tasks or PARTITIONS))
+    assert job.run_totals.totals["applied"] == len(stream.keys) + PARTITIONS
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+    progress = read_checkpoint(config.spark.checkpoint_dir)
+    assert progress.last_committed is not None and progress.committed == {
+        (topic, p): 2_001 for p in range(PARTITIONS)
+    }
+
+
+@pytest.mark.parametrize("kind", ["inner", "full"])
+def test_a_random_join_of_unkeyed_inputs_matches_the_oracle(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    kind: str,
+) -> None:
+    names = (unique_name("job"), unique_name("left"), unique_name("right"))
+    join = random_join(kafka_bootstrap, tmp_path, names, kind=kind, spark={"mode": "long_running"})
+    run_job(spark, join.config, kafka_bootstrap)
+    assert join.got(kafka_bootstrap) == join.expected()
+
+
+def test_a_stopped_job_continues_where_its_state_ends(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Run until stopped, produce more, run again: every event counted once."""
+    topic = unique_name("clicks")
+    stream = make_stream(6_000, keys=80, seed=43)
+    records = stream.records()
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    produce(kafka_bootstrap, topic, records[:3_000], round_robin=True, partitions=PARTITIONS)
+    config = job_config(
+        tmp_path, topic, unique_name("job"), spark={"mode": "long_running", "trigger": "200ms"}
+    )
+    for part in (records[3_000:], []):
+        reports: list[BatchReport] = []
+        job = LongRunningJob(
+            config, bootstrap_servers=kafka_bootstrap, spark=spark, on_report=reports.append
+        )
+        job.start()
+        deadline = time.monotonic() + 120
+        while job.run_totals.totals.get("records", 0) < 3_000 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        job.stop()
+        assert job.await_termination(60)
+        assert job.run_totals.totals["records"] == 3_000, "each run reads what is new"
+        produce(kafka_bootstrap, topic, part, round_robin=True, partitions=PARTITIONS)
+    ends = sentinels(int(stream.ts.max()), PARTITIONS)
+    produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+    config = config.model_copy(
+        update={"spark": config.spark.model_copy(update={"trigger": "available_now"})}
+    )
+    job, _ = run_job(spark, config, kafka_bootstrap)
+    assert job.run_totals.totals["records"] == PARTITIONS
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))

@@ -1,0 +1,78 @@
+"""The driver's record of a long-running job's progress, in its checkpoint directory.
+
+A long-running job has no Spark offset log: where it is in its input lives in its state
+tasks' checkpoints. So that ``status`` and the lag gauge can tell without the job
+running, the driver keeps one small JSON file up to date with every epoch a worker
+reports: the epochs so far, the next offset read per input partition, the watermark and
+the wall clock of the newest report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["PROGRESS_FILE", "Progress", "read_progress", "record_progress"]
+
+#: The file's name in the checkpoint directory.
+PROGRESS_FILE = "window-operator-progress.json"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the file holds (see module doc)."""
+
+    epochs: int = 0
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    watermark: int | None = None
+    last_activity_ms: int | None = None
+
+
+def read_progress(directory: Path) -> Progress | None:
+    """The progress recorded in ``directory`` (None: no long-running job ran there)."""
+    path = directory / PROGRESS_FILE
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text())
+    return Progress(
+        epochs=int(doc.get("epochs", 0)),
+        positions={
+            (str(t), int(p)): int(o)
+            for t, parts in doc.get("positions", {}).items()
+            for p, o in parts.items()
+        },
+        watermark=doc.get("watermark"),
+        last_activity_ms=doc.get("last_activity_ms"),
+    )
+
+
+def record_progress(
+    directory: Path, ends: Iterable[tuple[str, int, int]], watermark: int
+) -> Progress:
+    """One more epoch that read up to ``(topic, partition, end)``; the new progress."""
+    before = read_progress(directory) or Progress()
+    positions = dict(before.positions)
+    for topic, partition, end in ends:
+        positions[(topic, partition)] = max(end, positions.get((topic, partition), 0))
+    after = Progress(before.epochs + 1, positions, watermark, int(time.time() * 1000))
+    doc = {
+        "epochs": after.epochs,
+        "positions": _nested(after.positions),
+        "watermark": after.watermark,
+        "last_activity_ms": after.last_activity_ms,
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / (PROGRESS_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, sort_keys=True))
+    tmp.replace(directory / PROGRESS_FILE)
+    return after
+
+
+def _nested(positions: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(positions.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out

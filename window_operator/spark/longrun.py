@@ -1,0 +1,226 @@
+"""The long-running shape of a job on Spark: one barrier stage of workers that stay up.
+
+``spark.mode: long_running`` runs a job as one Spark job whose tasks never end on their
+own: a *barrier* stage of ``W`` tasks (Spark starts them all together or none, and when
+one fails it ends the others and runs the stage again), each a
+:class:`~window_operator.runtime.longrun.worker.Worker` that reads its share of the input
+partitions, exchanges rows with the other workers directly and keeps its state tasks'
+stores, operators and producers open. There are no micro-batches to plan, schedule and
+start: a worker commits its tasks every epoch (``spark.trigger``), one Kafka
+transaction per task. What a micro-batch pays every trigger (two stages of Python tasks,
+a store opened and caught up, a producer initialised, offsets planned and logged) a
+long-running job pays once.
+
+The driver (:class:`LongRunningJob`) keeps a
+:class:`~window_operator.runtime.longrun.control.Coordinator` the workers report their
+epochs to (metrics, the log line, ``--report``, ``status``) and that tells them to stop.
+Progress lives in the state, not in a Spark checkpoint: every task's committed input
+positions say where its worker starts again, so a stage that failed is simply started
+again, up to :data:`MAX_RESTARTS` times in a row without an epoch in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.errors import WindowOperatorError
+from window_operator.runtime.longrun.control import Coordinator
+from window_operator.runtime.longrun.prepare import worker_spec
+from window_operator.runtime.longrun.progress import record_progress
+from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
+from window_operator.runtime.longrun.worker import Worker, WorkerSpec
+from window_operator.runtime.settings import TaskSettings
+from window_operator.spark.driver import BatchReport, JobRun, Observer
+from window_operator.spark.failures import root_cause
+from window_operator.spark.topics import prepare_topics
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["MAX_RESTARTS", "LongRunningJob", "WorkersFailedError"]
+
+log = logging.getLogger(__name__)
+
+AnyJobConfig = JobConfig | JoinJobConfig
+
+#: Restarts of the workers in a row (without an epoch in between) before the job fails.
+MAX_RESTARTS = 3
+
+
+class WorkersFailedError(WindowOperatorError):
+    """The workers failed and could not be started again (the message says why)."""
+
+
+def run_worker(spec: WorkerSpec, _rows: Iterator[object]) -> Iterator[WorkerSummary]:
+    """A barrier task: one worker, until it is told to stop."""
+    from pyspark import BarrierTaskContext
+
+    ctx = BarrierTaskContext.get()
+    index = ctx.partitionId()
+    host = ctx.getTaskInfos()[index].address.rpartition(":")[0] or "127.0.0.1"
+    yield Worker(spec, index, gather=ctx.allGather, host=host).run()
+
+
+class LongRunningJob:
+    """A job's workers on Spark and the driver's side of them (see module doc).
+
+    The same surface as :class:`~window_operator.spark.driver.StreamingJob`: ``start``,
+    ``await_termination``, ``stop``, observers of :class:`BatchReport` (one per epoch of
+    each worker) and :attr:`run_totals`.
+    """
+
+    def __init__(
+        self,
+        config: AnyJobConfig,
+        *,
+        bootstrap_servers: str,
+        spark: SparkSession,
+        state_dir: str | None = None,
+        available_now: bool | None = None,
+        starting_offsets: str = "earliest",
+        on_report: Observer | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.config = config
+        self.bootstrap = bootstrap_servers
+        self.spark = spark
+        self.settings = TaskSettings(
+            config=config,
+            bootstrap_servers=bootstrap_servers,
+            state_dir=str(state_dir or config.state.dir),
+        )
+        sc = config.spark
+        self.available_now = sc.available_now if available_now is None else available_now
+        self.starting_offsets = starting_offsets
+        self.on_report = on_report
+        self.observers: list[Observer] = []
+        self.run_totals = JobRun()
+        self.workers = workers
+        self.checkpoint_dir = Path(str(sc.checkpoint_dir))
+        self.summaries: list[WorkerSummary] = []
+        self.error: BaseException | None = None
+        self._coordinator: Coordinator | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._epochs = 0
+        self._group = f"window-operator-{config.job}"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create topics, fix the number of state tasks and start the workers."""
+        tasks = prepare_topics(self.config, self.bootstrap)
+        self.settings = replace(self.settings, tasks=tasks)
+        sc = self.spark.sparkContext
+        workers = self.workers or max(1, min(sc.defaultParallelism, tasks))
+        spec = worker_spec(
+            self.settings,
+            workers,
+            checkpoint_dir=self.checkpoint_dir,
+            starting_offsets=self.starting_offsets,
+            available_now=self.available_now,
+        )
+        host = sc.getConf().get("spark.driver.host") or "127.0.0.1"
+        self._coordinator = Coordinator(spec.token, self._on_epoch, host=host)
+        spec = replace(spec, control=self._coordinator.start())
+        self._thread = threading.Thread(
+            target=self._supervise, args=(spec,), name="window-workers", daemon=True
+        )
+        self._thread.start()
+
+    def _supervise(self, spec: WorkerSpec) -> None:
+        """Run the workers; start them again after a failure (see module doc)."""
+        failures = 0
+        try:
+            while True:
+                epochs = self._epochs
+                try:
+                    self.summaries = self._run_stage(spec)
+                    return
+                except Exception as exc:  # noqa: BLE001 - decided below
+                    if self._stopping.is_set():
+                        return
+                    failures = 1 if self._epochs > epochs else failures + 1
+                    cause = root_cause(exc)
+                    if failures > MAX_RESTARTS:
+                        self.error = WorkersFailedError(
+                            f"the workers of job {self.config.job!r} failed {failures} times "
+                            f"in a row: {cause}"
+                        )
+                        return
+                    log.warning("the workers failed (%s); starting them again", cause)
+                    time.sleep(min(2.0**failures, 10.0))
+        finally:
+            self._done.set()
+
+    def _run_stage(self, spec: WorkerSpec) -> list[WorkerSummary]:
+        sc = self.spark.sparkContext
+        n = spec.assignment.workers
+        sc.setJobGroup(self._group, f"window-operator {self.config.job}: {n} workers", True)
+        stage = sc.parallelize(range(n), n).barrier()
+        result: list[WorkerSummary] = stage.mapPartitions(partial(run_worker, spec)).collect()
+        return result
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait until the workers ended (``available_now``: by themselves); raises
+        :class:`WorkersFailedError` when they failed for good."""
+        done = self._done.wait(timeout_s)
+        if done and self.error is not None:
+            raise self.error
+        return done
+
+    def stop(self) -> None:
+        """Ask the workers to stop (they commit what they read) and wait for them."""
+        self._stopping.set()
+        if self._coordinator is not None:
+            self._coordinator.stop_workers()
+        if self._thread is not None:
+            self._thread.join(self.settings.broker_timeout_s + 30.0)
+            if self._thread.is_alive():
+                self.spark.sparkContext.cancelJobGroup(self._group)
+                self._thread.join(30.0)
+        if self._coordinator is not None:
+            self._coordinator.close()
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def _on_epoch(self, epoch: EpochReport) -> None:
+        """A worker's epoch (coordinator thread): published as a batch report."""
+        with self._lock:
+            report = BatchReport(
+                self._epochs, epoch.tasks, epoch.ranges, epoch.clock, epoch.seconds
+            )
+            self._epochs += 1
+            self.run_totals.batches += 1
+            self.run_totals.add(report)
+            self._record_progress(report)
+            observers = list(self.observers)
+        if self.on_report is not None:
+            self.on_report(report)
+        for observer in observers:
+            try:
+                observer(report)
+            except Exception as exc:  # noqa: BLE001 - an observer never stops the job
+                log.warning("batch report observer %r failed: %s", observer, exc)
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer`` with every epoch report too (after ``on_report``)."""
+        self.observers.append(observer)
+
+    def _record_progress(self, report: BatchReport) -> None:
+        """Keep the newest read positions and activity where ``status`` finds them."""
+        ends = [(m.range.topic, m.range.partition, m.range.end) for m in report.ranges]
+        try:
+            record_progress(self.checkpoint_dir, ends, report.clock.watermark)
+        except OSError as exc:
+            log.warning("could not record progress in %s: %s", self.checkpoint_dir, exc)
