@@ -113,7 +113,12 @@ class TaskState:
     ) -> ChangelogDelivery:
         """Produce the batch's changelog records, compensation first (step 2)."""
         self.logged_batch = batch_number
-        writer = ChangelogWriter(producer, self.settings.changelog_topic, self.task)
+        writer = ChangelogWriter(
+            producer,
+            self.settings.changelog_topic,
+            self.task,
+            transactional=self.settings.exactly_once,
+        )
         return writer.write(
             batch,
             self.store,

@@ -24,6 +24,7 @@ def crash_point(name: str, records: int, batch_id: int = -1) -> None:
     driver's process group ``WINDOW_OPERATOR_CRASH_PGID`` (driver and JVM; ``run`` sets
     it) gets SIGKILL, and so does this Python worker. Only batches with input count, so
     the crash is mid-batch; ``WINDOW_OPERATOR_CRASH_BATCH`` limits it to one batch id.
+    ``WINDOW_OPERATOR_CRASH_SCOPE=worker`` kills this Python worker only.
     """
     if os.environ.get("WINDOW_OPERATOR_CRASH_AT") != name or records == 0:
         return
@@ -37,6 +38,8 @@ def crash_point(name: str, records: int, batch_id: int = -1) -> None:
         os.remove(marker)
     except FileNotFoundError:
         return
+    if os.environ.get("WINDOW_OPERATOR_CRASH_SCOPE") == "worker":
+        os.kill(os.getpid(), signal.SIGKILL)  # this worker alone: the job carries on
     os.killpg(int(os.environ["WINDOW_OPERATOR_CRASH_PGID"]), signal.SIGKILL)
     # PySpark's Python workers run in a process group of their own: end it too, so no
     # worker outlives the job (and holds a store's lock while a restart needs it)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from stores.changelog import ChangelogDelivery
 from stores.changelog.writer import Headers, produce
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["OutputSink", "SinkTopics"]
 
 KafkaRecord = tuple[bytes | None, bytes | None]
+#: Headers as confluent-kafka's ``produce`` declares them (ours are a narrower list).
+_KafkaHeaders = list[tuple[str, str | bytes | None]] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +87,21 @@ class OutputSink:
     def _produce(
         self, topic: str, records: Iterable[tuple[bytes | None, bytes | None, Headers | None]]
     ) -> int:
+        # a transaction commits only if every record was written: no report per record
+        callback = None if self.transactional else self._deliveries
+        raw = self.producer.produce
         n = 0
         for key, value, headers in records:
-            produce(self.producer, topic, key, value, headers=headers, on_delivery=self._deliveries)
+            try:
+                raw(
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=cast(_KafkaHeaders, headers),
+                    on_delivery=callback,
+                )
+            except BufferError:  # the queue is full: wait for room (rare)
+                produce(self.producer, topic, key, value, headers=headers, on_delivery=callback)
             n += 1
         self.sent += n
         return n

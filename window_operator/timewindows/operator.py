@@ -124,13 +124,20 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         fs = self.frames
         held = fs.kid >= 0
         k = self._size // self._step
+        frames, kids = fs.frame[held], fs.kid[held]
+        if not len(frames):
+            return LiveState(keys=0, windows=0)
         back = np.arange(k, dtype=np.int64) * self._step
-        starts = (fs.frame[held][:, None] - back[None, :]).ravel()
-        owners = np.repeat(fs.kid[held], k)
+        starts = (frames[:, None] - back[None, :]).ravel()
+        owners = np.repeat(kids, k)
         # a window fires once the watermark reaches its end
         is_open = starts > self.watermark - self._size
-        pairs = np.unique(np.stack([owners[is_open], starts[is_open]]), axis=1)
-        return LiveState(keys=len(np.unique(owners[is_open])), windows=int(pairs.shape[1]))
+        # a window (key, start) as one integer, its start counted in steps from the oldest
+        base = int(frames.min()) - (k - 1) * self._step
+        span = (int(frames.max()) - base) // self._step + 1
+        codes = owners[is_open] * span + (starts[is_open] - base) // self._step
+        windows = np.unique(codes)
+        return LiveState(keys=len(np.unique(windows // span)), windows=len(windows))
 
     # ------------------------------------------------------------------ public API
 

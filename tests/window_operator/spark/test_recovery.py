@@ -154,6 +154,9 @@ def run_job_process(
     crash_at: str | None,
     tmp_path: Path,
     crash_batch: int | None = None,
+    *,
+    mode: str = "micro_batch",
+    crash_scope: str = "job",
 ) -> subprocess.CompletedProcess[bytes]:
     env = dict(os.environ)
     env.pop("WINDOW_OPERATOR_CRASH_AT", None)
@@ -162,6 +165,7 @@ def run_job_process(
         once.write_text("x")
         env["WINDOW_OPERATOR_CRASH_AT"] = crash_at
         env["WINDOW_OPERATOR_CRASH_ONCE"] = str(once)
+        env["WINDOW_OPERATOR_CRASH_SCOPE"] = crash_scope
         if crash_batch is not None:
             env["WINDOW_OPERATOR_CRASH_BATCH"] = str(crash_batch)
     proc = subprocess.Popen(
@@ -177,6 +181,8 @@ def run_job_process(
             "--available-now",
             "--master",
             "local[2]",
+            "--mode",
+            mode,
         ],  # fmt: skip
         env=env,
         stdout=subprocess.PIPE,
@@ -187,9 +193,21 @@ def run_job_process(
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-@pytest.mark.parametrize("crash_at", ["after_outputs", "after_changelog"])
+@pytest.mark.parametrize(
+    ("crash_at", "mode"),
+    [
+        ("after_outputs", "micro_batch"),
+        ("after_changelog", "micro_batch"),
+        ("after_outputs", "long_running"),
+        ("after_changelog", "long_running"),
+    ],
+)
 def test_sigkill_mid_batch_then_restart_gives_exact_results(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], crash_at: str
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    crash_at: str,
+    mode: str,
 ) -> None:
     topic = unique_name("clicks")
     create_topic(kafka_bootstrap, topic, 4)
@@ -201,11 +219,38 @@ def test_sigkill_mid_batch_then_restart_gives_exact_results(
         tmp_path, topic, unique_name("job"), spark={"max_offsets_per_trigger": 8_000}
     )
     path = write_yaml(tmp_path / "job.yaml", config)
-    crashed = run_job_process(path, kafka_bootstrap, crash_at, tmp_path)
+    crashed = run_job_process(path, kafka_bootstrap, crash_at, tmp_path, mode=mode)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr.decode()[-3000:]
     assert not (tmp_path / "crash-once").exists()  # the crash really happened
-    finished = run_job_process(path, kafka_bootstrap, None, tmp_path)
+    finished = run_job_process(path, kafka_bootstrap, None, tmp_path, mode=mode)
     assert finished.returncode == 0, finished.stderr.decode()[-3000:]
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def test_a_long_running_worker_killed_mid_epoch_is_started_again(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """One worker's process dies inside an epoch: the driver starts the workers again,
+    they continue from what their tasks committed, and the run ends exact."""
+    topic = unique_name("clicks")
+    create_topic(kafka_bootstrap, topic, 4)
+    stream = make_stream(20_000, seed=7)
+    produce(kafka_bootstrap, topic, stream.records(), round_robin=True)
+    ends = sentinels(int(stream.ts.max()), 4)
+    produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+    config = job_config(
+        tmp_path, topic, unique_name("job"), spark={"max_offsets_per_trigger": 6_000}
+    )
+    path = write_yaml(tmp_path / "job.yaml", config)
+    run = run_job_process(
+        path, kafka_bootstrap, "after_outputs", tmp_path, 1, mode="long_running",
+        crash_scope="worker",
+    )  # fmt: skip
+    stderr = run.stderr.decode()
+    assert run.returncode == 0, stderr[-3000:]
+    assert not (tmp_path / "crash-once").exists()  # the worker really died
+    assert "starting them again" in stderr
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
 
