@@ -19,7 +19,9 @@ and, like the output topics, stamps records with their append time (``LogAppendT
 The job: a tumbling window, ``count`` + ``mean(latency_ms)`` per page, allowed lateness
 ``L``, processing-time trigger. **A** is this job (``StreamingJob``: Kafka -> map side ->
 keyed exchange -> state tasks with RocksDB and changelogs -> results to Kafka, exactly
-once by default). **B** is Spark's own ``groupBy(window(size), page).agg(count, avg)`` with
+once by default); **A-long** the same job in its long-running shape (``spark.mode:
+long_running``: workers that stay up, state tasks committing every trigger interval).
+**B** is Spark's own ``groupBy(window(size), page).agg(count, avg)`` with
 ``withWatermark(L)``, append mode (the mode that emits only final windows), reading the
 same kind of input through the project's Kafka source and writing each micro-batch's
 rows to Kafka with a confluent-kafka producer from ``foreachBatch`` (Spark's Kafka sink
@@ -265,11 +267,14 @@ class Contender:
     reports: list[tuple[float, Any]] = field(default_factory=list)
 
 
-def start_ours(spark: Any, load: Load, tmp: Path, args: argparse.Namespace) -> Contender:
-    """A: the window job's StreamingJob on the input topic."""
+def start_ours(
+    spark: Any, load: Load, tmp: Path, args: argparse.Namespace, mode: str = "micro_batch"
+) -> Contender:
+    """A: the window job on the input topic (A-long: in its long-running shape)."""
     from window_operator.config import parse_config
     from window_operator.kafka_admin import KafkaAdmin
     from window_operator.spark.driver import StreamingJob
+    from window_operator.spark.longrun import LongRunningJob
 
     job = f"lat-a-{uuid.uuid4().hex[:8]}"
     doc: dict[str, Any] = {
@@ -284,7 +289,7 @@ def start_ours(spark: Any, load: Load, tmp: Path, args: argparse.Namespace) -> C
         "output": {"topic": f"{job}-windows"},
         "state": {"dir": str(tmp / job / "state")},
         "processing": {"guarantee": args.guarantee},
-        "spark": {"trigger": f"{args.trigger_ms}ms"},
+        "spark": {"trigger": f"{args.trigger_ms}ms", "mode": mode},
     }
     config = parse_config(doc, base_dir=tmp)
     # created here with append-time stamps (the job would create it without them)
@@ -294,15 +299,45 @@ def start_ours(spark: Any, load: Load, tmp: Path, args: argparse.Namespace) -> C
         {"cleanup.policy": "compact", "retention.ms": "-1", **APPEND_TIME},
     )
     contender = Contender(None, lambda: None, config.output.topic)
-    streaming = StreamingJob(
+    shape = LongRunningJob if mode == "long_running" else StreamingJob
+    job = shape(
         config,
         bootstrap_servers=load.bootstrap,
         spark=spark,
         on_report=lambda r: contender.reports.append((now_ms(), r)),
     )
-    streaming.start()
-    contender.query, contender.stop = streaming.query, streaming.stop
+    job.start()
+    if isinstance(job, LongRunningJob):
+        contender.query = LongRunningProgress(job, contender, load.topic)
+    else:
+        contender.query = job.query
+    contender.stop = job.stop
     return contender
+
+
+class LongRunningProgress:
+    """What the trial reads of a streaming query (``lastProgress``, ``exception``), for
+    a long-running job: its epochs count as batches, its committed offsets are the ends
+    of the ranges its workers reported."""
+
+    def __init__(self, job: Any, contender: Contender, topic: str) -> None:
+        self.job, self.contender, self.topic = job, contender, topic
+        self.recentProgress: list[Any] = []
+
+    @property
+    def lastProgress(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        ends: dict[str, int] = {}
+        for _, report in list(self.contender.reports):
+            for m in report.ranges:
+                key = str(m.range.partition)
+                ends[key] = max(ends.get(key, 0), m.range.end)
+        return {
+            "batchId": len(self.contender.reports) - 1,
+            "sources": [{"endOffset": {self.topic: ends}}],
+        }
+
+    def exception(self) -> Any:
+        return self.job.error
 
 
 class SparkSink:
@@ -459,8 +494,11 @@ def run_trial(
     KafkaAdmin(load.bootstrap).create_topic(
         load.topic, load.partitions, {"retention.ms": str(INPUT_RETENTION_MS), **APPEND_TIME}
     )
-    start = start_ours if name == "A" else start_spark
-    contender = start(spark, load, where, args)
+    if name == "B":
+        contender = start_spark(spark, load, where, args)
+    else:
+        mode = "long_running" if name == "A-long" else "micro_batch"
+        contender = start_ours(spark, load, where, args, mode)
     try:
         return drive(name, contender, load)
     finally:
@@ -850,7 +888,7 @@ def summary(outcome: Outcome, args: argparse.Namespace) -> list[str]:
     for rate in sorted({t.load.rate for t, _, _ in outcome.trials}):
         row = []
         p99 = {}
-        for name in ("A", "B"):
+        for name in ("A", "A-long", "B"):
             trials = outcome.of(name, rate)
             if not trials:
                 continue
@@ -862,8 +900,10 @@ def summary(outcome: Outcome, args: argparse.Namespace) -> list[str]:
                 f"{name}: p50 {percentile(app, 50):.2f} s, p99 {p99[name]:.2f} s, "
                 f"max {max(app, default=float('nan')):.2f} s, sustained {ok}/{len(trials)}"
             )
-        ratio = f"  A/B p99 {p99['A'] / p99['B']:.2f}" if {"A", "B"} <= p99.keys() else ""
-        lines.append(f"{rate:>9,.0f}/s  " + " | ".join(row) + ratio)
+        ratios = [
+            f"{a}/B p99 {p99[a] / p99['B']:.2f}" for a in ("A", "A-long") if {a, "B"} <= p99.keys()
+        ]
+        lines.append(f"{rate:>9,.0f}/s  " + " | ".join(row) + "  " + ", ".join(ratios))
     goal = 2 * args.trigger_ms / 1000.0
     lines.append("latency: closing event's arrival -> result visible to a read_committed reader")
     lines.append(f"goal: A's p99 <= {goal:.1f} s (2 triggers) and <= half of B's p99")
@@ -884,7 +924,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--guarantee", default="exactly_once")
     ap.add_argument("--warmup", type=float, default=8.0)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--only", default="A,B")
+    ap.add_argument("--only", default="A,A-long,B")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-rates", default="25000,50000,100000,150000")
     ap.add_argument("--sweep-seconds", type=float, default=30)
@@ -903,7 +943,7 @@ def main(argv: list[str] | None = None) -> int:
     from window_operator.spark.session import build_session
 
     args = parse_args(argv)
-    names = [n for n in ("A", "B") if n in args.only.split(",")]
+    names = [n for n in ("A", "A-long", "B") if n in args.only.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-latency-", dir=args.tmpdir))
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     print(
@@ -938,7 +978,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = [
             t
             for t, m, _ in outcome.trials
-            if t.name == "A" and (m.missing or m.wrong or not m.windows)
+            if t.name.startswith("A") and (m.missing or m.wrong or not m.windows)
         ]
         return 1 if bad else 0
     finally:
