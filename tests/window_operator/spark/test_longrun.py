@@ -29,6 +29,7 @@ from joinjobkit import random_join
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.observe.checkpoint import read_checkpoint
+from window_operator.observe.status import job_status
 from window_operator.spark.driver import BatchReport
 from window_operator.spark.longrun import LongRunningJob
 
@@ -85,6 +86,9 @@ def test_hopping_windows_of_unkeyed_input_match_the_oracle(
     assert progress.last_committed is not None and progress.committed == {
         (topic, p): 2_001 for p in range(PARTITIONS)
     }
+    status = job_status(config, kafka_bootstrap)  # `window-operator status`
+    assert status.healthy and status.lag == 0, status.problems
+    assert {t.task for t in status.tasks} == set(range(tasks or PARTITIONS))
 
 
 @pytest.mark.parametrize("kind", ["inner", "full"])
