@@ -4,8 +4,8 @@ Run ``python benchmarks/bench_nexmark.py``. Options: ``--events N`` (default 1,0
 ``--queries q5,q7,q8,q11``, ``--partitions P`` (4), ``--max-offsets-per-trigger M``
 (250,000), ``--rate R`` (events per second of event time, 10,000), ``--seed S``,
 ``--shuffle-partitions S`` (Spark's, 4), ``--repeat R`` (each contender R times, the best
-counts), ``--bootstrap host:port`` (default: a fresh local noida-db broker for the run),
-``--tmpdir``. Exit status 1 when a check fails.
+counts), ``--contenders job-long,job,spark``, ``--bootstrap host:port`` (default: a
+fresh local noida-db broker for the run), ``--tmpdir``. Exit status 1 when a check fails.
 
 What it does, in one run:
 
@@ -13,9 +13,11 @@ What it does, in one run:
    (``P`` partitions each) with ``N`` events of the Nexmark generator
    (:mod:`window_operator.nexmark`), JSON with event times in epoch ms (not timed);
 2. starts one ``local[2]`` Spark session and warms it up with a small stream;
-3. per query, times **job**: this project's job (:class:`StreamingJob`, AvailableNow,
-   through the keyed exchange, exactly-once; Q8 is the two grouping jobs, run at the same
-   time, then the join job), and checks its output topic against the reference answer
+3. per query, times **job-long** and **job**: this project's job in its two shapes on
+   Spark (``spark.mode`` ``long_running``: :class:`LongRunningJob`; ``micro_batch``:
+   :class:`StreamingJob`), AvailableNow, through the keyed exchange, exactly-once; Q8 is
+   the two grouping jobs, run at the same time (one worker each when long-running), then
+   the join job; and checks its output topic against the reference answer
    (:mod:`window_operator.nexmark.reference`) for exactly the windows its watermark
    closed; then **Spark**: Spark SQL's version of the query over the same topics, read
    by the same source (``read_kafka_stream``, rows), ``from_json``, the same 4 s
@@ -62,6 +64,8 @@ from window_operator.nexmark.topics import NexmarkTopics, fill_topics, partition
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config" / "nexmark"
 QUERIES = ("q5", "q7", "q8", "q11")
+#: this job's contenders: its two shapes on Spark (``spark.mode``)
+JOB_SHAPES = {"job": "micro_batch", "job-long": "long_running"}
 FLINK_PER_CORE = {"q5": 22_100, "q7": 12_300, "q8": 146_100, "q11": 39_700}
 TITLES = {
     "q5": "hot items (bids per auction, hop 10s/2s)",
@@ -170,7 +174,13 @@ def total_records(bootstrap: str) -> int:
 
 
 def job_config(
-    name: str, topics: NexmarkTopics, run_id: str, tmp: Path, max_offsets: int
+    name: str,
+    topics: NexmarkTopics,
+    run_id: str,
+    tmp: Path,
+    max_offsets: int,
+    mode: str = "micro_batch",
+    workers: int | None = None,
 ) -> AnyConfig:
     """``config/nexmark/<name>.yaml`` with this run's topics, job name and state directory."""
     doc = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
@@ -186,7 +196,12 @@ def job_config(
         doc["input"]["topic"] = rename[doc["input"]["topic"]]
         doc["output"] = {"topic": rename.get(doc["output"]["topic"], f"{doc['job']}-windows")}
     doc["state"] = {**doc.get("state", {}), "dir": str(tmp / doc["job"])}
-    doc["spark"] = {"trigger": "available_now", "max_offsets_per_trigger": max_offsets}
+    doc["spark"] = {
+        "trigger": "available_now",
+        "max_offsets_per_trigger": max_offsets,
+        "mode": mode,
+        "workers": workers,
+    }
     return parse_any_config(doc, base_dir=CONFIG_DIR)
 
 
@@ -213,13 +228,16 @@ class Outcome:
 def run_jobs(spark: Any, bootstrap: str, configs: list[AnyConfig]) -> Outcome:
     """Run the jobs at the same time to their end."""
     from window_operator.spark.driver import BatchReport, StreamingJob, prepare_topics
+    from window_operator.spark.longrun import LongRunningJob, WorkersFailedError
 
-    jobs, logs = [], []
+    jobs: list[StreamingJob | LongRunningJob] = []
+    logs = []
     for config in configs:
         prepare_topics(config, bootstrap)
         reports: list[BatchReport] = []
+        shape = LongRunningJob if config.spark.long_running else StreamingJob
         jobs.append(
-            StreamingJob(config, bootstrap_servers=bootstrap, spark=spark, on_report=reports.append)
+            shape(config, bootstrap_servers=bootstrap, spark=spark, on_report=reports.append)
         )
         logs.append(reports)
     for job in jobs:
@@ -227,7 +245,7 @@ def run_jobs(spark: Any, bootstrap: str, configs: list[AnyConfig]) -> Outcome:
     for job in jobs:
         try:
             done = job.await_termination(TIMEOUT_S)
-        except StreamingQueryException as exc:
+        except (StreamingQueryException, WorkersFailedError) as exc:
             raise CheckFailed(f"{job.config.job} failed: {exc}") from None
         if not done:
             job.stop()
@@ -244,17 +262,27 @@ def run_jobs(spark: Any, bootstrap: str, configs: list[AnyConfig]) -> Outcome:
 
 
 def run_ours(
-    spark: Any, bootstrap: str, stream: Stream, query: str, tmp: Path, args: argparse.Namespace
+    spark: Any,
+    bootstrap: str,
+    stream: Stream,
+    query: str,
+    tmp: Path,
+    args: argparse.Namespace,
+    mode: str = "micro_batch",
 ) -> Run:
     """The job(s) of ``query``, timed from start to end, then checked."""
     run_id = uuid.uuid4().hex[:6]
 
-    def cfg(name: str) -> AnyConfig:
-        return job_config(name, stream.topics, run_id, tmp, args.max_offsets_per_trigger)
+    def cfg(name: str, workers: int | None = None) -> AnyConfig:
+        return job_config(
+            name, stream.topics, run_id, tmp, args.max_offsets_per_trigger, mode, workers
+        )
 
     t0 = time.perf_counter()
     if query == "q8":
-        outcome = run_jobs(spark, bootstrap, [cfg("q8-persons"), cfg("q8-auctions")])
+        # two long-running jobs at once on local[2]: one worker each, so both fit
+        both = 1 if mode == "long_running" else None
+        outcome = run_jobs(spark, bootstrap, [cfg("q8-persons", both), cfg("q8-auctions", both)])
         final = cfg("q8")
         outcome.add(run_jobs(spark, bootstrap, [final]))
     else:
@@ -501,26 +529,31 @@ def print_table(stream: Stream, results: dict[str, dict[str, list[Run]]]) -> Non
     cores = os.cpu_count() or 1
     n = len(stream.events)
     head = (
-        f"{'query':5} {'reads':>9} {'job s':>7} {'job ev/s':>10} {'/core':>8} {'records/s':>10} "
-        f"{'Spark s':>8} {'Spark ev/s':>10} {'/core':>8} {'job/Spark':>9} {'Flink/core':>10}"
+        f"{'query':5} {'job':9} {'reads':>9} {'job s':>7} {'job ev/s':>10} {'/core':>8} "
+        f"{'records/s':>10} {'Spark s':>8} {'Spark ev/s':>10} {'/core':>8} {'job/Spark':>9} "
+        f"{'Flink/core':>10}"
     )
     print(head)
     print("-" * len(head))
     for q, runs in results.items():
-        a, b = best(runs["job"]), best(runs["spark"])
-        ra, rb = n / a.seconds, n / b.seconds
-        print(
-            f"{q:5} {stream.records(q):>9,} {a.seconds:>7.2f} {ra:>10,.0f} {ra / cores:>8,.0f} "
-            f"{stream.records(q) / a.seconds:>10,.0f} {b.seconds:>8.2f} {rb:>10,.0f} "
-            f"{rb / cores:>8,.0f} {rb and ra / rb:>8.2f}x {FLINK_PER_CORE[q]:>10,}"
-            + ("  (a check FAILED, see below)" if {a.check, b.check} != {"ok"} else "")
-        )
+        b = best(runs["spark"])
+        rb = n / b.seconds
+        for who in (w for w in JOB_SHAPES if runs.get(w)):
+            a = best(runs[who])
+            ra = n / a.seconds
+            print(
+                f"{q:5} {who:9} {stream.records(q):>9,} {a.seconds:>7.2f} {ra:>10,.0f} "
+                f"{ra / cores:>8,.0f} {stream.records(q) / a.seconds:>10,.0f} "
+                f"{b.seconds:>8.2f} {rb:>10,.0f} {rb / cores:>8,.0f} {rb and ra / rb:>8.2f}x "
+                f"{FLINK_PER_CORE[q]:>10,}"
+                + ("  (a check FAILED, see below)" if {a.check, b.check} != {"ok"} else "")
+            )
     print()
     for q, runs in results.items():
         print(f"{q}: {TITLES[q]}")
-        for who in ("job", "spark"):
-            for r in runs[who]:
-                print(f"  {who:5} {r.seconds:7.2f}s  check: {r.check}; {r.info}")
+        for who, rs in runs.items():
+            for r in rs:
+                print(f"  {who:9} {r.seconds:7.2f}s  check: {r.check}; {r.info}")
 
 
 # -------------------------------------------------------------------------------- main
@@ -537,11 +570,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shuffle-partitions", type=int, default=4)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument(
+        "--contenders",
+        default="job-long,job,spark",
+        help="job-long (spark.mode long_running), job (micro_batch) and spark",
+    )
+    p.add_argument(
         "--bootstrap", default=None, help="an existing broker (default: a fresh local one)"
     )
     p.add_argument("--tmpdir", default=None)
     args = p.parse_args(argv)
     args.queries = [q.strip() for q in args.queries.split(",") if q.strip()]
+    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    if "spark" not in args.contenders or not set(args.contenders) <= {*JOB_SHAPES, "spark"}:
+        p.error(f"--contenders takes spark and some of {','.join(JOB_SHAPES)}")
     unknown = set(args.queries) - set(QUERIES)
     if unknown or not args.queries:
         p.error(f"--queries takes some of {','.join(QUERIES)}")
@@ -573,9 +614,17 @@ def warm_up(spark: Any, bootstrap: str, tmp: Path, args: argparse.Namespace) -> 
     slow = argparse.Namespace(**{**vars(args), "rate": WARM_EVENTS / 40.0})
     stream = make_stream(bootstrap, WARM_EVENTS, f"warm-{uuid.uuid4().hex[:6]}-", slow)
     for q in ("q7", "q8"):
-        for who, runner in (("job", run_ours), ("spark", run_spark)):
-            r = runner(spark, bootstrap, stream, q, tmp, args)
+        for who in args.contenders:
+            r = contender(who)(spark, bootstrap, stream, q, tmp, args)
             log(f"  warm-up {q} {who}: {r.seconds:.1f}s, check {r.check}")
+
+
+def contender(who: str) -> Callable[..., Run]:
+    """How to run contender ``who`` (a job shape, or ``spark``)."""
+    if who == "spark":
+        return run_spark
+    mode = JOB_SHAPES[who]
+    return lambda *a: run_ours(*a, mode=mode)
 
 
 def run_all(
@@ -583,11 +632,11 @@ def run_all(
 ) -> dict[str, dict[str, list[Run]]]:
     results: dict[str, dict[str, list[Run]]] = {}
     for q in args.queries:
-        results[q] = {"job": [], "spark": []}
+        results[q] = {who: [] for who in args.contenders}
         for i in range(args.repeat):
-            for who, runner in (("job", run_ours), ("spark", run_spark)):
+            for who in args.contenders:
                 try:
-                    r = runner(spark, bootstrap, stream, q, tmp, args)
+                    r = contender(who)(spark, bootstrap, stream, q, tmp, args)
                 except CheckFailed as exc:
                     r = Run(float("inf"), check=f"FAILED: {exc}")
                 results[q][who].append(r)
@@ -631,15 +680,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print_table(stream, results)
         failed = [
-            f"{q} {who}"
-            for q, rs in results.items()
-            for who in ("job",)
-            for r in rs[who]
-            if r.check != "ok"
-        ]
-        failed += [
-            f"{q} spark" for q, rs in results.items() for r in rs["spark"] if r.check != "ok"
-        ]
+            f"{q} {who}" for q, rs in results.items() for who, runs in rs.items()
+            for r in runs if r.check != "ok"
+        ]  # fmt: skip
         print()
         print(f"check: FAILED ({', '.join(failed)})" if failed else "check: ok")
         return 1 if failed else 0

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
+from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,7 +67,7 @@ def run_worker(spec: WorkerSpec, _rows: Iterator[object]) -> Iterator[WorkerSumm
     ctx = BarrierTaskContext.get()
     index = ctx.partitionId()
     host = ctx.getTaskInfos()[index].address.rpartition(":")[0] or "127.0.0.1"
-    yield Worker(spec, index, gather=ctx.allGather, host=host).run()
+    yield Worker(spec, index, host=host).run()
 
 
 class LongRunningJob:
@@ -131,7 +132,8 @@ class LongRunningJob:
             available_now=self.available_now,
         )
         host = sc.getConf().get("spark.driver.host") or "127.0.0.1"
-        self._coordinator = Coordinator(spec.token, self._on_epoch, host=host)
+        n = spec.assignment.workers
+        self._coordinator = Coordinator(spec.token, n, self._on_epoch, host=host)
         spec = replace(spec, control=self._coordinator.start())
         self._thread = threading.Thread(
             target=self._supervise, args=(spec,), name="window-workers", daemon=True
@@ -142,10 +144,10 @@ class LongRunningJob:
         """Run the workers; start them again after a failure (see module doc)."""
         failures = 0
         try:
-            while True:
+            for attempt in count():
                 epochs = self._epochs
                 try:
-                    self.summaries = self._run_stage(spec)
+                    self.summaries = self._run_stage(replace(spec, attempt=str(attempt)))
                     return
                 except Exception as exc:  # noqa: BLE001 - decided below
                     if self._stopping.is_set():

@@ -1,8 +1,7 @@
 """A long-running job's workers as threads of this process (tests and tools).
 
-The same workers, mesh and coordinator as on Spark, with two stand-ins for what Spark's
-barrier stage gives: the workers start together in threads, and
-:class:`LocalGather` plays ``BarrierTaskContext.allGather``.
+The same workers, mesh and coordinator as on Spark; threads stand in for the tasks of
+Spark's barrier stage.
 """
 
 from __future__ import annotations
@@ -15,25 +14,7 @@ from window_operator.runtime.longrun.control import Coordinator
 from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
 from window_operator.runtime.longrun.worker import Worker, WorkerSpec
 
-__all__ = ["LocalGather", "LocalLongRunningJob"]
-
-
-class LocalGather:
-    """``allGather`` among ``n`` threads: each gives a message, all get every message."""
-
-    def __init__(self, n: int, timeout_s: float = 120.0) -> None:
-        self.messages: list[str] = [""] * n
-        self.barrier = threading.Barrier(n, timeout=timeout_s)
-
-    def for_worker(self, index: int) -> Callable[[str], list[str]]:
-        """The gather function of worker ``index``."""
-
-        def gather(message: str) -> list[str]:
-            self.messages[index] = message
-            self.barrier.wait()
-            return list(self.messages)
-
-        return gather
+__all__ = ["LocalLongRunningJob"]
 
 
 @dataclass
@@ -51,25 +32,22 @@ class LocalLongRunningJob:
 
     def start(self) -> None:
         """Start the coordinator and every worker."""
-        self._coordinator = Coordinator(self.spec.token, self._report)
-        spec = replace(self.spec, control=self._coordinator.start())
-        gather = LocalGather(spec.assignment.workers)
-        for w in range(spec.assignment.workers):
-            t = threading.Thread(
-                target=self._run, args=(spec, w, gather), name=f"worker-{w}", daemon=True
-            )
+        workers = self.spec.assignment.workers
+        self._coordinator = Coordinator(self.spec.token, workers, self._report)
+        spec = replace(self.spec, control=self._coordinator.start(), attempt="local")
+        for w in range(workers):
+            t = threading.Thread(target=self._run, args=(spec, w), name=f"worker-{w}", daemon=True)
             self._threads.append(t)
             t.start()
 
-    def _run(self, spec: WorkerSpec, index: int, gather: LocalGather) -> None:
+    def _run(self, spec: WorkerSpec, index: int) -> None:
         try:
-            summary = Worker(spec, index, gather=gather.for_worker(index)).run()
+            summary = Worker(spec, index).run()
             with self._lock:
                 self.summaries.append(summary)
         except BaseException as exc:  # noqa: BLE001 - handed to wait()
             with self._lock:
                 self.errors.append(exc)
-            gather.barrier.abort()
 
     def _report(self, report: EpochReport) -> None:
         with self._lock:

@@ -30,6 +30,7 @@ __all__ = [
     "Connection",
     "End",
     "EpochReport",
+    "Gather",
     "Hello",
     "Kind",
     "PeerLostError",
@@ -58,7 +59,7 @@ class Kind(IntEnum):
     ACK = 4
     REPORT = 5
     STOP = 6
-    DONE = 7
+    GATHER = 7
 
 
 _KINDS = frozenset(int(k) for k in Kind)
@@ -113,6 +114,15 @@ class EpochReport:
     ranges: list[MapReport]
     clock: ClockState
     seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """Workers meeting through the driver: to the driver one worker's ``payload`` of
+    round ``round``, from the driver every worker's, in worker order."""
+
+    round: str
+    payload: list[str]
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 from typing import TYPE_CHECKING, cast
@@ -48,6 +48,7 @@ from window_operator.policies import NO_WATERMARK
 from window_operator.results import ErrorRecord
 from window_operator.runtime.batch import advance_clock, split_range
 from window_operator.runtime.exchange import InputRange, MapReport, Rows, TaskInput
+from window_operator.runtime.faults import trace
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.longrun.assignment import (
     Assignment,
@@ -90,7 +91,9 @@ class WorkerSpec:
     partition's end when the run started (the partitions with input waiting, whose event
     times the watermark must wait for); ``ends``: where an ``available_now`` run stops
     reading (None: run until stopped); ``control``: the driver's coordinator (None: no
-    driver, nobody to report to).
+    driver, nobody to report to, a single worker); ``attempt``: which start of the
+    workers this is (the workers of one start meet, see
+    :class:`~window_operator.runtime.longrun.control.Coordinator`).
     """
 
     settings: TaskSettings
@@ -103,6 +106,7 @@ class WorkerSpec:
     epoch_ms: int = DEFAULT_EPOCH_MS
     #: end an epoch early once the worker read this many records in it (None: no bound)
     epoch_records: int | None = None
+    attempt: str = ""
 
 
 @dataclass
@@ -150,14 +154,7 @@ class _Inbox:
 class Worker:
     """One worker of a long-running job (see module doc)."""
 
-    def __init__(
-        self,
-        spec: WorkerSpec,
-        index: int,
-        *,
-        gather: Callable[[str], list[str]],
-        host: str = "127.0.0.1",
-    ) -> None:
+    def __init__(self, spec: WorkerSpec, index: int, *, host: str = "127.0.0.1") -> None:
         self.spec = spec
         self.index = index
         self.settings = spec.settings
@@ -167,7 +164,6 @@ class Worker:
         self._positions: dict[tuple[str | None, int | None], InputPosition] = {
             (p.topic, p.partition): p.position for p in self.inputs.values()
         }
-        self.gather = gather
         self.inbox = _Inbox(self.tasks)
         self.mesh = Mesh(
             index,
@@ -196,6 +192,7 @@ class Worker:
 
     def run(self) -> WorkerSummary:
         """Run until stopped (or the end offsets); what the worker did."""
+        trace("worker-start", -1, -1, f"worker {self.index}")
         try:
             if self.spec.control is not None:
                 self.control = ControlClient(self.spec.control, self.spec.token, self.index)
@@ -204,6 +201,7 @@ class Worker:
             return WorkerSummary(self.index, self.epoch, self.records, tuple(self.tasks))
         finally:
             self._close()
+            trace("worker-end", -1, self.epoch, f"worker {self.index}")
 
     def _start(self) -> None:
         """Open the tasks, meet the other workers, start reading where the state says."""
@@ -212,9 +210,11 @@ class Worker:
             op = runner.open().op
             positions[t] = op.offsets
             self.clocks[t] = op.clock_state()
+        trace("worker-opened", -1, -1, f"worker {self.index}")
         address = self.mesh.listen()
         starts = [
-            WorkerStart.from_json(m) for m in self.gather(WorkerStart(address, positions).to_json())
+            WorkerStart.from_json(m)
+            for m in self._gather(WorkerStart(address, positions).to_json())
         ]
         self.mesh.join([s.address for s in starts])
         begin = start_offsets(self.assignment.partitions, starts, self.spec.first)
@@ -222,6 +222,17 @@ class Worker:
         for t, clock in self.clocks.items():
             self.clocks[t], self.unseen[t] = wait_for(clock, waiting)
         self._assign({pos: begin[pos] for pos in self.inputs})
+        trace("worker-reading", -1, -1, f"worker {self.index}")
+
+    def _gather(self, payload: str) -> list[str]:
+        """Every worker's ``payload`` (through the driver's coordinator)."""
+        if self.control is None:
+            if self.assignment.workers > 1:
+                raise ValueError("several workers meet through a coordinator: give its address")
+            return [payload]
+        # workers of a stage Spark runs again meet in the same round: each replaces
+        # what its failed attempt sent
+        return self.control.gather(self.spec.attempt, payload, self.mesh.timeout_s)
 
     def _assign(self, begin: dict[InputPosition, int]) -> None:
         from confluent_kafka import Consumer, TopicPartition
@@ -272,6 +283,7 @@ class Worker:
         return self.spec.ends is not None and not self.reading
 
     def _send_end(self) -> None:
+        trace("worker-end-sent", -1, self.epoch, f"worker {self.index}")
         self._sent_end = True
         self.reading.clear()
         for w in range(self.assignment.workers):
