@@ -1,0 +1,63 @@
+"""A task's clock across epochs of chunks from several workers (TaskClock)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobkit import job_config
+
+from window_operator.kernel import ClockState, InputPosition
+from window_operator.policies import NO_WATERMARK
+from window_operator.runtime.exchange import InputRange, MapReport
+from window_operator.runtime.longrun.inbox import Part, TaskClock, merge_reports
+from window_operator.runtime.settings import TaskSettings
+
+P0, P1 = InputPosition(0, 0), InputPosition(0, 1)
+NOW = 1_700_000_000_000
+
+
+def settings(tmp: Path) -> TaskSettings:
+    config = job_config(tmp, "t", "job", watermark={"allowed_lateness": "0s"})
+    return TaskSettings(config, "unused:9092", str(tmp), tasks=2)
+
+
+def part(p: int, start: int, end: int, max_ts: int | None) -> Part:
+    return Part(MapReport(InputRange(0, "t", p, start, end), end - start, max_ts), None, ())
+
+
+def test_the_watermark_waits_for_every_partition_with_input(tmp_path: Path) -> None:
+    # partition 0's chunks arrive first (its worker is ahead); partition 1's next epoch
+    clock = TaskClock.waiting_for(settings(tmp_path), 0, ClockState(), {P0, P1})
+    e0 = clock.epoch(0, [part(0, 0, 10, 5_000), part(0, 10, 20, 9_000)], NOW)
+    assert e0.clock_after.watermark == NO_WATERMARK  # partition 1 not seen yet
+    assert [(r.partition, r.start, r.end) for r in e0.ranges] == [(0, 0, 20)]
+    clock.advance(e0)
+    e1 = clock.epoch(1, [part(1, 0, 10, 7_000)], NOW)
+    # partition 1's rows are decided with the clock before them: still held back
+    assert e1.clock_before.watermark == NO_WATERMARK
+    assert e1.clock_after.watermark == 7_000  # min(9_000, 7_000), lateness 0
+    clock.advance(e1)
+    assert clock.unseen == set()
+
+
+def test_a_partition_whose_records_carry_no_event_time_stops_holding_it_back(
+    tmp_path: Path,
+) -> None:
+    clock = TaskClock.waiting_for(settings(tmp_path), 0, ClockState(), {P0, P1})
+    e0 = clock.epoch(0, [part(0, 0, 10, 5_000), part(1, 0, 3, None)], NOW)  # all rejected
+    assert e0.clock_after.watermark == 5_000
+
+
+def test_a_restored_clock_waits_only_for_partitions_it_has_not_seen(tmp_path: Path) -> None:
+    restored = ClockState(max_ts={P0: 8_000}, watermark=8_000)
+    clock = TaskClock.waiting_for(settings(tmp_path), 1, restored, {P0, P1})
+    assert clock.unseen == {P1}
+    assert clock.state.max_ts == {P0: 8_000, P1: NO_WATERMARK}
+
+
+def test_reports_of_consecutive_chunks_merge() -> None:
+    a = MapReport(InputRange(0, "t", 2, 0, 10), 10, 100, {"BAD_JSON": 1}, 0.5, 0.1)
+    b = MapReport(InputRange(0, "t", 2, 10, 25), 14, None, {"BAD_JSON": 2, "X": 1}, 0.25, 0.1)
+    m = merge_reports(a, b)
+    assert (m.range.start, m.range.end, m.records, m.max_ts) == (0, 25, 24, 100)
+    assert m.rejected == {"BAD_JSON": 3, "X": 1}
