@@ -30,11 +30,27 @@ def task_of_bytes(keys: Sequence[bytes], n_tasks: int) -> IntArray:
     return np.fromiter(map(tasks.__getitem__, keys), dtype=np.int64, count=len(keys))
 
 
+#: CRC-32 of the grouping keys routed so far in this process (a worker routes the same
+#: keys chunk after chunk); emptied when it holds this many, so churning keys bound it.
+_KEY_CRC_LIMIT = 1 << 20
+_KEY_CRC: dict[str, int] = {}
+
+
 def task_of_keys(keys: Sequence[str], n_tasks: int) -> IntArray:
     """The state task of each grouping key (CRC-32 of its UTF-8 bytes mod ``n_tasks``)."""
-    crc = zlib.crc32
-    tasks = {k: crc(k.encode("utf-8", "surrogatepass")) % n_tasks for k in dict.fromkeys(keys)}
-    return np.fromiter(map(tasks.__getitem__, keys), dtype=np.int64, count=len(keys))
+    known = _KEY_CRC
+    try:
+        crcs = np.fromiter(map(known.__getitem__, keys), dtype=np.int64, count=len(keys))
+    except KeyError:
+        if len(known) > _KEY_CRC_LIMIT:
+            known.clear()
+        crc = zlib.crc32
+        for k in dict.fromkeys(keys):
+            if k not in known:
+                known[k] = crc(k.encode("utf-8", "surrogatepass"))
+        crcs = np.fromiter(map(known.__getitem__, keys), dtype=np.int64, count=len(keys))
+    out: IntArray = crcs % n_tasks
+    return out
 
 
 def task_of_partitions(partitions: IntArray, n_tasks: int) -> IntArray:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -196,26 +197,22 @@ class FrameStore:
         created). ``on_disk_possible`` marks closed frames that may have been evicted.
         """
         n = len(kids)
-        slots = np.empty(n, dtype=np.int64)
         created = np.zeros(n, dtype=np.bool_)
         if self.spilled_upto is not None:
             on_disk_possible = on_disk_possible | (frames <= self.spilled_upto)
         pairs = list(zip(kids.tolist(), frames.tolist(), strict=True))
-        found = list(map(self.slot_of.get, pairs))
-        disk = on_disk_possible.tolist()
-        to_load: list[int] = []
-        fresh: list[int] = []
-        for i, s in enumerate(found):
-            if s is not None:
-                slots[i] = s
-            elif disk[i]:
-                to_load.append(i)
-            else:
-                fresh.append(i)
-        if fresh:
-            idx = np.asarray(fresh, dtype=np.int64)
-            slots[idx] = self.allocate_many(kids[idx], frames[idx], [pairs[i] for i in fresh])
-            created[idx] = True
+        # one dict lookup per pair in C; the rest vectorized
+        slots = np.fromiter(map(self.slot_of.get, pairs, repeat(-1)), dtype=np.int64, count=n)
+        missing = slots < 0
+        if not missing.any():
+            return slots, created
+        fresh = np.flatnonzero(missing & ~on_disk_possible)
+        if len(fresh):
+            slots[fresh] = self.allocate_many(
+                kids[fresh], frames[fresh], [pairs[i] for i in fresh.tolist()]
+            )
+            created[fresh] = True
+        to_load = np.flatnonzero(missing & on_disk_possible).tolist()
         if to_load:
             loaded = self.load([pairs[i] for i in to_load])
             for i, s in zip(to_load, loaded, strict=True):
