@@ -65,6 +65,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How often a task kept open counts its state for the report (seconds).
+STATE_REPORT_EVERY_S = 5.0
+
 B = TypeVar("B")
 R = TypeVar("R", bound=Sized)
 
@@ -147,6 +150,8 @@ class TaskRunner(Generic[B, R]):
         self.keep_open = keep_open
         self.topics = SinkTopics(settings.config.output.topic, settings.config.output.errors_topic)
         self._open: OpenTask[B, R] | None = None
+        self._state_at = -STATE_REPORT_EVERY_S
+        self._state = (0, -1, -1)
 
     def open(self) -> OpenTask[B, R]:
         """The task opened for its next batch (kept from the last one when it is open)."""
@@ -214,7 +219,7 @@ class TaskRunner(Generic[B, R]):
             opened.op, errors = self._apply(opened.state, opened.op, inp, report)
             report.seconds_operator = time.perf_counter() - t0 - report.seconds_restore
             self._send(opened.producer, opened.writer, opened.state, opened.op, errors, inp, report)
-            _observe_state(opened.op, opened.state, report)
+            self._observe_state(opened, report)
         except BaseException as exc:
             if opened is not None and isinstance(exc, _KAFKA_FAILURES):
                 discard_producer(opened.producer)
@@ -224,6 +229,15 @@ class TaskRunner(Generic[B, R]):
             self.close()
         report.seconds = time.perf_counter() - t0
         return report
+
+    def _observe_state(self, opened: OpenTask[B, R], report: TaskReport) -> None:
+        """Store size and live keys and windows in the report. A task kept open reports
+        them at most every :data:`STATE_REPORT_EVERY_S` (counting costs a pass over the
+        open state), repeating the last figures in between."""
+        now = time.monotonic()
+        if not self.keep_open or now - self._state_at >= STATE_REPORT_EVERY_S:
+            self._state_at, self._state = now, _state_report(opened.op, opened.state)
+        report.store_bytes, report.live_keys, report.live_windows = self._state
 
     def _check_positions(self, op: WindowOperator[B, R, object], inp: TaskInput) -> TaskInput:
         """Step 2: the input must continue where the state ends; a gap is read here."""
@@ -420,12 +434,13 @@ def _count_kind(counts: dict[str, int], results: Sized) -> None:
     counts[kind] = counts.get(kind, 0) + len(results)
 
 
-def _observe_state(
-    op: WindowOperator[Never, object, object], state: TaskState, report: TaskReport
-) -> None:
-    """The task's state after the batch: store size on disk, live keys and windows."""
-    report.store_bytes = state.store.size_on_disk()
+def _state_report(
+    op: WindowOperator[Never, object, object], state: TaskState
+) -> tuple[int, int, int]:
+    """The task's state after a batch: store size on disk, live keys and live windows
+    (``-1``: the operator does not tell)."""
     live = getattr(op, "live_state", None)
-    if live is not None:
-        counts = live()
-        report.live_keys, report.live_windows = counts.keys, counts.windows
+    if live is None:
+        return state.store.size_on_disk(), -1, -1
+    counts = live()
+    return state.store.size_on_disk(), counts.keys, counts.windows
