@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
@@ -104,7 +103,7 @@ class LongRunningJob:
         self.on_report = on_report
         self.observers: list[Observer] = []
         self.run_totals = JobRun()
-        self.workers = workers
+        self.workers = workers or sc.workers
         self.checkpoint_dir = Path(str(sc.checkpoint_dir))
         self.summaries: list[WorkerSummary] = []
         self.error: BaseException | None = None
@@ -161,7 +160,8 @@ class LongRunningJob:
                         )
                         return
                     log.warning("the workers failed (%s); starting them again", cause)
-                    time.sleep(min(2.0**failures, 10.0))
+                    if self._stopping.wait(min(2.0**failures, 10.0)):
+                        return
         finally:
             self._done.set()
 
@@ -198,6 +198,7 @@ class LongRunningJob:
 
     def _on_epoch(self, epoch: EpochReport) -> None:
         """A worker's epoch (coordinator thread): published as a batch report."""
+        # the workers report on threads of their own: one report at a time
         with self._lock:
             report = BatchReport(
                 self._epochs, epoch.tasks, epoch.ranges, epoch.clock, epoch.seconds
@@ -206,14 +207,13 @@ class LongRunningJob:
             self.run_totals.batches += 1
             self.run_totals.add(report)
             self._record_progress(report)
-            observers = list(self.observers)
-        if self.on_report is not None:
-            self.on_report(report)
-        for observer in observers:
-            try:
-                observer(report)
-            except Exception as exc:  # noqa: BLE001 - an observer never stops the job
-                log.warning("batch report observer %r failed: %s", observer, exc)
+            if self.on_report is not None:
+                self.on_report(report)
+            for observer in self.observers:
+                try:
+                    observer(report)
+                except Exception as exc:  # noqa: BLE001 - an observer never stops the job
+                    log.warning("batch report observer %r failed: %s", observer, exc)
 
     def add_observer(self, observer: Observer) -> None:
         """Call ``observer`` with every epoch report too (after ``on_report``)."""

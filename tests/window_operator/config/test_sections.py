@@ -36,6 +36,11 @@ def test_defaults_are_as_documented() -> None:
     assert cfg.kafka.bootstrap_servers is None
     assert (cfg.kafka.consumer, cfg.kafka.producer) == ({}, {})
     assert cfg.spark.master is None
+    assert (cfg.spark.mode, cfg.spark.long_running, cfg.spark.workers) == (
+        "micro_batch",
+        False,
+        None,
+    )
     assert cfg.spark.trigger == 5_000
     assert cfg.spark.max_offsets_per_trigger is None
     assert cfg.spark.checkpoint_dir == Path("state/j/spark-checkpoint")
@@ -138,6 +143,16 @@ def test_spark_trigger_available_now_and_settings() -> None:
     )
     assert cfg.spark.conf == {"a.b": "4", "c": "true", "d": "x"}
     assert cfg.kafka.consumer == {"fetch.min.bytes": 1, "enable.auto.commit": False, "x": "y"}
+
+
+def test_spark_mode_long_running_and_its_workers() -> None:
+    cfg = parse_config(minimal() | {"spark": {"mode": "long_running", "workers": 3}}, base_dir=ROOT)
+    assert (cfg.spark.long_running, cfg.spark.workers) == (True, 3)
+    lines = problem_lines(minimal() | {"spark": {"mode": "longrunning", "workers": 0}})
+    assert lines == [
+        "spark.mode: must be one of micro_batch, long_running (got 'longrunning')",
+        "spark.workers: must be greater than 0 (got 0)",
+    ]
 
 
 def test_invalid_job_name_is_reported_once() -> None:
