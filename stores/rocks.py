@@ -234,6 +234,12 @@ def _open(path: Path, lock_wait_s: float) -> Rdict:
 MAX_WAL_BYTES = 32 << 20
 
 
+def _no_fill() -> ReadOptions:
+    opts = ReadOptions()
+    opts.fill_cache(False)  # type: ignore[call-arg]  # rocksdict's stub omits the argument
+    return opts
+
+
 def _options() -> Options:
     opts = _cf_options()
     opts.create_if_missing(True)
@@ -250,6 +256,9 @@ class TaskStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self._db: Rdict | None = _open(self.path, lock_wait_s)
         self._cfs = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
+        self._cfs_no_fill = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
+        for family in self._cfs_no_fill.values():
+            family.set_read_options(_no_fill())
         self._handles = {cf: self._db.get_column_family_handle(cf.value) for cf in ColumnFamily}
         #: per column family, the range covering every range delete since the last compaction
         self._deleted: dict[ColumnFamily, tuple[bytes, bytes]] = {}
@@ -272,29 +281,42 @@ class TaskStore:
         value: bytes | None = self._cfs[cf].get(key)
         return value
 
-    def multi_get(self, cf: ColumnFamily, keys: Sequence[bytes]) -> list[bytes | None]:
-        """Values of many keys in one call (``None`` for absent keys)."""
+    def multi_get(
+        self, cf: ColumnFamily, keys: Sequence[bytes], *, fill_cache: bool = True
+    ) -> list[bytes | None]:
+        """Values of many keys in one call (``None`` for absent keys).
+
+        ``fill_cache=False`` for records about to be deleted: the blocks read for them
+        then do not take the place of live ones in the block cache.
+        """
         self._require_open()
         if not keys:
             return []
-        values = self._cfs[cf].get(list(keys))
+        # a list get takes its read options from the family object, not from read_opt
+        family = self._cfs[cf] if fill_cache else self._cfs_no_fill[cf]
+        values = family.get(list(keys))
         assert isinstance(values, list)
         return values
 
     def scan(
-        self, cf: ColumnFamily, start: bytes, end: bytes | None = None
+        self, cf: ColumnFamily, start: bytes, end: bytes | None = None, *, fill_cache: bool = True
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Iterate ``(key, value)`` in key order over ``[start, end)`` (``None``: to the end)."""
+        """Iterate ``(key, value)`` in key order over ``[start, end)`` (``None``: to the end).
+
+        ``fill_cache=False`` as in :meth:`multi_get`.
+        """
         self._require_open()
-        read_opts = ReadOptions()
+        read_opts = _no_fill() if not fill_cache else ReadOptions()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
         items = self._cfs[cf].items(from_key=start, read_opt=read_opts)
         return _Scan(items, (read_opts, end))
 
-    def scan_range(self, keys: KeyRange) -> Iterator[tuple[bytes, bytes]]:
+    def scan_range(
+        self, keys: KeyRange, *, fill_cache: bool = True
+    ) -> Iterator[tuple[bytes, bytes]]:
         """:meth:`scan` of a :class:`KeyRange`."""
-        return self.scan(keys.cf, keys.lo, keys.hi)
+        return self.scan(keys.cf, keys.lo, keys.hi, fill_cache=fill_cache)
 
     def commit(self, batch: StoreBatch) -> None:
         """Apply every mutation of ``batch`` atomically (one RocksDB WriteBatch)."""
@@ -382,6 +404,7 @@ class TaskStore:
         db.close()  # the write-ahead log already holds every committed batch
         # rocksdict releases the file lock when every handle object is gone
         self._cfs.clear()
+        self._cfs_no_fill.clear()
         self._handles.clear()
         del db
 

@@ -125,3 +125,22 @@ def test_every_column_family_runs_with_the_bounded_write_buffer(tmp_path: Path) 
         assert memory.block_cache <= BLOCK_CACHE_BYTES
     assert list(tmp_path.glob("*.sst"))  # full write buffers went to files
     store.close()
+
+
+def test_reads_without_fill_cache_leave_the_block_cache_alone(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "t")
+    for chunk in range(4):
+        _fill(store, b"r%d" % chunk, 20_000)
+    store.close()  # the memtables go to files: reads now go through the block cache
+    store = TaskStore(tmp_path / "t")
+    keys = [b"r1%08d" % i for i in range(0, 20_000, 50)]
+    before = store.memory().block_cache
+    assert len(list(store.scan(ColumnFamily.WINDOW_META, b"r0", b"r1", fill_cache=False))) == 20_000
+    assert all(store.multi_get(ColumnFamily.WINDOW_META, keys, fill_cache=False))
+    assert store.memory().block_cache == before
+    assert len(list(store.scan(ColumnFamily.WINDOW_META, b"r0", b"r1"))) == 20_000
+    assert store.memory().block_cache > before + (1 << 20)  # 4 MB of rows read
+    filled = store.memory().block_cache
+    assert all(store.multi_get(ColumnFamily.WINDOW_META, keys))
+    assert store.memory().block_cache > filled
+    store.close()
