@@ -306,7 +306,7 @@ class TaskStore:
         ``fill_cache=False`` as in :meth:`multi_get`.
         """
         self._require_open()
-        read_opts = _no_fill() if not fill_cache else ReadOptions()
+        read_opts = ReadOptions() if fill_cache else _no_fill()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
         items = self._cfs[cf].items(from_key=start, read_opt=read_opts)

@@ -39,7 +39,7 @@ class Slots:
         self.objs: list[list[Any] | None] = [None] * cap
         #: Emitted bounds beyond ``em_start/em_end`` (sessions merged after emission).
         self.extra: dict[int, list[tuple[int, int]]] = {}
-        #: Free slots as a stack, the next one taken last. An array, not a list: a list
+        #: Free slots as a stack, taken from the top (the end). An array, not a list: a list
         #: would keep a Python int per free slot alive across batches, scattered over the
         #: interpreter's memory arenas among short-lived objects, so that arenas holding
         #: only a few of them could never be given back.
