@@ -27,10 +27,11 @@ Key distributions:
           popularity (exponent 1.3: a few keys in every batch, a long tail seen now and
           then), half one-off keys.
 
-The table shows, per report point, events processed, the peak RSS (``VmRSS``) and the
-peak size of the task's RocksDB directory over the interval (both are read after every
-micro-batch: the write-ahead log and the memtables fill and empty every few batches),
-events/s over the interval and the keys interned in memory. The
+The table shows, per report point, events processed, the peak RSS (``VmRSS``), the peak
+of RocksDB's own memory (memtables, table readers and block cache, as it estimates them:
+``TaskStore.memory``) and the peak size of the task's RocksDB directory over the interval
+(all are read after every micro-batch: the write-ahead log and the memtables fill and
+empty every few batches), events/s over the interval and the keys interned in memory. The
 verdict line compares the last point with the one at a tenth of the run (2M of 20M):
 RSS and store within 10 %, events/s (mean of the last three intervals against the three
 after that point) within 10 %.
@@ -51,6 +52,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from stores.rocks import StoreMemory
 from window_operator.config import JobConfig, JoinJobConfig, parse_any_config
 from window_operator.events import EventBatch
 from window_operator.job import build_runtime
@@ -69,6 +71,7 @@ class Sample:
 
     events: int
     rss_mb: float
+    rocks_mb: float
     store_mb: float
     events_per_s: float
     keys: int
@@ -203,6 +206,10 @@ def _interned(op: Any) -> int:
     return len(cache.keys) if cache is not None else len(op.keys)
 
 
+def _rocks_mb(memory: StoreMemory) -> float:
+    return (memory.memtables + memory.table_readers + memory.block_cache) / 2**20
+
+
 def _rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -227,7 +234,7 @@ def run_one(
             op: Any = build_join_runtime(config).open_task(Path(tmp))
         else:
             op = build_runtime(config).open_task(Path(tmp))
-        cpu, done, rss, store = 0.0, 0, 0.0, 0.0
+        cpu, done, rss, rocks, store = 0.0, 0, 0.0, 0.0, 0.0
         for b in range(n_batches):
             inputs = feed.make(b)
             c0 = time.process_time()
@@ -240,13 +247,14 @@ def run_one(
             # peaks within the interval: the write-ahead log and memtables fill and empty
             # every few batches, so single readings depend on where in that cycle they fall
             rss = max(rss, _rss_mb())
+            rocks = max(rocks, _rocks_mb(op.store.memory()))
             store = max(store, op.store.size_on_disk() / 2**20)
             if (b + 1) % every == 0 or b + 1 == n_batches:
                 n = (b + 1) * batch
-                s = Sample(n, rss, store, (n - done) / max(cpu, 1e-9), _interned(op))
+                s = Sample(n, rss, rocks, store, (n - done) / max(cpu, 1e-9), _interned(op))
                 samples.append(s)
                 print(f"    {_row(s)}", flush=True)
-                cpu, done, rss, store = 0.0, n, 0.0, 0.0
+                cpu, done, rss, rocks, store = 0.0, n, 0.0, 0.0, 0.0
         op.close()
     return samples
 
@@ -256,13 +264,15 @@ def run_one(
 
 def _row(s: Sample) -> str:
     return (
-        f"| {s.events:>12,} | {s.rss_mb:>8,.0f} MB | {s.store_mb:>8,.1f} MB "
+        f"| {s.events:>12,} | {s.rss_mb:>8,.0f} MB | {s.rocks_mb:>8,.1f} MB "
+        f"| {s.store_mb:>8,.1f} MB "
         f"| {s.events_per_s:>10,.0f} | {s.keys:>9,} |"
     )
 
 
-HEADER = "|       events |      RSS |  RocksDB dir |   events/s |      keys |\n" + (
-    "|---|---|---|---|---|"
+HEADER = (
+    "|       events |      RSS |  RocksDB mem |  RocksDB dir |   events/s |      keys |\n"
+    "|---|---|---|---|---|---|"
 )
 
 
@@ -291,9 +301,10 @@ def plot(runs: dict[str, list[Sample]], path: Path) -> bool:
     except ImportError:
         print("matplotlib is not installed: no plot (pip install -e '.[bench]')")
         return False
-    fig, axes = plt.subplots(3, 1, figsize=(9, 11), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(9, 14), sharex=True)
     fields = (
         ("rss_mb", "RSS (MB)"),
+        ("rocks_mb", "RocksDB memory (MB)"),
         ("store_mb", "RocksDB dir (MB)"),
         ("events_per_s", "events/s"),
     )

@@ -36,6 +36,7 @@ __all__ = [
     "StoreBatch",
     "StoreClosedError",
     "StoreLockedError",
+    "StoreMemory",
     "TaskStore",
 ]
 
@@ -92,6 +93,20 @@ class KeyRange:
     cf: ColumnFamily
     lo: bytes
     hi: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMemory:
+    """What RocksDB holds in memory for a store, in bytes (RocksDB's own estimates).
+
+    ``memtables``: the write buffers of every column family, filling and flushing;
+    ``table_readers``: index and filter blocks of the open files, held outside the block
+    cache; ``block_cache``: the shared block cache (every store of the process).
+    """
+
+    memtables: int
+    table_readers: int
+    block_cache: int
 
 
 class StoreLockedError(StoreError):
@@ -177,9 +192,17 @@ def _table_options() -> BlockBasedOptions:
     return table
 
 
+#: Memtable bytes of a column family before RocksDB flushes it to a file. RocksDB's 64 MiB
+#: default made the memtables (two per family at most: one filling, one flushing) the
+#: largest part of a task's memory, swinging by up to 87 MiB from flush to flush in the
+#: session soak; at 16 MiB a flush writes a smaller file more often.
+WRITE_BUFFER_BYTES = 16 << 20
+
+
 def _cf_options() -> Options:
     opts = Options(raw_mode=True)
     opts.set_block_based_table_factory(_table_options())
+    opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
     return opts
 
 
@@ -211,6 +234,12 @@ def _open(path: Path, lock_wait_s: float) -> Rdict:
 MAX_WAL_BYTES = 32 << 20
 
 
+def _no_fill() -> ReadOptions:
+    opts = ReadOptions()
+    opts.fill_cache(False)  # type: ignore[call-arg]  # rocksdict's stub omits the argument
+    return opts
+
+
 def _options() -> Options:
     opts = _cf_options()
     opts.create_if_missing(True)
@@ -227,6 +256,9 @@ class TaskStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self._db: Rdict | None = _open(self.path, lock_wait_s)
         self._cfs = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
+        self._cfs_no_fill = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
+        for family in self._cfs_no_fill.values():
+            family.set_read_options(_no_fill())
         self._handles = {cf: self._db.get_column_family_handle(cf.value) for cf in ColumnFamily}
         #: per column family, the range covering every range delete since the last compaction
         self._deleted: dict[ColumnFamily, tuple[bytes, bytes]] = {}
@@ -249,29 +281,42 @@ class TaskStore:
         value: bytes | None = self._cfs[cf].get(key)
         return value
 
-    def multi_get(self, cf: ColumnFamily, keys: Sequence[bytes]) -> list[bytes | None]:
-        """Values of many keys in one call (``None`` for absent keys)."""
+    def multi_get(
+        self, cf: ColumnFamily, keys: Sequence[bytes], *, fill_cache: bool = True
+    ) -> list[bytes | None]:
+        """Values of many keys in one call (``None`` for absent keys).
+
+        ``fill_cache=False`` for records about to be deleted: the blocks read for them
+        then do not take the place of live ones in the block cache.
+        """
         self._require_open()
         if not keys:
             return []
-        values = self._cfs[cf].get(list(keys))
+        # a list get takes its read options from the family object, not from read_opt
+        family = self._cfs[cf] if fill_cache else self._cfs_no_fill[cf]
+        values = family.get(list(keys))
         assert isinstance(values, list)
         return values
 
     def scan(
-        self, cf: ColumnFamily, start: bytes, end: bytes | None = None
+        self, cf: ColumnFamily, start: bytes, end: bytes | None = None, *, fill_cache: bool = True
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Iterate ``(key, value)`` in key order over ``[start, end)`` (``None``: to the end)."""
+        """Iterate ``(key, value)`` in key order over ``[start, end)`` (``None``: to the end).
+
+        ``fill_cache=False`` as in :meth:`multi_get`.
+        """
         self._require_open()
-        read_opts = ReadOptions()
+        read_opts = ReadOptions() if fill_cache else _no_fill()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
         items = self._cfs[cf].items(from_key=start, read_opt=read_opts)
         return _Scan(items, (read_opts, end))
 
-    def scan_range(self, keys: KeyRange) -> Iterator[tuple[bytes, bytes]]:
+    def scan_range(
+        self, keys: KeyRange, *, fill_cache: bool = True
+    ) -> Iterator[tuple[bytes, bytes]]:
         """:meth:`scan` of a :class:`KeyRange`."""
-        return self.scan(keys.cf, keys.lo, keys.hi)
+        return self.scan(keys.cf, keys.lo, keys.hi, fill_cache=fill_cache)
 
     def commit(self, batch: StoreBatch) -> None:
         """Apply every mutation of ``batch`` atomically (one RocksDB WriteBatch)."""
@@ -331,6 +376,20 @@ class TaskStore:
             self._compaction.join()
             self._compaction = None
 
+    def memory(self) -> StoreMemory:
+        """RocksDB's memory estimates for this store (see :class:`StoreMemory`)."""
+        self._require_open()
+
+        def total(prop: str) -> int:
+            return sum(int(family.property_int_value(prop) or 0) for family in self._cfs.values())
+
+        cache = self._cfs[ColumnFamily.CHECKPOINT].property_int_value("rocksdb.block-cache-usage")
+        return StoreMemory(
+            memtables=total("rocksdb.size-all-mem-tables"),
+            table_readers=total("rocksdb.estimate-table-readers-mem"),
+            block_cache=int(cache or 0),
+        )
+
     def size_on_disk(self) -> int:
         """Bytes of the store's files (SST, WAL, manifest)."""
         return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
@@ -345,6 +404,7 @@ class TaskStore:
         db.close()  # the write-ahead log already holds every committed batch
         # rocksdict releases the file lock when every handle object is gone
         self._cfs.clear()
+        self._cfs_no_fill.clear()
         self._handles.clear()
         del db
 

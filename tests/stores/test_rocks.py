@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from stores.keys import prefix_upper_bound
-from stores.rocks import ColumnFamily, StoreBatch, StoreClosedError, TaskStore
+from stores.rocks import (
+    BLOCK_CACHE_BYTES,
+    WRITE_BUFFER_BYTES,
+    ColumnFamily,
+    StoreBatch,
+    StoreClosedError,
+    TaskStore,
+)
 
 
 def test_batches_apply_in_order_across_column_families(tmp_path: Path) -> None:
@@ -87,3 +94,53 @@ def test_compacting_deleted_ranges_takes_their_data_off_the_disk(
     assert store.size_on_disk() < full / 2
     store.compact_deleted(background=background)  # nothing deleted since: nothing to do
     store.close()  # joins a compaction still running
+
+
+def _options_file(path: Path) -> dict[str, dict[str, str]]:
+    """The options RocksDB runs with, from the newest OPTIONS file it wrote: per section."""
+    latest = max(path.glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
+    sections: dict[str, dict[str, str]] = {}
+    current: dict[str, str] = {}
+    for line in latest.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            current = sections.setdefault(line, {})
+        elif "=" in line:
+            name, _, value = line.partition("=")
+            current[name] = value
+    return sections
+
+
+def test_every_column_family_runs_with_the_bounded_write_buffer(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path)
+    options = _options_file(tmp_path)
+    for cf in ColumnFamily:
+        family = options[f'[CFOptions "{cf.value}"]']
+        assert family["write_buffer_size"] == str(WRITE_BUFFER_BYTES)
+    # rows of 200 bytes, committed in batches, well past one write buffer
+    for chunk in range(12):
+        _fill(store, b"w%02d" % chunk, 20_000)
+        memory = store.memory()
+        assert memory.memtables <= 2 * WRITE_BUFFER_BYTES + (4 << 20)
+        assert memory.block_cache <= BLOCK_CACHE_BYTES
+    assert list(tmp_path.glob("*.sst"))  # full write buffers went to files
+    store.close()
+
+
+def test_reads_without_fill_cache_leave_the_block_cache_alone(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "t")
+    for chunk in range(4):
+        _fill(store, b"r%d" % chunk, 20_000)
+    store.close()  # the memtables go to files: reads now go through the block cache
+    store = TaskStore(tmp_path / "t")
+    keys = [b"r1%08d" % i for i in range(0, 20_000, 50)]
+    before = store.memory().block_cache
+    assert len(list(store.scan(ColumnFamily.WINDOW_META, b"r0", b"r1", fill_cache=False))) == 20_000
+    assert all(store.multi_get(ColumnFamily.WINDOW_META, keys, fill_cache=False))
+    assert store.memory().block_cache == before
+    assert len(list(store.scan(ColumnFamily.WINDOW_META, b"r0", b"r1"))) == 20_000
+    assert store.memory().block_cache > before + (1 << 20)  # 4 MB of rows read
+    filled = store.memory().block_cache
+    assert all(store.multi_get(ColumnFamily.WINDOW_META, keys))
+    assert store.memory().block_cache > filled
+    store.close()

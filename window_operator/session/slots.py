@@ -39,10 +39,21 @@ class Slots:
         self.objs: list[list[Any] | None] = [None] * cap
         #: Emitted bounds beyond ``em_start/em_end`` (sessions merged after emission).
         self.extra: dict[int, list[tuple[int, int]]] = {}
-        self.free: list[int] = list(range(cap - 1, -1, -1))
+        #: Free slots as a stack, taken from the top (the end). An array, not a list: a list
+        #: would keep a Python int per free slot alive across batches, scattered over the
+        #: interpreter's memory arenas among short-lived objects, so that arenas holding
+        #: only a few of them could never be given back.
+        self.free: IntArray = np.arange(cap - 1, -1, -1, dtype=np.int64)
+        #: the stack's height: ``free[:n_free]`` are the free slots
+        self.n_free = cap
 
     def __len__(self) -> int:
-        return len(self.kid) - len(self.free)
+        return len(self.kid) - self.n_free
+
+    def _push_free(self, slots: IntArray) -> None:
+        n = self.n_free + len(slots)
+        self.free[self.n_free : n] = slots
+        self.n_free = n
 
     def _grow(self, need: int) -> None:
         cap = len(self.kid)
@@ -57,15 +68,16 @@ class Slots:
             setattr(self, name, np.concatenate([oldb, np.zeros(extra, dtype=np.bool_)]))
         self.acc = np.vstack([self.acc, np.zeros((extra, self.width))])
         self.objs.extend([None] * extra)
-        self.free.extend(range(new_cap - 1, cap - 1, -1))
+        # the stack never holds more than every slot
+        self.free = np.concatenate([self.free, np.zeros(extra, dtype=np.int64)])
+        self._push_free(np.arange(new_cap - 1, cap - 1, -1, dtype=np.int64))
 
     def allocate(self, n: int) -> IntArray:
         """``n`` free slots (their fields must be set by the caller)."""
-        if len(self.free) < n:
-            self._grow(n - len(self.free))
-        taken = self.free[len(self.free) - n :]
-        del self.free[len(self.free) - n :]
-        slots = np.asarray(taken, dtype=np.int64)
+        if self.n_free < n:
+            self._grow(n - self.n_free)
+        self.n_free -= n
+        slots = self.free[self.n_free : self.n_free + n].copy()
         for name in self._BOOL:
             getattr(self, name)[slots] = False
         return slots
@@ -77,11 +89,10 @@ class Slots:
         self.kid[slots] = -1
         for name in self._BOOL:
             getattr(self, name)[slots] = False
-        sl = slots.tolist()
-        for s in sl:
+        for s in slots.tolist():
             self.objs[s] = None
             self.extra.pop(s, None)
-        self.free.extend(sl)
+        self._push_free(slots)
 
     def live(self) -> IntArray:
         """Slots holding a session."""

@@ -214,9 +214,10 @@ class SessionStore:
             done.update(zip(sl.kid[gone].tolist(), sl.stored_start[gone].tolist(), strict=True))
             self.drop(batch, gone)
         lo = MIN_I64 if progress.expired_upto is None else progress.expired_upto + 1
-        # Index entries are hints: the record may have moved on (extended, merged).
+        # Index entries are hints: the record may have moved on (extended, merged). This
+        # batch deletes what they are read from: their blocks stay out of the block cache.
         entries: dict[tuple[EncodedKey, int], None] = {}
-        for k, _ in self.store.scan_range(INDEX.buckets(lo, b_max + 1)):
+        for k, _ in self.store.scan_range(INDEX.buckets(lo, b_max + 1), fill_cache=False):
             e = INDEX.parse(k)
             entries[(e.key, e.time)] = None
         if entries:
@@ -236,7 +237,8 @@ class SessionStore:
         kids = cache.keys.ids_of_encoded([enc for enc, _ in entries]).tolist()
         known = cache.known(set(kids)) | done
         todo = [j for j, (_, start) in enumerate(entries) if (kids[j], start) not in known]
-        values = self.store.multi_get(SESSIONS.cf, [SESSIONS.key(*entries[j]) for j in todo])
+        todo_keys = [SESSIONS.key(*entries[j]) for j in todo]
+        values = self.store.multi_get(SESSIONS.cf, todo_keys, fill_cache=False)
         for j, v in zip(todo, values, strict=True):
             if v is None:
                 continue

@@ -408,10 +408,11 @@ class FrameStore:
         self, batch: StoreBatch, cutoff_frame: int, previous_cutoff: int | None
     ) -> None:
         # Messages are key-first: find the keys of the expiring frames (dead records
-        # only) and range-delete each key's expired prefix.
+        # only, so their blocks stay out of the block cache) and range-delete each key's
+        # expired prefix.
         lo = -(2**63) if previous_cutoff is None else previous_cutoff + 1
         expiring: set[int] = set()
-        for k, _ in self.store.scan_range(FRAMES.times(lo, cutoff_frame + 1)):
+        for k, _ in self.store.scan_range(FRAMES.times(lo, cutoff_frame + 1), fill_cache=False):
             expiring.add(self.keys.id_of(FRAMES.parse(k).key))
         mem = np.flatnonzero((self.kid >= 0) & (self.frame <= cutoff_frame))
         expiring.update(self.kid[mem].tolist())
