@@ -28,6 +28,7 @@ from window_operator.observe.chart import ResultPoint, write_results_chart
 if TYPE_CHECKING:
     from window_operator.observe.metrics import JobMetrics
     from window_operator.spark.driver import StreamingJob
+    from window_operator.spark.longrun import LongRunningJob
 
 __all__ = ["run_demo"]
 
@@ -138,7 +139,9 @@ def _produce_stream(bootstrap: str, topic: str, events: int, seconds: float) -> 
     return produced
 
 
-def _demo_config(base: JobConfig, config_path: Path, tmp: str) -> JobConfig:
+def _demo_config(
+    base: JobConfig, config_path: Path, tmp: str, mode: str = "micro_batch"
+) -> JobConfig:
     """``base`` with topics, state and checkpoint of its own for this run."""
     from window_operator.config import parse_config
 
@@ -149,13 +152,17 @@ def _demo_config(base: JobConfig, config_path: Path, tmp: str) -> JobConfig:
     data["output"]["errors_topic"] = f"clicks-demo-{run_id}-errors"
     data["output"].pop("avro_schema", None)
     data["state"] = {"dir": f"{tmp}/state"}
-    data["spark"] = {"trigger": "2s", "checkpoint_dir": f"{tmp}/checkpoint"}
+    data["spark"] = {"trigger": "2s", "checkpoint_dir": f"{tmp}/checkpoint", "mode": mode}
     data["job"] = f"clicks-demo-{run_id}"
     return parse_config(data, base_dir=config_path.parent)
 
 
 def _stream_and_wait(
-    job: StreamingJob, config: JobConfig, bootstrap: str, events: int, seconds: float
+    job: StreamingJob | LongRunningJob,
+    config: JobConfig,
+    bootstrap: str,
+    events: int,
+    seconds: float,
 ) -> None:
     """Produce the click stream, wait until the job has taken every record, then a bit."""
     produced = _produce_stream(bootstrap, config.input.topic, events, seconds)
@@ -177,6 +184,7 @@ def run_demo(
     out: TextIO,
     err: TextIO,
     chart: Path | None = None,
+    mode: str = "micro_batch",
 ) -> int:
     """Run the demo; returns the number of window results printed.
 
@@ -197,7 +205,7 @@ def run_demo(
         bootstrap = broker.bootstrap_servers
     try:
         tmp = tempfile.mkdtemp(prefix="window-operator-demo-")
-        config = _demo_config(base, config_path, tmp)
+        config = _demo_config(base, config_path, tmp, mode)
         KafkaAdmin(bootstrap).create_topic(config.input.topic, 4, {"retention.ms": "-1"})
         chart_path = chart or Path(tmp) / "window-operator-demo.png"
         return _run_job(config, bootstrap, events, seconds, out, err, chart_path)
@@ -220,6 +228,7 @@ def _run_job(
     from window_operator.observe.metrics import JobMetrics
     from window_operator.observe.spark_progress import mute_cancel_warnings
     from window_operator.spark.driver import StreamingJob
+    from window_operator.spark.longrun import LongRunningJob
     from window_operator.spark.session import build_session
 
     stop = threading.Event()
@@ -229,7 +238,8 @@ def _run_job(
     )
     print("demo: starting Spark (local mode) ...", file=err)
     spark = build_session(app_name="window-operator-demo", master="local[2]")
-    job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark)
+    shape = LongRunningJob if config.spark.long_running else StreamingJob
+    job = shape(config, bootstrap_servers=bootstrap, spark=spark)
     metrics = JobMetrics(config, lag=InputLag(bootstrap, [config.input.topic]))
     job.add_observer(metrics)
     try:
@@ -267,7 +277,8 @@ def _summary(config: JobConfig, metrics: JobMetrics, printed: int, err: TextIO) 
         file=err,
     )
     print(
-        f"demo: metrics: {s.read} records read in {s.batches} micro-batches, {s.late} late "
+        f"demo: metrics: {s.read} records read in {s.batches} "
+        f"{'epochs' if config.spark.long_running else 'micro-batches'}, {s.late} late "
         f"events applied; rejected by reason: {reasons}; results by kind: {kinds}; "
         f"input lag {s.lag}",
         file=err,

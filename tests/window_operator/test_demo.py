@@ -12,7 +12,10 @@ import pytest
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-def test_demo_prints_window_results_and_stops(kafka_bootstrap: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["micro_batch", "long_running"])
+def test_demo_prints_window_results_and_stops(
+    kafka_bootstrap: str, tmp_path: Path, mode: str
+) -> None:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
     chart = tmp_path / "chart.png"
     proc = subprocess.run(
@@ -27,6 +30,8 @@ def test_demo_prints_window_results_and_stops(kafka_bootstrap: str, tmp_path: Pa
             "8",
             "--chart",
             str(chart),
+            "--mode",
+            mode,
         ],  # fmt: skip
         capture_output=True,
         text=True,

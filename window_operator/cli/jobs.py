@@ -202,6 +202,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         out=sys.stdout,
         err=sys.stderr,
         chart=Path(args.chart) if args.chart else None,
+        mode=args.mode,
     )
     return 0 if printed > 0 else 1
 
@@ -292,6 +293,12 @@ def _add_produce_and_demo(sub: Subparsers) -> None:
     demo.add_argument("--events", type=int, default=3000, help="clicks to produce")
     demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
     demo.add_argument("--chart", help="where to write the PNG chart (default: the run's temp dir)")
+    demo.add_argument(
+        "--mode",
+        choices=["micro_batch", "long_running"],
+        default="micro_batch",
+        help="how the job runs on Spark (see `run --mode`)",
+    )
     demo.set_defaults(func=_cmd_demo)
 
 
