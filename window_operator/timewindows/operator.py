@@ -78,8 +78,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         key_slack: int = KEY_SLACK,
         cache_mb: int = DEFAULT_CACHE_MB,
     ) -> None:
-        if use_deduct and not aggregations.deductible:
-            raise ValueError("use_deduct=True but not every aggregation has deduct")
+        aggregations.check_deduct(use_deduct)
         self.windowing = windowing
         self.aggs = aggregations
         self.policy = policy
