@@ -45,7 +45,7 @@ def _has_literal(data: bytes, group: int) -> bool:
     return any(m.group(group) is not None for m in _LITERALS.finditer(data))
 
 
-_OPEN, _CLOSE, _BRACKET, _NEWLINE = ord("{"), ord("}"), ord("["), ord("\n")
+_OPEN, _CLOSE, _NEWLINE = ord("{"), ord("}"), ord("\n")
 #: orjson's nesting limit: a payload with at most this many ``{`` and ``[`` is within it.
 _MAX_DEPTH = 1024
 
@@ -75,8 +75,9 @@ def _framed_clean(lines: Sequence[bytes], data: bytes) -> bool:
             data.decode()
         except UnicodeDecodeError:
             return False
-    # each payload holds at least one brace, so the deepest holds at most this many
-    if int(np.count_nonzero((raw == _OPEN) | (raw == _BRACKET))) - (n - 1) > _MAX_DEPTH:
+    # A payload holds no more braces than bytes: only a longer one can be too deep.
+    longest = int(np.diff(newlines, prepend=-1, append=len(raw)).max()) - 1
+    if longest > _MAX_DEPTH:
         return not any(line.count(b"{") + line.count(b"[") > _MAX_DEPTH for line in lines)
     return True
 
