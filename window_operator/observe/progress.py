@@ -124,7 +124,8 @@ class RestoreBar:
             self.close()
 
     def close(self) -> None:
-        """Remove the bar."""
+        """Remove the bar (a later report starts a new one)."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        self.started = False
