@@ -79,6 +79,11 @@ class AggregationSet:
         """Output names in declaration order."""
         return [a.name for a in self.aggregations]
 
+    def check_deduct(self, use_deduct: bool | None) -> None:
+        """Raise ``ValueError`` when ``use_deduct=True`` but an operation has no deduct."""
+        if use_deduct and not self.deductible:
+            raise ValueError("use_deduct=True but not every aggregation has deduct")
+
     # -- vector part --------------------------------------------------------------------
 
     def identity_rows(self, n: int) -> FloatArray:

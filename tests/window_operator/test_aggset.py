@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from helpers import runtime_for
+
+from window_operator.aggset import AggregationSet
 
 
 def test_rows_combine_deduct_and_finish_per_operation() -> None:
@@ -43,3 +46,14 @@ def test_a_deduct_that_cancels_most_of_a_second_moment_is_flagged() -> None:
     assert lost.tolist() == [0]
     assert np.allclose(rest[1], part[3])  # a well-conditioned deduct is trusted
     assert aggs.combine_all([part[[0, 2]], part[[1, 3]]]).tolist() == total.tolist()
+
+
+def test_deduct_is_only_forced_where_every_operation_has_one() -> None:
+    def aggs(op: str) -> AggregationSet:
+        return runtime_for(aggregations=[{"name": "x", "op": op, "field": "v"}]).aggregations
+
+    aggs("sum").check_deduct(True)
+    aggs("max").check_deduct(None)
+    aggs("max").check_deduct(False)
+    with pytest.raises(ValueError, match="use_deduct=True but not every aggregation"):
+        aggs("max").check_deduct(True)

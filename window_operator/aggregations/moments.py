@@ -14,6 +14,7 @@ Layouts (column order of the accumulator row):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -98,6 +99,77 @@ def _neutral_combine(a: FloatArray, b: FloatArray, out: FloatArray) -> FloatArra
     return np.where((a[..., 0] == 0)[..., None], b, out)
 
 
+def _columns(n_groups: int, columns: list[FloatArray]) -> FloatArray:
+    """Accumulator rows of ``n_groups`` groups from their columns."""
+    out = np.empty((n_groups, len(columns)), dtype=np.float64)
+    for i, col in enumerate(columns):
+        out[:, i] = col
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Means:
+    """The count and means of a combined (or deducted) accumulator, and what moves them.
+
+    ``means`` holds ``hi, lo`` of each mean; ``diffs``, per mean, the difference of the
+    two inputs' means (first minus second); a second moment moves by ``d_x d_y na``
+    (``na``: the count of ``a``) times ``weight``.
+    """
+
+    n: FloatArray
+    means: list[FloatArray]
+    diffs: list[FloatArray]
+    na: FloatArray
+    weight: FloatArray
+
+
+def _moved_means(
+    base: FloatArray, diffs: list[FloatArray], fraction: FloatArray
+) -> list[FloatArray]:
+    """``hi, lo`` of each mean of ``base`` moved by its difference times ``fraction``."""
+    columns: list[FloatArray] = []
+    for m, d in enumerate(diffs):
+        hi = 1 + 2 * m
+        columns.extend(_two_sum(base[..., hi], base[..., hi + 1] + d * fraction))
+    return columns
+
+
+def _mean_diffs(x: FloatArray, y: FloatArray, means: int) -> list[FloatArray]:
+    """Per mean, ``mean_x - mean_y`` of two accumulators (means as ``hi + lo`` pairs)."""
+    cols = range(1, 1 + 2 * means, 2)
+    return [_mean_diff(x[..., h], x[..., h + 1], y[..., h], y[..., h + 1]) for h in cols]
+
+
+def _combined_means(a: FloatArray, b: FloatArray, means: int) -> _Means:
+    """Chan et al.'s combination of the counts and means of ``a`` and ``b``."""
+    na, nb = a[..., 0], b[..., 0]
+    n = na + nb
+    frac_b = _safe_div(nb, n)
+    diffs = _mean_diffs(b, a, means)
+    return _Means(n, _moved_means(a, diffs, frac_b), diffs, na, frac_b)
+
+
+def _deducted_means(c: FloatArray, a: FloatArray, means: int) -> _Means:
+    """The inverse of :func:`_combined_means`: counts and means of ``c`` without ``a``.
+
+    ``mean_c = mean_a + (mean_b - mean_a) nb / nc`` is solved for ``mean_b`` as a
+    correction of ``mean_c``, so that removing a small frame barely moves it.
+    """
+    nc, na = c[..., 0], a[..., 0]
+    nb = nc - na
+    diffs = _mean_diffs(c, a, means)
+    moved = _moved_means(c, diffs, _safe_div(na, nb))
+    # (mean_b - mean_a) = (mean_c - mean_a) nc / nb, times na nb / nc
+    return _Means(nb, moved, diffs, na, _safe_div(nc, nb))
+
+
+def _deducted(c: FloatArray, means: _Means, moments: list[FloatArray]) -> FloatArray:
+    """The deducted accumulator rows; ``c`` itself where nothing was deducted."""
+    out = np.stack([means.n, *means.means, *moments], axis=-1)
+    out = np.where((means.na == 0)[..., None], c, out)
+    return _identity_where(out, means.n <= 0)
+
+
 class VarianceOp(VectorOp):
     """Variance of the non-null values; ``ddof=1`` (default) is the sample variance.
 
@@ -121,12 +193,7 @@ class VarianceOp(VectorOp):
         hi, lo, d, sum_d = _centre(values, groups, n_groups, n, nulls)
         sum_d2 = _bincount(groups, n_groups, np.square(d, out=d))
         m2 = _clamp_noise(sum_d2, _safe_div(sum_d * sum_d, n))
-        out = np.empty((n_groups, 4), dtype=np.float64)
-        out[:, 0] = n
-        out[:, 1] = hi
-        out[:, 2] = lo
-        out[:, 3] = m2
-        return out
+        return _columns(n_groups, [n, hi, lo, m2])
 
     def accumulate_one(self, acc: FloatArray, value: float, x: float, ts: int) -> None:
         """Welford's update on the deviation from the ``hi + lo`` mean."""
@@ -151,32 +218,22 @@ class VarianceOp(VectorOp):
         """Chan et al.: ``M2 = M2a + M2b + d^2 na nb / n`` with ``d = mean_b - mean_a``."""
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
-        na, nb = a[..., 0], b[..., 0]
-        n = na + nb
-        frac_b = _safe_div(nb, n)
-        delta = _mean_diff(b[..., 1], b[..., 2], a[..., 1], a[..., 2])
-        hi, lo = _two_sum(a[..., 1], a[..., 2] + delta * frac_b)
-        m2 = a[..., 3] + b[..., 3] + delta * delta * na * frac_b
-        return _neutral_combine(a, b, np.stack([n, hi, lo, m2], axis=-1))
+        means = _combined_means(a, b, 1)
+        (delta,) = means.diffs
+        m2 = a[..., 3] + b[..., 3] + delta * delta * means.na * means.weight
+        return _neutral_combine(a, b, np.stack([means.n, *means.means, m2], axis=-1))
 
     def deduct(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Inverse of :meth:`combine`: the accumulator ``y`` with ``combine(b, y) == a``."""
         c = np.asarray(a, dtype=np.float64)
         a_ = np.asarray(b, dtype=np.float64)
-        nc, na = c[..., 0], a_[..., 0]
-        nb = nc - na
-        # mean_c = mean_a + (mean_b - mean_a) nb / nc, solved for mean_b as a correction
-        # of mean_c so that removing a small frame barely moves it.
-        diff_ca = _mean_diff(c[..., 1], c[..., 2], a_[..., 1], a_[..., 2])
-        ratio = _safe_div(na, nb)
-        hi, lo = _two_sum(c[..., 1], c[..., 2] + diff_ca * ratio)
-        correction = diff_ca * diff_ca * na * _safe_div(nc, nb)
+        means = _deducted_means(c, a_, 1)
+        (diff_ca,) = means.diffs
+        correction = diff_ca * diff_ca * means.na * means.weight
         m2 = c[..., 3] - a_[..., 3] - correction
         noise = _NOISE_ULPS * (np.abs(c[..., 3]) + np.abs(a_[..., 3]) + correction)
-        m2 = np.where((m2 <= noise) | (nb <= 1.0), 0.0, m2)
-        out = np.stack([nb, hi, lo, m2], axis=-1)
-        out = np.where((na == 0)[..., None], c, out)
-        return _identity_where(out, nb <= 0)
+        m2 = np.where((m2 <= noise) | (means.n <= 1.0), 0.0, m2)
+        return _deducted(c, means, [m2])
 
     def cancelled(self, total: FloatArray, rest: FloatArray) -> BoolArray | None:
         """``M2`` of the rest is a tiny fraction of the total's (see ``_TRUSTED_FRACTION``)."""
@@ -234,15 +291,7 @@ class LinregOp(VectorOp):
         cxx = _clamp_noise(
             _bincount(groups, n_groups, np.square(dx, out=dx)), _safe_div(sdx * sdx, n)
         )
-        out = np.empty((n_groups, 7), dtype=np.float64)
-        out[:, 0] = n
-        out[:, 1] = hx
-        out[:, 2] = lx
-        out[:, 3] = hy
-        out[:, 4] = ly
-        out[:, 5] = cxx
-        out[:, 6] = cxy
-        return out
+        return _columns(n_groups, [n, hx, lx, hy, ly, cxx, cxy])
 
     def accumulate_one(self, acc: FloatArray, value: float, x: float, ts: int) -> None:
         """Bivariate Welford update on deviations from the ``hi + lo`` means."""
@@ -275,43 +324,31 @@ class LinregOp(VectorOp):
         """Bivariate Chan: ``C = Ca + Cb + dx dy na nb / n``."""
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
-        na, nb = a[..., 0], b[..., 0]
-        n = na + nb
-        frac_b = _safe_div(nb, n)
-        dx = _mean_diff(b[..., 1], b[..., 2], a[..., 1], a[..., 2])
-        dy = _mean_diff(b[..., 3], b[..., 4], a[..., 3], a[..., 4])
-        hx, lx = _two_sum(a[..., 1], a[..., 2] + dx * frac_b)
-        hy, ly = _two_sum(a[..., 3], a[..., 4] + dy * frac_b)
-        weight = na * frac_b
+        means = _combined_means(a, b, 2)
+        dx, dy = means.diffs
+        weight = means.na * means.weight
         cxx = a[..., 5] + b[..., 5] + dx * dx * weight
         cxy = a[..., 6] + b[..., 6] + dx * dy * weight
-        return _neutral_combine(a, b, np.stack([n, hx, lx, hy, ly, cxx, cxy], axis=-1))
+        rows = np.stack([means.n, *means.means, cxx, cxy], axis=-1)
+        return _neutral_combine(a, b, rows)
 
     def deduct(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Inverse of :meth:`combine`: the accumulator ``y`` with ``combine(b, y) == a``."""
         c = np.asarray(a, dtype=np.float64)
         a_ = np.asarray(b, dtype=np.float64)
-        nc, na = c[..., 0], a_[..., 0]
-        nb = nc - na
-        ratio = _safe_div(na, nb)
-        diff_x = _mean_diff(c[..., 1], c[..., 2], a_[..., 1], a_[..., 2])
-        diff_y = _mean_diff(c[..., 3], c[..., 4], a_[..., 3], a_[..., 4])
-        hx, lx = _two_sum(c[..., 1], c[..., 2] + diff_x * ratio)
-        hy, ly = _two_sum(c[..., 3], c[..., 4] + diff_y * ratio)
-        # (mean_b - mean_a) = (mean_c - mean_a) nc / nb, times na nb / nc.
-        weight = na * _safe_div(nc, nb)
+        means = _deducted_means(c, a_, 2)
+        diff_x, diff_y = means.diffs
+        weight = means.na * means.weight
         corr_xx = diff_x * diff_x * weight
         corr_xy = diff_x * diff_y * weight
         cxx = c[..., 5] - a_[..., 5] - corr_xx
         cxy = c[..., 6] - a_[..., 6] - corr_xy
         noise_xx = _NOISE_ULPS * (np.abs(c[..., 5]) + np.abs(a_[..., 5]) + corr_xx)
         noise_xy = _NOISE_ULPS * (np.abs(c[..., 6]) + np.abs(a_[..., 6]) + np.abs(corr_xy))
-        degenerate = (cxx <= noise_xx) | (nb <= 1.0)
+        degenerate = (cxx <= noise_xx) | (means.n <= 1.0)
         cxx = np.where(degenerate, 0.0, cxx)
         cxy = np.where(degenerate | (np.abs(cxy) <= noise_xy), 0.0, cxy)
-        out = np.stack([nb, hx, lx, hy, ly, cxx, cxy], axis=-1)
-        out = np.where((na == 0)[..., None], c, out)
-        return _identity_where(out, nb <= 0)
+        return _deducted(c, means, [cxx, cxy])
 
     def cancelled(self, total: FloatArray, rest: FloatArray) -> BoolArray | None:
         """``Cxx`` or ``|Cxy|`` of the rest is a tiny fraction of the total's."""

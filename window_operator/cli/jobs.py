@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     errors_out: IO[bytes] | None = None
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
     bar = progress_bar(total=input_path.stat().st_size, desc="simulate", unit="B")
+    progress = None if bar is None else (lambda position: bar.update(max(0, position - bar.n)))
     try:
         if args.errors:
             errors_out = open(args.errors, "wb")  # noqa: SIM115
@@ -51,10 +53,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             errors_out=errors_out,
             state_dir=Path(args.state_dir) if args.state_dir else None,
             batch_size=args.batch_size,
-            progress=lambda position: bar.update(max(0, position - bar.n)),
+            progress=progress,
         )
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         if out is not sys.stdout.buffer:
             out.close()
         else:
@@ -166,9 +169,10 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     key_field = config.input.key
     n = 0
     bar = progress_bar(total=Path(args.input).stat().st_size, desc="produce", unit="B")
-    with open(args.input, "rb") as lines, bar:
+    with open(args.input, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
         for line in lines:
-            bar.update(len(line))
+            if bar is not None:
+                bar.update(len(line))
             line = line.strip()
             if not line:
                 continue

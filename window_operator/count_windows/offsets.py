@@ -22,6 +22,7 @@ import numpy as np
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import VectorOp
 from window_operator.aggset import AggregationSet
+from window_operator.arrays import distinct
 from window_operator.config import OffsetsWindow
 from window_operator.errors import IncompatibleStateError, WindowOperatorError
 from window_operator.events import EventBatch
@@ -108,7 +109,7 @@ class OffsetWindows:
         """Re-time the batch by offset and hand it to the window engine."""
         if not len(batch):
             return StepStats()
-        self._claim(np.unique(batch.partition).tolist())
+        self._claim(distinct(batch.partition))
         off = self.kernel.positions.assign(0, batch.partition, batch.offset)
         numeric = dict(batch.numeric)
         numeric[EVENT_TIME] = batch.ts.astype(np.float64)

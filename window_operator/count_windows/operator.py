@@ -90,8 +90,7 @@ class CountWindowAggregator(KernelForwarding[ResultBatch, WindowResult]):
         decoder: RecordDecoder | None = None,
         use_deduct: bool | None = None,
     ) -> None:
-        if use_deduct and not aggregations.deductible:
-            raise ValueError("use_deduct=True but not every aggregation has deduct")
+        aggregations.check_deduct(use_deduct)
         self.window = window
         self.aggs = aggregations
         self.decoder = decoder

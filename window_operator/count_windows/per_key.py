@@ -38,8 +38,6 @@ from window_operator.kernel import (
     StepStats,
     StoredWindow,
     TimerAction,
-    Timers,
-    due,
 )
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, EmitPolicy
@@ -66,12 +64,13 @@ class KeyCountWindows:
         self.step = window.step
         self.k = window.size // window.step
         shape = {"type": "count", "size": self.size, "step": self.step}
-        self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(store, shape=shape, policy=policy)
+        self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
+            store, shape=shape, policy=policy, timed=True
+        )
         self.keys: KeyTable[str] = KeyTable()
         self.ring = Ring(aggregations, self.k, self.step)
         self.trigger = CountTrigger(self.size, self.step)
         self.evaluator = CountEvaluator(self.ring, aggregations, use_deduct)
-        self.timers = Timers()
         self._restore()
 
     @property
@@ -220,7 +219,7 @@ class KeyCountWindows:
             clock.advance(END_OF_TIME)
             return
         clock.note_now(now_ms)
-        if TimerAction.EARLY in due(self.policy, self.timers, clock.now, False):
+        if TimerAction.EARLY in self.kernel.timers_due(False):
             self._emit_open(Kind.EARLY, ring.early)
             ring.early_emitted()
 
@@ -234,15 +233,12 @@ class KeyCountWindows:
         """Dirty slots, messages and the checkpoint in one batch (committed unless told not)."""
         batch = StoreBatch()
         self.ring.persist(batch, self.keys)
-        self.kernel.write_checkpoint(batch, self.timers.to_json())
+        self.kernel.write_checkpoint(batch, {})
         return self.kernel.commit(batch, commit=commit)
 
     def _restore(self) -> None:
-        fields = self.kernel.restore()
-        if fields is None:
-            return
-        self.timers = Timers.from_json(fields)
-        self.ring.restore(self.kernel.store, self.keys)
+        if self.kernel.restore() is not None:
+            self.ring.restore(self.kernel.store, self.keys)
 
     # ------------------------------------------------------------------ inspection
 

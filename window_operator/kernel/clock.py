@@ -18,9 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from window_operator.arrays import IntArray
+from window_operator.arrays import IntArray, distinct
 from window_operator.kernel.positions import InputPosition, input_position
 from window_operator.policies import NO_WATERMARK
 
@@ -71,7 +69,7 @@ class EventClock:
         """Raise the largest event time of every partition by the applied ``ts``."""
         if self.external or not len(part):
             return
-        for p in np.unique(part).tolist():
+        for p in distinct(part):
             self.observe_one(source, p, int(ts[part == p].max()))
 
     def observe_one(self, source: int, partition: int, ts: int) -> None:
@@ -95,7 +93,7 @@ class EventClock:
             return
         self.note_now(int(wall.min()))
         self.note_now(int(wall.max()))
-        for p in np.unique(part).tolist():
+        for p in distinct(part):
             self.note_active(source, p, int(wall[part == p].max()))
 
     def note_active(self, source: int, partition: int, wall: int) -> None:

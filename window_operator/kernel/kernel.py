@@ -2,9 +2,9 @@
 
 Each operator (time windows, sessions, count / offset windows, the join) owns one
 :class:`OperatorKernel` and keeps only its own logic. The kernel holds the task store,
-the input positions (replays), the event-time clock (watermark), the output buffer and
-the checkpoint, and gives the record path: replay filtering, decode-or-reject of single
-records, and checkpoint write / restore.
+the input positions (replays), the event-time clock (watermark), the wall-clock
+emission timers, the output buffer and the checkpoint, and gives the record path: replay
+filtering, decode-or-reject of single records, and checkpoint write / restore.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from window_operator.kernel.clock import EventClock
 from window_operator.kernel.outputs import OutputBuffer
 from window_operator.kernel.positions import InputPosition, Positions, input_position
 from window_operator.kernel.records import Admission, StepStats, raw_of, retention_error
+from window_operator.kernel.timers import TimerAction, Timers, due
 from window_operator.policies import EmitPolicy
 from window_operator.results import ErrorRecord
 
@@ -58,9 +59,10 @@ class Decoded(Generic[T]):
 
 
 class OperatorKernel(Generic[R]):
-    """Store, positions, clock, outputs and checkpoint of one operator (see module doc).
+    """Store, positions, clock, timers, outputs and checkpoint of one operator (see module doc).
 
-    ``R`` is the operator's result batch type.
+    ``R`` is the operator's result batch type. With ``timed`` the operator runs the
+    policy's EARLY / LATE periods: :attr:`timers` go into its checkpoint fields.
     """
 
     def __init__(
@@ -70,10 +72,14 @@ class OperatorKernel(Generic[R]):
         shape: dict[str, JsonValue],
         policy: EmitPolicy,
         sources: int = 1,
+        timed: bool = False,
     ) -> None:
         self.store = store
         self.shape = shape
         self.policy = policy
+        self.timed = timed
+        #: The wall-clock timers of the EARLY / LATE periods (checkpointed when ``timed``).
+        self.timers = Timers()
         self.positions = Positions()
         self.clock = EventClock(
             sources=sources,
@@ -150,6 +156,10 @@ class OperatorKernel(Generic[R]):
             return StepStats(rejected=1)
         return Decoded(value, pos, off)
 
+    def timers_due(self, late_pending: bool) -> TimerAction:
+        """What the wall-clock timers emit at the clock's ``now`` (see :func:`.timers.due`)."""
+        return due(self.policy, self.timers, self.clock.now, late_pending)
+
     def reject_retention(self, ts: int, key: str, what: str, partition: int, offset: int) -> None:
         """Reject an event out of retention (``what``: its window ended, ...)."""
         self.outputs.reject(
@@ -167,7 +177,8 @@ class OperatorKernel(Generic[R]):
     # -- checkpoint ---------------------------------------------------------------------
 
     def restore(self) -> dict[str, JsonValue] | None:
-        """Load positions, clock and flush count; the operator's own fields (None: fresh)."""
+        """Load positions, clock, timers and flush count; the operator's own fields (None:
+        fresh)."""
         cp = read_checkpoint(self.store, self.shape)
         if cp is None:
             return None
@@ -175,11 +186,18 @@ class OperatorKernel(Generic[R]):
         self.clock.max_ts = dict(cp.max_ts)
         self.clock.watermark = cp.watermark
         self.batches = cp.batches
+        if self.timed:
+            self.timers.load_json(cp.operator)
         return cp.operator
 
     def write_checkpoint(self, batch: StoreBatch, operator: dict[str, JsonValue]) -> None:
-        """Count a flush and put the checkpoint (always the last write of ``batch``)."""
+        """Count a flush and put the checkpoint (always the last write of ``batch``).
+
+        ``operator`` holds the operator's own fields; the timers' go first.
+        """
         self.batches += 1
+        if self.timed:
+            operator = {**self.timers.to_json(), **operator}
         cp = Checkpoint(
             shape=self.shape,
             offsets=self.positions.last,

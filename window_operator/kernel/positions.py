@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from window_operator.arrays import BoolArray, IntArray
+from window_operator.arrays import BoolArray, IntArray, distinct
 
 __all__ = ["InputPosition", "Positions", "input_position"]
 
@@ -57,7 +57,7 @@ class Positions:
         if not auto.any():
             return off
         off = off.copy()
-        for p in np.unique(part[auto]).tolist():
+        for p in distinct(part[auto]):
             in_p = part == p
             nxt = self.get(source, p) + 1
             if (auto | ~in_p).all():
@@ -74,7 +74,7 @@ class Positions:
     def fresh(self, source: int, part: IntArray, off: IntArray) -> BoolArray:
         """Rows whose offset is above everything applied before them (the rest are replays)."""
         fresh = np.empty(len(off), dtype=np.bool_)
-        for p in np.unique(part).tolist():
+        for p in distinct(part):
             m = part == p
             o = off[m]
             prev = np.maximum.accumulate(np.concatenate(([self.get(source, p)], o[:-1])))
@@ -96,7 +96,7 @@ class Positions:
         """Record the largest offset of every partition in ``part`` as handled."""
         if not len(part):
             return
-        for p in np.unique(part).tolist():
+        for p in distinct(part):
             self.mark(source, p, int(off[part == p].max()))
 
     def items(self) -> Iterable[tuple[InputPosition, int]]:

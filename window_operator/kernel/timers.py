@@ -45,10 +45,17 @@ class Timers:
         """Checkpoint fields."""
         return {"late_since": self.late_since, "last_early": self.last_early}
 
+    def load_json(self, doc: dict[str, int | None]) -> None:
+        """Take the fields of :meth:`to_json` in place (collaborators hold this object)."""
+        self.late_since = doc.get("late_since")
+        self.last_early = doc.get("last_early")
+
     @classmethod
     def from_json(cls, doc: dict[str, int | None]) -> Timers:
         """Inverse of :meth:`to_json`."""
-        return cls(doc.get("late_since"), doc.get("last_early"))
+        timers = cls()
+        timers.load_json(doc)
+        return timers
 
 
 def due(policy: EmitPolicy, timers: Timers, now: int, late_pending: bool) -> TimerAction:

@@ -2,9 +2,10 @@
 
 The command line shows a tqdm bar (records/s and time left) for ``restore``,
 ``simulate`` and ``produce``; a bar appears only when stderr is a terminal, so logs and
-tests stay clean. A streaming job's changelog catch-up runs inside Spark tasks on the
-executors, where no terminal is: :class:`RestoreLog` logs its progress there instead,
-once the catch-up has taken longer than :data:`QUIET_SECONDS`.
+tests stay clean (and tqdm is not even imported). A streaming job's changelog catch-up
+runs inside Spark tasks on the executors, where no terminal is: :class:`RestoreLog` logs
+its progress there instead, once the catch-up has taken longer than
+:data:`QUIET_SECONDS`.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ LOG_EVERY_SECONDS = 5.0
 
 def progress_bar(
     *, total: int | None, desc: str, unit: str = "records", unit_scale: bool = True
-) -> tqdm[Any]:
-    """A bar on stderr, shown only when stderr is a terminal."""
+) -> tqdm[Any] | None:
+    """A bar on stderr; ``None`` when stderr is not a terminal (there is nothing to show)."""
+    if hasattr(sys.stderr, "isatty") and not sys.stderr.isatty():
+        return None  # what tqdm's disable=None decides, without importing it
     from tqdm import tqdm
 
     return tqdm(
@@ -102,23 +105,27 @@ class RestoreBar:
 
     def __init__(self, task: int) -> None:
         self.task = task
+        self.started = False
         self.bar: tqdm[Any] | None = None
         self.at = 0
 
     def __call__(self, p: RestoreProgress) -> None:
         """Move the bar to the report's position."""
-        if self.bar is None:
+        if not self.started:
+            self.started = True
             self.bar = progress_bar(
                 total=max(0, p.end - p.start), desc=f"task {self.task}", unit="offsets"
             )
             self.at = p.start
-        self.bar.update(max(0, p.position - self.at))
+        if self.bar is not None:
+            self.bar.update(max(0, p.position - self.at))
         self.at = p.position
         if p.done:
             self.close()
 
     def close(self) -> None:
-        """Remove the bar."""
+        """Remove the bar (a later report starts a new one)."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        self.started = False

@@ -36,9 +36,7 @@ from window_operator.kernel import (
     StepStats,
     StoredWindow,
     TimerAction,
-    Timers,
     WindowOperator,
-    due,
 )
 from window_operator.kernel.shell import KernelForwarding
 from window_operator.keytable import DEFAULT_KEY_SLACK
@@ -95,7 +93,9 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
             gap = int(window.max_idle_messages)
             shape = {"type": "tuple_session", "max_idle_messages": gap}
         self.gap = gap
-        self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(store, shape=shape, policy=policy)
+        self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
+            store, shape=shape, policy=policy, timed=True
+        )
         self.trigger = SessionTrigger(
             gap=gap, by_offsets=self.by_offsets, retention=policy.retention
         )
@@ -104,7 +104,6 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         early = policy.early_period is not None
         self.sessions = SessionStore(loader, max_bytes=cache_mb << 20, early=early)
         self.emitter = SessionEmitter(self.cache, self.trigger, self.kernel.outputs)
-        self.timers = Timers()
         #: the input has ended (every open session fires, tuple sessions included)
         self._eot = False
         self._restore()
@@ -179,7 +178,7 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         if self.policy.idle_timeout is not None and clock.max_ts:
             self._advance_watermark(clock.coalesced())
         late_pending = self.policy.late_mode is LateMode.PERIOD and self.cache.any_pending()
-        action = due(self.policy, self.timers, clock.now, late_pending)
+        action = self.kernel.timers_due(late_pending)
         if TimerAction.LATE in action:
             self._emit_late()
         if TimerAction.EARLY in action:
@@ -200,9 +199,7 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         else:
             superseded = self.sessions.persist(batch)
             self.sessions.expire(batch, superseded, self.watermark)
-        self.kernel.write_checkpoint(
-            batch, {**self.timers.to_json(), **self.sessions.progress.to_json()}
-        )
+        self.kernel.write_checkpoint(batch, self.sessions.progress.to_json())
         self.kernel.commit(batch, commit=commit)
         if not self.by_offsets:
             self.sessions.evict_closed()
@@ -318,7 +315,7 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         late_on = self.policy.late_mode is not LateMode.OFF
         self.cache.settle(slots, closed, late_on)
         if late_on and closed.any():
-            self.timers.late_marked(self.policy, self.kernel.clock.now)
+            self.kernel.timers.late_marked(self.policy, self.kernel.clock.now)
 
     # ------------------------------------------------------------------ single path
 
@@ -419,7 +416,7 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         self.emitter.emit(Kind.LATE, pending)
         self.cache.late_sent(pending)
         if not self.cache.any_pending():
-            self.timers.late_flushed()
+            self.kernel.timers.late_flushed()
 
     def _emit_early(self) -> None:
         early = self.cache.early_slots()
@@ -437,7 +434,6 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         fields = self.kernel.restore()
         if fields is None:
             return
-        self.timers = Timers.from_json(fields)
         self.sessions.progress.load_json(fields)
         self._eot = self.watermark >= END_OF_TIME
         self.sessions.loader.restore()

@@ -33,7 +33,7 @@ class WindowEmitter:
     trigger: TimeTrigger
     evaluator: WindowEvaluator
     outputs: OutputBuffer[ResultBatch]
-    timers: Timers = field(init=False, default_factory=Timers)
+    timers: Timers
     size: int = field(init=False)
     step: int = field(init=False)
 

@@ -41,8 +41,6 @@ from window_operator.kernel import (
     StepStats,
     StoredWindow,
     TimerAction,
-    Timers,
-    due,
 )
 from window_operator.kernel.positions import InputPosition
 from window_operator.kernel.shell import KernelForwarding
@@ -80,15 +78,16 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         key_slack: int = KEY_SLACK,
         cache_mb: int = DEFAULT_CACHE_MB,
     ) -> None:
-        if use_deduct and not aggregations.deductible:
-            raise ValueError("use_deduct=True but not every aggregation has deduct")
+        aggregations.check_deduct(use_deduct)
         self.windowing = windowing
         self.aggs = aggregations
         self.policy = policy
         self.decoder = decoder
         self.use_deduct = aggregations.deductible if use_deduct is None else use_deduct
         shape = {"type": "time", "size": windowing.size, "step": windowing.step}
-        self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(store, shape=shape, policy=policy)
+        self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
+            store, shape=shape, policy=policy, timed=True
+        )
         self.keys: KeyTable[str] = KeyTable()
         self.frames = FrameStore(
             aggregations, store, self.keys, windowing.step, max_bytes=cache_mb << 20
@@ -107,6 +106,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
             trigger=self.trigger,
             evaluator=self.evaluator,
             outputs=self.kernel.outputs,
+            timers=self.kernel.timers,
         )
         self.key_slack = key_slack
         self._expired_upto: int | None = None
@@ -195,7 +195,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         clock.note_now(now_ms)
         if self.policy.idle_timeout is not None and clock.max_ts:
             self._advance_watermark(clock.coalesced())
-        action = due(self.policy, self.emitter.timers, clock.now, bool(self.book.pending))
+        action = self.kernel.timers_due(bool(self.book.pending))
         if TimerAction.LATE in action:
             self._emit_late()
         if TimerAction.EARLY in action:
@@ -222,9 +222,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
             self.frames.expire(batch, cutoff, self._expired_upto)
             self.book.expire(batch, cutoff)
             self._expired_upto = cutoff
-        self.kernel.write_checkpoint(
-            batch, {**self.emitter.timers.to_json(), "expired_upto": self._expired_upto}
-        )
+        self.kernel.write_checkpoint(batch, {"expired_upto": self._expired_upto})
         self.kernel.commit(batch, commit=commit)
         # Frames whose every window has fired are in the store now; keep memory small.
         if wm > NO_WATERMARK:
@@ -437,7 +435,6 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         fields = self.kernel.restore()
         if fields is None:
             return
-        self.emitter.timers = Timers.from_json(fields)
         expired = fields.get("expired_upto")
         self._expired_upto = None if expired is None else int(expired)
         wm = self.watermark

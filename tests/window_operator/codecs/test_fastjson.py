@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from window_operator.codecs.fastjson import ColumnarJsonDecoder
+from window_operator.codecs.fastjson import ColumnarJsonDecoder, _values
 from window_operator.events import RecordDecoder
 
 DECODER = RecordDecoder(key_field="k", timestamp_field="ts", numeric_fields=["v"])
@@ -66,3 +67,12 @@ def test_declines_broken_json_and_meta_fields() -> None:
     assert dec.decode([b'{"k":"a","ts":1,"v":1}', b'{"k":"a","ts":']) is None
     assert dec.decode([b'{"k":"a","ts":1,"v":1,"partition":2}']) is None
     assert dec.decode([b'{"k":"a","ts":1,"v":1}']) is not None
+
+
+def test_columns_are_read_from_every_chunk_at_their_offset() -> None:
+    ints = pa.chunked_array([[1, 2, 3], [4, 5], []], pa.int64())
+    assert _values(ints.slice(1, 3)).tolist() == [2, 3, 4]
+    assert _values(ints).tolist() == ints.to_numpy().tolist()
+    floats = pa.chunked_array([[0.5], [-1.25, 3.0]], pa.float64())
+    np.testing.assert_array_equal(_values(floats), floats.to_numpy())
+    assert _values(pa.chunked_array([], pa.float64())).tolist() == []

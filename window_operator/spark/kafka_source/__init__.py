@@ -62,6 +62,7 @@ read of one offset range) and ``stream`` (registration and :func:`read_kafka_str
 
 from __future__ import annotations
 
+from window_operator.spark.kafka_source import schema
 from window_operator.spark.kafka_source.partition import (
     KafkaInputPartition,
     read_messages,
@@ -69,15 +70,7 @@ from window_operator.spark.kafka_source.partition import (
     read_range,
 )
 from window_operator.spark.kafka_source.reader import KafkaDataSource, KafkaStreamReader
-from window_operator.spark.kafka_source.schema import (
-    EARLIEST,
-    KAFKA_COLUMNS,
-    KAFKA_SCHEMA,
-    LATEST,
-    RANGES_SCHEMA,
-    SOURCE_NAME,
-    KafkaSourceError,
-)
+from window_operator.spark.kafka_source.schema import *  # noqa: F403 (its __all__ is ours too)
 from window_operator.spark.kafka_source.stream import (
     builtin_kafka_available,
     kafka_end_offsets,
@@ -85,15 +78,8 @@ from window_operator.spark.kafka_source.stream import (
 )
 
 __all__ = [
-    "EARLIEST",
-    "KAFKA_COLUMNS",
-    "KAFKA_SCHEMA",
-    "LATEST",
-    "RANGES_SCHEMA",
-    "SOURCE_NAME",
     "KafkaDataSource",
     "KafkaInputPartition",
-    "KafkaSourceError",
     "KafkaStreamReader",
     "builtin_kafka_available",
     "kafka_end_offsets",
@@ -102,3 +88,4 @@ __all__ = [
     "read_partition",
     "read_range",
 ]
+__all__ += schema.__all__
