@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["BatchReport", "JobRun", "StreamingJob", "prepare_topics"]
+__all__ = ["BatchReport", "JobReports", "JobRun", "StreamingJob", "job_settings", "prepare_topics"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,39 @@ class JobRun:
         t["records"] = t.get("records", 0) + sum(m.records for m in report.ranges)
 
 
+@dataclass
+class JobReports:
+    """Where a job's batch reports go, in order: the run's totals, the caller's
+    ``on_report``, then every observer (metrics, the log line; one that fails is logged,
+    it never stops the job)."""
+
+    on_report: Observer | None = None
+    observers: list[Observer] = field(default_factory=list)
+    totals: JobRun = field(default_factory=JobRun)
+
+    def publish(self, report: BatchReport) -> None:
+        """Hand ``report`` to everyone (see class doc)."""
+        self.totals.add(report)
+        if self.on_report is not None:
+            self.on_report(report)
+        for observer in self.observers:
+            try:
+                observer(report)
+            except Exception as exc:  # noqa: BLE001 - an observer never stops the job
+                log.warning("batch report observer %r failed: %s", observer, exc)
+
+
+def job_settings(
+    config: AnyJobConfig, bootstrap_servers: str, state_dir: str | None
+) -> TaskSettings:
+    """What the tasks of a job get (before the number of state tasks is known)."""
+    return TaskSettings(
+        config=config,
+        bootstrap_servers=bootstrap_servers,
+        state_dir=str(state_dir or config.state.dir),
+    )
+
+
 class StreamingJob:
     """The Spark Structured Streaming query of one job config."""
 
@@ -97,19 +130,12 @@ class StreamingJob:
         self.config = config
         self.bootstrap = bootstrap_servers
         self.spark = spark
-        self.settings = TaskSettings(
-            config=config,
-            bootstrap_servers=bootstrap_servers,
-            state_dir=str(state_dir or config.state.dir),
-        )
+        self.settings = job_settings(config, bootstrap_servers, state_dir)
         sc = config.spark
         self.available_now = sc.available_now if available_now is None else available_now
         self.trigger_ms = sc.trigger_ms or 5_000
         self.starting_offsets = starting_offsets
-        self.on_report = on_report
-        #: further observers of every batch report (metrics, the batch log line)
-        self.observers: list[Observer] = []
-        self.run_totals = JobRun()
+        self.reports = JobReports(on_report)
         self.clocks = ClockLog(Path(str(sc.checkpoint_dir)) / "window-operator-clock")
         self._clock = ClockState()
         self._next_batch = 0
@@ -148,7 +174,7 @@ class StreamingJob:
         tasks = [o for o in out if isinstance(o, TaskReport)]
         report = BatchReport(batch_id, tasks, ranges, after, time.perf_counter() - started)
         self.run_totals.batches += 1
-        self._publish(report)
+        self.reports.publish(report)
 
     def tick(self) -> BatchReport:
         """Run the timers of every state task now (what the timer thread does when idle)."""
@@ -168,22 +194,17 @@ class StreamingJob:
             self._last_activity = time.monotonic()
         report = BatchReport(-1, tasks, [], clock, time.perf_counter() - started)
         self.run_totals.ticks += 1
-        self._publish(report)
+        self.reports.publish(report)
         return report
 
-    def _publish(self, report: BatchReport) -> None:
-        self.run_totals.add(report)
-        if self.on_report is not None:
-            self.on_report(report)
-        for observer in self.observers:
-            try:
-                observer(report)
-            except Exception as exc:  # noqa: BLE001 - an observer never stops the job
-                log.warning("batch report observer %r failed: %s", observer, exc)
+    @property
+    def run_totals(self) -> JobRun:
+        """Totals of the run so far."""
+        return self.reports.totals
 
     def add_observer(self, observer: Observer) -> None:
         """Call ``observer`` with every batch report too (after ``on_report``)."""
-        self.observers.append(observer)
+        self.reports.observers.append(observer)
 
     def _describe(self, what: str) -> None:
         """Name the Spark job that follows in Spark's UI (jobs page, event log)."""

@@ -37,8 +37,7 @@ from window_operator.runtime.longrun.prepare import worker_spec
 from window_operator.runtime.longrun.progress import record_progress
 from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
 from window_operator.runtime.longrun.worker import Worker, WorkerSpec
-from window_operator.runtime.settings import TaskSettings
-from window_operator.spark.driver import BatchReport, JobRun, Observer
+from window_operator.spark.driver import BatchReport, JobReports, JobRun, Observer, job_settings
 from window_operator.spark.failures import root_cause
 from window_operator.spark.topics import prepare_topics
 
@@ -92,17 +91,11 @@ class LongRunningJob:
         self.config = config
         self.bootstrap = bootstrap_servers
         self.spark = spark
-        self.settings = TaskSettings(
-            config=config,
-            bootstrap_servers=bootstrap_servers,
-            state_dir=str(state_dir or config.state.dir),
-        )
+        self.settings = job_settings(config, bootstrap_servers, state_dir)
         sc = config.spark
         self.available_now = sc.available_now if available_now is None else available_now
         self.starting_offsets = starting_offsets
-        self.on_report = on_report
-        self.observers: list[Observer] = []
-        self.run_totals = JobRun()
+        self.reports = JobReports(on_report)
         self.workers = workers or sc.workers
         self.checkpoint_dir = Path(str(sc.checkpoint_dir))
         self.summaries: list[WorkerSummary] = []
@@ -205,19 +198,17 @@ class LongRunningJob:
             )
             self._epochs += 1
             self.run_totals.batches += 1
-            self.run_totals.add(report)
             self._record_progress(report)
-            if self.on_report is not None:
-                self.on_report(report)
-            for observer in self.observers:
-                try:
-                    observer(report)
-                except Exception as exc:  # noqa: BLE001 - an observer never stops the job
-                    log.warning("batch report observer %r failed: %s", observer, exc)
+            self.reports.publish(report)
+
+    @property
+    def run_totals(self) -> JobRun:
+        """Totals of the run so far (its epochs count as batches)."""
+        return self.reports.totals
 
     def add_observer(self, observer: Observer) -> None:
         """Call ``observer`` with every epoch report too (after ``on_report``)."""
-        self.observers.append(observer)
+        self.reports.observers.append(observer)
 
     def _record_progress(self, report: BatchReport) -> None:
         """Keep the newest read positions and activity where ``status`` finds them."""
