@@ -764,6 +764,8 @@ def reading_batch(batches: list[Batch], trial: Trial, window_end: int) -> Batch 
 
 def where_time_goes(trial: Trial, measured: Measured, trigger_ms: int) -> list[str]:
     """A window's latency split: trigger wait, the batches to its result, visibility."""
+    if trial.name == "A-long":
+        return epoch_profile(trial, measured)
     batches = batches_of(trial)
     rows: dict[str, list[float]] = {
         "closing event -> next trigger tick": [],
@@ -791,6 +793,27 @@ def where_time_goes(trial: Trial, measured: Measured, trigger_ms: int) -> list[s
         for label, v in rows.items()
     ]
     return lines + batch_profile(trial, batches)
+
+
+def epoch_profile(trial: Trial, measured: Measured) -> list[str]:
+    """A-long has no micro-batches: a window's result waits for the end of the epoch of
+    the task that gets the closing chunk, then for that epoch's commit."""
+    visible = [w.visible for w in measured.windows]
+    appended_to_visible = [(w.visible_ms - w.appended_ms) / 1000.0 for w in measured.windows]
+    reports = [r for _, r in trial.reports][len(trial.reports) // 5 :]
+    lines = [
+        f"  {trial.name}: a window's latency (median / p99, s): closing event -> visible "
+        f"{percentile(visible, 50):.2f} / {percentile(visible, 99):.2f}, of which last "
+        f"result appended -> visible {percentile(appended_to_visible, 50):.2f} / "
+        f"{percentile(appended_to_visible, 99):.2f}"
+    ]
+    if reports:
+        lines.append(
+            f"    epochs (a worker's, every trigger): {len(trial.reports)}; "
+            + task_profile(reports).replace("A's batches", "A-long's epochs")
+            .replace("foreachBatch", "epoch")
+        )  # fmt: skip
+    return lines
 
 
 def batch_profile(trial: Trial, batches: list[Batch]) -> list[str]:

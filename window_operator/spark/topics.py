@@ -92,8 +92,15 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
     return tasks
 
 
+#: Brokers this process found to support transactions (a probe costs a round trip or two).
+_TRANSACTIONS_OK: set[str] = set()
+
+
 def _check_transactions(bootstrap: str, job: str, timeout_s: float) -> None:
     from confluent_kafka import KafkaException, Producer
+
+    if bootstrap in _TRANSACTIONS_OK:
+        return
 
     producer = Producer(
         {"bootstrap.servers": bootstrap, "transactional.id": f"{job}-probe", "linger.ms": 0}
@@ -106,3 +113,4 @@ def _check_transactions(bootstrap: str, job: str, timeout_s: float) -> None:
             f"support transactions ({exc.args[0].str()}): use a broker that does, or set "
             "processing.guarantee: at_least_once"
         ) from None
+    _TRANSACTIONS_OK.add(bootstrap)

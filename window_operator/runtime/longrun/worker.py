@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from window_operator.kernel import ClockState, InputPosition
@@ -138,9 +139,13 @@ class Worker:
         """Open the tasks, meet the other workers, start reading where the state says."""
         positions: dict[int, dict[InputPosition, int]] = {}
         restored: dict[int, ClockState] = {}
-        for t, runner in self.runners.items():
-            op = runner.open().op
-            positions[t], restored[t] = op.offsets, op.clock_state()
+        # each task opens its store, restores it and initialises its producer: mostly
+        # waiting for the broker, so the tasks do it at the same time
+        with ThreadPoolExecutor(max(1, len(self.runners))) as pool:
+            tasks = pool.map(TaskRunner.open, self.runners.values())
+            opened = dict(zip(self.runners, tasks, strict=True))
+        for t, task in opened.items():
+            positions[t], restored[t] = task.op.offsets, task.op.clock_state()
         trace("worker-opened", -1, -1, f"worker {self.index}")
         address = self.mesh.listen()
         met = self._gather(WorkerStart(address, positions).to_json())
