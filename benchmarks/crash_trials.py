@@ -6,7 +6,8 @@ Run ``python benchmarks/crash_trials.py`` (options: ``--kills N`` per job, defau
 ``--broker-kills P`` the share of trials that also SIGKILL the broker, default 0.25;
 ``--wipe P`` the share that also delete the local state directory, default 0.2;
 ``--startup-kills P`` the share of kills during start-up, default 0.1; ``--max-delay S``
-how long after the job's first step a kill may come, default 8 s).
+how long after the job's first step a kill may come, default 8 s; ``--mode long_running``
+the job's long-running shape instead of micro-batches).
 Exit status 1 when a result is lost, wrong or duplicated.
 
 Per job: a private local broker (noida-db) and a stream produced round-robin (not keyed
@@ -66,6 +67,8 @@ PHASE_NAMES = {
     "local-commit": "after local commit",
 }
 TAG_ENV = "WINDOW_OPERATOR_HARNESS_TAG"
+#: a long-running worker's trace of its start of reading, as a phase
+READING = {"worker-reading": "map"}
 
 
 # ------------------------------------------------------------------------------ streams
@@ -284,11 +287,13 @@ def kill_job(proc: subprocess.Popen[bytes], tag: str) -> None:
     proc.wait(30)
 
 
-def start_job(job: Job, bootstrap: str, trace: Path, *, available_now: bool) -> tuple[Any, str]:
+def start_job(
+    job: Job, bootstrap: str, trace: Path, *, available_now: bool, mode: str = "micro_batch"
+) -> tuple[Any, str]:
     tag = uuid.uuid4().hex
     env = {**os.environ, TAG_ENV: tag, "WINDOW_OPERATOR_TRACE": str(trace)}
     cmd = [sys.executable, "-m", "window_operator", "run", "--config", str(job.path),
-           "--bootstrap-servers", bootstrap, "--master", "local[2]"]  # fmt: skip
+           "--bootstrap-servers", bootstrap, "--master", "local[2]", "--mode", mode]  # fmt: skip
     if available_now:
         cmd.append("--available-now")
     log = open(job.path.parent / "job.log", "ab")  # noqa: SIM115
@@ -313,7 +318,9 @@ def phase_at(trace: Path, since: float, at: float) -> str:
     if not trace.exists():
         return "startup"
     lines = [ln.split() for ln in trace.read_text().splitlines() if ln.strip()]
-    lines = [ln for ln in lines if since <= float(ln[0]) <= at]
+    # a long-running worker traces its reading, and the phases of its tasks' epochs
+    lines = [[*ln[:1], READING.get(ln[1], ln[1]), *ln[2:]] for ln in lines]
+    lines = [ln for ln in lines if since <= float(ln[0]) <= at and ln[1] in PHASES]
     if not lines:
         return "startup"
     newest = max(int(ln[3]) for ln in lines)
@@ -437,7 +444,7 @@ def run_trials(kind: str, args: argparse.Namespace, rng: random.Random, out: Tri
         job.path.write_text(yaml.safe_dump(job.config))
         trace = work / "trace.log"
         for trial in range(args.kills):
-            proc, tag = start_job(job, bootstrap, trace, available_now=False)
+            proc, tag = start_job(job, bootstrap, trace, available_now=False, mode=args.mode)
             started = time.time()
             if rng.random() >= args.startup_kills:
                 wait_for_activity(trace, started, proc)
@@ -461,7 +468,7 @@ def run_trials(kind: str, args: argparse.Namespace, rng: random.Random, out: Tri
                 out.broker_kills += 1
             print(f"  {kind} trial {trial + 1}: killed at {phase_at(trace, started, at)}",
                   flush=True)  # fmt: skip
-        proc, tag = start_job(job, bootstrap, trace, available_now=True)
+        proc, tag = start_job(job, bootstrap, trace, available_now=True, mode=args.mode)
         code = proc.wait(900)
         kill_job(proc, tag)
         if code != 0:
@@ -486,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-delay", type=float, default=0.0, help="after the job's first step")
     ap.add_argument("--max-delay", type=float, default=8.0)
     ap.add_argument("--keep", action="store_true", help="keep the work directories")
+    ap.add_argument("--mode", default="micro_batch", choices=["micro_batch", "long_running"])
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     out = Trials()
