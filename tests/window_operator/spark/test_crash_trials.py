@@ -1,5 +1,5 @@
 """Exactly once under random kills: the crash harness of ``benchmarks/crash_trials.py``,
-reduced (five kills of an aggregation job, one with a broker SIGKILL)."""
+reduced (five kills of an aggregation job, one with a broker SIGKILL), in both shapes."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 import crash_trials  # noqa: E402
 
 
-def test_five_random_kills_lose_nothing_and_send_nothing_twice() -> None:
+@pytest.mark.parametrize("mode", ["micro_batch", "long_running"])
+def test_five_random_kills_lose_nothing_and_send_nothing_twice(mode: str) -> None:
     args = argparse.Namespace(
+        mode=mode,
         kills=5,
         events=1_500,
         broker_kills=0.0,
