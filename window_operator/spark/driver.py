@@ -21,9 +21,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kernel import ClockState
@@ -40,7 +40,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["BatchReport", "JobReports", "JobRun", "StreamingJob", "job_settings", "prepare_topics"]
+__all__ = [
+    "BatchReport",
+    "JobOptions",
+    "JobReports",
+    "JobRun",
+    "SparkJob",
+    "StreamingJob",
+    "job_settings",
+    "prepare_topics",
+]
 
 log = logging.getLogger(__name__)
 
@@ -113,29 +122,59 @@ def job_settings(
     )
 
 
-class StreamingJob:
+class JobOptions(TypedDict, total=False):
+    """The keyword options of a job on Spark (either shape), with their defaults.
+
+    ``state_dir`` (``state.dir``) and ``available_now`` (``spark.available_now``) default
+    to the config's; ``starting_offsets`` to ``"earliest"``.
+    """
+
+    bootstrap_servers: Required[str]
+    spark: Required[SparkSession]
+    state_dir: str | None
+    available_now: bool | None
+    starting_offsets: str
+    on_report: Observer | None
+
+
+class SparkJob:
+    """What both shapes of a job on Spark share: the config, the task settings, the
+    options and where the batch reports go (:class:`StreamingJob`,
+    :class:`~window_operator.spark.longrun.LongRunningJob`)."""
+
+    def __init__(self, config: AnyJobConfig, **options: Unpack[JobOptions]) -> None:
+        self.config = config
+        self.bootstrap = options["bootstrap_servers"]
+        self.spark = options["spark"]
+        self.settings = job_settings(config, self.bootstrap, options.get("state_dir"))
+        available_now = options.get("available_now")
+        self.available_now = config.spark.available_now if available_now is None else available_now
+        self.starting_offsets = options.get("starting_offsets", "earliest")
+        self.reports = JobReports(options.get("on_report"))
+
+    def _prepare_tasks(self) -> int:
+        """Create the topics and fix the number of state tasks in the settings."""
+        tasks = prepare_topics(self.config, self.bootstrap)
+        self.settings = replace(self.settings, tasks=tasks)
+        return tasks
+
+    @property
+    def run_totals(self) -> JobRun:
+        """Totals of the run so far (a long-running job's epochs count as batches)."""
+        return self.reports.totals
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer`` with every batch report too (after ``on_report``)."""
+        self.reports.observers.append(observer)
+
+
+class StreamingJob(SparkJob):
     """The Spark Structured Streaming query of one job config."""
 
-    def __init__(
-        self,
-        config: AnyJobConfig,
-        *,
-        bootstrap_servers: str,
-        spark: SparkSession,
-        state_dir: str | None = None,
-        available_now: bool | None = None,
-        starting_offsets: str = "earliest",
-        on_report: Observer | None = None,
-    ) -> None:
-        self.config = config
-        self.bootstrap = bootstrap_servers
-        self.spark = spark
-        self.settings = job_settings(config, bootstrap_servers, state_dir)
+    def __init__(self, config: AnyJobConfig, **options: Unpack[JobOptions]) -> None:
+        super().__init__(config, **options)
         sc = config.spark
-        self.available_now = sc.available_now if available_now is None else available_now
         self.trigger_ms = sc.trigger_ms or 5_000
-        self.starting_offsets = starting_offsets
-        self.reports = JobReports(on_report)
         self.clocks = ClockLog(Path(str(sc.checkpoint_dir)) / "window-operator-clock")
         self._clock = ClockState()
         self._next_batch = 0
@@ -197,15 +236,6 @@ class StreamingJob:
         self.reports.publish(report)
         return report
 
-    @property
-    def run_totals(self) -> JobRun:
-        """Totals of the run so far."""
-        return self.reports.totals
-
-    def add_observer(self, observer: Observer) -> None:
-        """Call ``observer`` with every batch report too (after ``on_report``)."""
-        self.reports.observers.append(observer)
-
     def _describe(self, what: str) -> None:
         """Name the Spark job that follows in Spark's UI (jobs page, event log)."""
         self.spark.sparkContext.setJobDescription(f"window-operator {self.config.job}: {what}")
@@ -227,13 +257,7 @@ class StreamingJob:
         """Create topics, fix the number of state tasks and start the streaming query."""
         from window_operator.spark.kafka_source import read_kafka_stream
 
-        tasks = prepare_topics(self.config, self.bootstrap)
-        self.settings = TaskSettings(
-            config=self.config,
-            bootstrap_servers=self.bootstrap,
-            state_dir=self.settings.state_dir,
-            tasks=tasks,
-        )
+        self._prepare_tasks()
         topics: Sequence[str] = [s.topic for s in plan_for(self.settings).sources]
         df = read_kafka_stream(
             self.spark,

@@ -28,7 +28,7 @@ from dataclasses import replace
 from functools import partial
 from itertools import count
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import WindowOperatorError
@@ -37,12 +37,8 @@ from window_operator.runtime.longrun.prepare import worker_spec
 from window_operator.runtime.longrun.progress import record_progress
 from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
 from window_operator.runtime.longrun.worker import Worker, WorkerSpec
-from window_operator.spark.driver import BatchReport, JobReports, JobRun, Observer, job_settings
+from window_operator.spark.driver import BatchReport, JobOptions, SparkJob
 from window_operator.spark.failures import root_cause
-from window_operator.spark.topics import prepare_topics
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 __all__ = ["MAX_RESTARTS", "LongRunningJob", "WorkersFailedError"]
 
@@ -68,7 +64,7 @@ def run_worker(spec: WorkerSpec, _rows: Iterator[object]) -> Iterator[WorkerSumm
     yield Worker(spec, index, host=host).run()
 
 
-class LongRunningJob:
+class LongRunningJob(SparkJob):
     """A job's workers on Spark and the driver's side of them (see module doc).
 
     The same surface as :class:`~window_operator.spark.driver.StreamingJob`: ``start``,
@@ -80,22 +76,11 @@ class LongRunningJob:
         self,
         config: AnyJobConfig,
         *,
-        bootstrap_servers: str,
-        spark: SparkSession,
-        state_dir: str | None = None,
-        available_now: bool | None = None,
-        starting_offsets: str = "earliest",
-        on_report: Observer | None = None,
         workers: int | None = None,
+        **options: Unpack[JobOptions],
     ) -> None:
-        self.config = config
-        self.bootstrap = bootstrap_servers
-        self.spark = spark
-        self.settings = job_settings(config, bootstrap_servers, state_dir)
+        super().__init__(config, **options)
         sc = config.spark
-        self.available_now = sc.available_now if available_now is None else available_now
-        self.starting_offsets = starting_offsets
-        self.reports = JobReports(on_report)
         self.workers = workers or sc.workers
         self.checkpoint_dir = Path(str(sc.checkpoint_dir))
         self.summaries: list[WorkerSummary] = []
@@ -112,8 +97,7 @@ class LongRunningJob:
 
     def start(self) -> None:
         """Create topics, fix the number of state tasks and start the workers."""
-        tasks = prepare_topics(self.config, self.bootstrap)
-        self.settings = replace(self.settings, tasks=tasks)
+        tasks = self._prepare_tasks()
         sc = self.spark.sparkContext
         workers = self.workers or max(1, min(sc.defaultParallelism, tasks))
         spec = worker_spec(
@@ -200,15 +184,6 @@ class LongRunningJob:
             self.run_totals.batches += 1
             self._record_progress(report)
             self.reports.publish(report)
-
-    @property
-    def run_totals(self) -> JobRun:
-        """Totals of the run so far (its epochs count as batches)."""
-        return self.reports.totals
-
-    def add_observer(self, observer: Observer) -> None:
-        """Call ``observer`` with every epoch report too (after ``on_report``)."""
-        self.reports.observers.append(observer)
 
     def _record_progress(self, report: BatchReport) -> None:
         """Keep the newest read positions and activity where ``status`` finds them."""
