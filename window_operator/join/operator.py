@@ -48,6 +48,7 @@ from window_operator.join.spec import JoinSpec
 from window_operator.join.state import MessageCodec
 from window_operator.join.storage import JoinStorage
 from window_operator.kernel import ClockState, OperatorKernel, StepStats
+from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.shell import KernelForwarding
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord
@@ -439,10 +440,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         # interned keys grow back to twice the live ones before the next compaction
         self._key_limit = max(self.key_limit, 2 * len(self.keys))
 
-    def _restore(self) -> None:
-        fields = self.kernel.restore()
-        if fields is None:
-            return
+    def _restore_fields(self, fields: dict[str, JsonValue]) -> None:
         self._seq = int(fields["seq"])
         self.rows.swept = [int(t) for t in fields["rows_swept"]]
         self.storage.restore(self.store, fields)

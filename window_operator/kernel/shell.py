@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Generic, Protocol, TypeVar
 
 from stores.rocks import TaskStore
+from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.clock import ClockState
 from window_operator.kernel.kernel import OperatorKernel
 from window_operator.kernel.positions import InputPosition
@@ -73,6 +74,17 @@ class KernelForwarding(Generic[B, T]):
 
     def _advance_watermark(self, candidate: int) -> None:
         """Move the watermark to ``candidate`` if that is further; fire what it passed."""
+        raise NotImplementedError
+
+    def _restore(self) -> None:
+        """Restore the kernel from the store's checkpoint; the operator's own fields
+        go to :meth:`_restore_fields` (nothing to restore: a fresh operator)."""
+        fields = self.kernel.restore()
+        if fields is not None:
+            self._restore_fields(fields)
+
+    def _restore_fields(self, fields: dict[str, JsonValue]) -> None:
+        """Take the operator's own checkpoint fields (see :meth:`_restore`)."""
         raise NotImplementedError
 
     def take_result_batches(self) -> list[B]:

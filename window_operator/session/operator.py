@@ -38,6 +38,7 @@ from window_operator.kernel import (
     TimerAction,
     WindowOperator,
 )
+from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.shell import KernelForwarding
 from window_operator.keytable import DEFAULT_KEY_SLACK
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
@@ -430,10 +431,7 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
 
     # ------------------------------------------------------------------ restore
 
-    def _restore(self) -> None:
-        fields = self.kernel.restore()
-        if fields is None:
-            return
+    def _restore_fields(self, fields: dict[str, JsonValue]) -> None:
         self.sessions.progress.load_json(fields)
         self._eot = self.watermark >= END_OF_TIME
         self.sessions.loader.restore()

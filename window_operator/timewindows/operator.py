@@ -42,6 +42,7 @@ from window_operator.kernel import (
     StoredWindow,
     TimerAction,
 )
+from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.positions import InputPosition
 from window_operator.kernel.shell import KernelForwarding
 from window_operator.keytable import KeyTable
@@ -431,10 +432,7 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
 
     # ------------------------------------------------------------------ restore
 
-    def _restore(self) -> None:
-        fields = self.kernel.restore()
-        if fields is None:
-            return
+    def _restore_fields(self, fields: dict[str, JsonValue]) -> None:
         expired = fields.get("expired_upto")
         self._expired_upto = None if expired is None else int(expired)
         wm = self.watermark
