@@ -261,6 +261,14 @@ class StddevOp(VarianceOp):
 # --------------------------------------------------------------------------- linreg
 
 
+def _comoment_moves(means: _Means) -> tuple[FloatArray, FloatArray]:
+    """How ``Cxx`` and ``Cxy`` move when two bivariate accumulators are combined (or one
+    is deducted): ``dx dx na weight`` and ``dx dy na weight`` (see :class:`_Means`)."""
+    dx, dy = means.diffs
+    weight = means.na * means.weight
+    return dx * dx * weight, dx * dy * weight
+
+
 class LinregOp(VectorOp):
     """Least-squares line ``value = slope * x + intercept``.
 
@@ -325,10 +333,9 @@ class LinregOp(VectorOp):
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
         means = _combined_means(a, b, 2)
-        dx, dy = means.diffs
-        weight = means.na * means.weight
-        cxx = a[..., 5] + b[..., 5] + dx * dx * weight
-        cxy = a[..., 6] + b[..., 6] + dx * dy * weight
+        move_xx, move_xy = _comoment_moves(means)
+        cxx = a[..., 5] + b[..., 5] + move_xx
+        cxy = a[..., 6] + b[..., 6] + move_xy
         rows = np.stack([means.n, *means.means, cxx, cxy], axis=-1)
         return _neutral_combine(a, b, rows)
 
@@ -337,10 +344,7 @@ class LinregOp(VectorOp):
         c = np.asarray(a, dtype=np.float64)
         a_ = np.asarray(b, dtype=np.float64)
         means = _deducted_means(c, a_, 2)
-        diff_x, diff_y = means.diffs
-        weight = means.na * means.weight
-        corr_xx = diff_x * diff_x * weight
-        corr_xy = diff_x * diff_y * weight
+        corr_xx, corr_xy = _comoment_moves(means)
         cxx = c[..., 5] - a_[..., 5] - corr_xx
         cxy = c[..., 6] - a_[..., 6] - corr_xy
         noise_xx = _NOISE_ULPS * (np.abs(c[..., 5]) + np.abs(a_[..., 5]) + corr_xx)
