@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from itertools import repeat
 from typing import Any, Final, Literal, Protocol
 
 import orjson
@@ -48,10 +47,16 @@ def decode_result_key(data: bytes) -> tuple[str, int, int]:
 
 
 def batch_keys(batch: ResultBatch) -> list[bytes]:
-    """The Kafka key (:func:`result_key`) of every row of ``batch``."""
+    """The Kafka key (:func:`result_key`) of every row of ``batch``.
+
+    Each distinct key is serialized once and spliced into a template: the bytes equal
+    :func:`result_key`'s (orjson writes no spaces, and ints as ``%d`` does).
+    """
     dumps = orjson.dumps
+    quoted = {k: dumps(k) for k in set(batch.keys)}
+    template = b'{"key":%b,"window_start":%d,"window_end":%d}'
     return [
-        dumps({"key": k, "window_start": s, "window_end": e})
+        template % (quoted[k], s, e)
         for k, s, e in zip(
             batch.keys, batch.window_start.tolist(), batch.window_end.tolist(), strict=True
         )
@@ -115,24 +120,15 @@ class JsonResultEncoder:
         keys = batch_keys(batch)
         if batch.kind is Kind.RETRACT:
             return [(key, None) for key in keys]
-        names = list(batch.values)
-        cols = [batch.values[n] for n in names]
-        rows = zip(*cols, strict=True) if cols else repeat((), len(keys))
         # The key document is the value's prefix: splice it instead of serializing the
         # window twice. The bytes equal orjson.dumps of the whole to_dict() document.
         head = b',"kind":' + orjson.dumps(batch.kind.value) + b',"update_seq":'
-        dumps = orjson.dumps
-        out: list[tuple[bytes, bytes | None]] = []
-        for key_bytes, seq, row in zip(keys, batch.update_seq.tolist(), rows, strict=True):
-            values = dict(zip(names, row, strict=True))
-            try:
-                values_json = dumps(values, option=JSON_OPTS)
-            except orjson.JSONEncodeError:
-                values_json = dumps_json(values)
-            out.append(
-                (key_bytes, b'%b%b%d,"values":%b}' % (key_bytes[:-1], head, seq, values_json))
-            )
-        return out
+        seqs = batch.update_seq.tolist()
+        values = _values_json(batch.values, len(keys))
+        return [
+            (key, b"%b%b%d,%b}" % (key[:-1], head, seq, v))
+            for key, seq, v in zip(keys, seqs, values, strict=True)
+        ]
 
     def decoder(self) -> JsonResultDecoder:
         """The decoder of this encoder's values."""
@@ -148,3 +144,40 @@ class JsonResultDecoder:
             return None
         doc: dict[str, Any] = orjson.loads(value)
         return doc
+
+
+def _values_json(values: Mapping[str, list[Any]], n: int) -> list[bytes]:
+    """``"values":{...}`` of every row, as orjson writes each row's dict.
+
+    Each column is serialized once, as a list, and split at its commas: when that gives
+    one piece per row, no value holds a comma and the pieces are the values' own JSON; a
+    row template then joins the columns. A column that does not split (strings or lists
+    with commas, ints beyond 64 bits) sends the batch down the per-row path.
+    """
+    names = list(values)
+    if not names:
+        return [b'"values":{}'] * n
+    columns = [_split_column(values[name], n) for name in names]
+    if all(c is not None for c in columns):
+        template = b'"values":{' + b",".join(orjson.dumps(k) + b":%b" for k in names) + b"}"
+        return [template % row for row in zip(*columns, strict=True)]
+    rows = zip(*(values[name] for name in names), strict=True)
+    return [b'"values":' + _dumps_row(dict(zip(names, row, strict=True))) for row in rows]
+
+
+def _split_column(column: list[Any], n: int) -> list[bytes] | None:
+    """Each value of ``column`` as orjson writes it (``None``: some value holds a comma)."""
+    if n == 0:
+        return []
+    try:
+        items = orjson.dumps(column, option=JSON_OPTS)[1:-1].split(b",")
+    except orjson.JSONEncodeError:
+        return None
+    return items if len(items) == n else None
+
+
+def _dumps_row(values: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(values, option=JSON_OPTS)
+    except orjson.JSONEncodeError:
+        return dumps_json(values)

@@ -13,6 +13,8 @@ import numpy as np
 import orjson
 import pytest
 from codeckit import write_schema
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from window_operator.codecs import (
     AvroResultDecoder,
@@ -26,6 +28,7 @@ from window_operator.codecs import (
     result_encoder_for,
     result_key,
 )
+from window_operator.codecs.result_json import dumps_json
 from window_operator.config import JobConfig, parse_config
 from window_operator.job import build_runtime
 from window_operator.policies import END_OF_TIME
@@ -416,3 +419,44 @@ def test_aggregation_names_must_be_avro_names_for_avro_output(tmp_path: Path) ->
 # ---------------------------------------------------------------------------------------
 # Error records
 # ---------------------------------------------------------------------------------------
+
+
+_SCALARS = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+)
+_VALUES = st.one_of(
+    _SCALARS,
+    st.integers(2**64, 2**70),  # beyond orjson: the stdlib fallback
+    st.text(max_size=4, alphabet=',"[]{} ab\u00e9'),
+    st.lists(_SCALARS, max_size=2),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.text(max_size=5, alphabet='ab,"\u00e9\\'), min_size=0, max_size=6),
+    st.sampled_from([Kind.EARLY, Kind.ON_TIME, Kind.LATE]),
+    st.lists(st.sampled_from(["n", "avg", "m\u00e9an", 'q"']), unique=True, max_size=3),
+    st.data(),
+)
+def test_json_values_equal_orjson_of_each_result(
+    keys: list[str], kind: Kind, names: list[str], data: st.DataObject
+) -> None:
+    """The columnar JSON encoder writes exactly what orjson (or its fallback) writes of
+    each result's document, whatever the value types (the oracle: one dumps per row)."""
+    column = st.lists(data.draw(st.sampled_from([_SCALARS, _VALUES])),
+                      min_size=len(keys), max_size=len(keys))  # fmt: skip
+    values = {name: data.draw(column) for name in names}
+    starts = np.arange(len(keys), dtype=np.int64) * 10_000 - 5_000
+    batch = ResultBatch(
+        kind, keys, starts, starts + 10_000, np.arange(len(keys), dtype=np.int64), values
+    )
+    got = JsonResultEncoder().encode_batch(batch)
+    expected = [
+        (result_key(r.key, r.window_start, r.window_end), dumps_json(r.to_dict()))
+        for r in batch.to_results()
+    ]
+    assert got == expected
