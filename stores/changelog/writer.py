@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from stores.changelog.records import CF_TAGS, ChangelogError, is_marker
 from stores.rocks import BulkPut, ColumnFamily, Mutation, MutationKind, StoreBatch, TaskStore
 
-__all__ = ["ChangelogDelivery", "ChangelogWriter", "produce"]
+__all__ = ["ChangelogDelivery", "ChangelogWriter", "produce", "produce_many"]
 
 Headers = list[tuple[str, bytes]]
 
@@ -44,6 +44,44 @@ def produce(
                 )
             return
         except BufferError:
+            producer.poll(0.05)
+
+
+#: Records handed to librdkafka in one ``produce_batch`` call.
+PRODUCE_CHUNK = 10_000
+
+
+def produce_many(
+    producer: Any,
+    topic: str,
+    records: list[dict[str, bytes | None]],
+    *,
+    partition: int | None = None,
+    on_delivery: Any = None,
+) -> None:
+    """Queue ``records`` (dicts of ``key`` and ``value``) in order, ``PRODUCE_CHUNK`` per
+    ``produce_batch`` call (a call per record costs about twice as much).
+
+    A full queue rejects a chunk's tail: it is queued again once the queue has room. A
+    record rejected for another reason, or out of order, raises :class:`ChangelogError`
+    (a Kafka failure: the caller discards the producer and runs the batch again).
+    """
+    from confluent_kafka import KafkaError
+
+    options: dict[str, Any] = {"on_delivery": on_delivery}
+    if partition is not None:
+        options["partition"] = partition
+    for i in range(0, len(records), PRODUCE_CHUNK):
+        chunk = records[i : i + PRODUCE_CHUNK]
+        while producer.produce_batch(topic, chunk, **options) < len(chunk):
+            failed = [j for j, r in enumerate(chunk) if "_error" in r]
+            errors = [cast(KafkaError, chunk[j]["_error"]) for j in failed]
+            tail = failed == list(range(failed[0], len(chunk)))
+            if not tail or any(e.code() != KafkaError._QUEUE_FULL for e in errors):
+                raise ChangelogError(f"producing to {topic} failed: {errors[0]}")
+            chunk = chunk[failed[0] :]
+            for r in chunk:
+                del r["_error"]
             producer.poll(0.05)
 
 
@@ -111,26 +149,25 @@ class ChangelogWriter:
         marker's offset from the returned delivery.
         """
         delivery = ChangelogDelivery(self.topic, self.partition)
-        send = self._sender(delivery)
-        for cf, key, value in extra:
-            send(CF_TAGS[cf] + key, value)
+        records = [{"key": CF_TAGS[cf] + key, "value": value} for cf, key, value in extra]
         marker: Mutation | None = None
         for i, e in enumerate(batch.entries):
             if isinstance(e, BulkPut):
                 tag = CF_TAGS[e.cf]
-                for k, v in zip(e.keys, e.values, strict=True):
-                    send(tag + k, v)
+                records += [
+                    {"key": tag + k, "value": v} for k, v in zip(e.keys, e.values, strict=True)
+                ]
             elif e.kind is MutationKind.PUT and is_marker(e.cf, e.key):
                 marker = e  # the checkpoint is the commit marker: send it last
             elif e.kind is MutationKind.PUT:
-                send(CF_TAGS[e.cf] + e.key, e.value)
+                records.append({"key": CF_TAGS[e.cf] + e.key, "value": e.value})
             elif e.kind is MutationKind.DELETE:
-                send(CF_TAGS[e.cf] + e.key, None)
+                records.append({"key": CF_TAGS[e.cf] + e.key, "value": None})
             else:
                 assert e.value is not None
                 tag = CF_TAGS[e.cf]
-                for k in _doomed(store, batch.entries[:i], e.cf, e.key, e.value):
-                    send(tag + k, None)
+                doomed = _doomed(store, batch.entries[:i], e.cf, e.key, e.value)
+                records += [{"key": tag + k, "value": None} for k in doomed]
         if marker is None:
             raise ChangelogError("a logged batch must contain the task checkpoint (its marker)")
         offsets = [[s, p, o] for (s, p), o in sorted(source_offsets)]
@@ -139,7 +176,11 @@ class ChangelogWriter:
             ("batch", str(batch_number).encode()),
             ("offsets", orjson.dumps(offsets)),
         ]
-        delivery.records += 1
+        callback = None if self.transactional else delivery
+        produce_many(
+            self.producer, self.topic, records, partition=self.partition, on_delivery=callback
+        )
+        delivery.records = len(records) + 1
         produce(
             self.producer,
             self.topic,
@@ -154,22 +195,6 @@ class ChangelogWriter:
     def wait(self, delivery: ChangelogDelivery) -> int:
         """Wait for every acknowledgement of a :meth:`write`; the marker's offset."""
         return delivery.marker_offset(self.producer.flush(60))
-
-    def _sender(self, delivery: ChangelogDelivery) -> Callable[[bytes, bytes | None], None]:
-        """``send(key, value)`` of one data record (the hot path: one call per record)."""
-        raw = self.producer.produce
-        topic, partition = self.topic, self.partition
-        callback = None if self.transactional else delivery
-
-        def send(key: bytes, value: bytes | None) -> None:
-            delivery.records += 1
-            try:
-                raw(topic, value=value, key=key, partition=partition, on_delivery=callback)
-            except BufferError:  # the queue is full: wait for room (rare)
-                produce(self.producer, topic, key, value, partition=partition,
-                        on_delivery=callback)  # fmt: skip
-
-        return send
 
 
 def _doomed(

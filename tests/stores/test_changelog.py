@@ -182,3 +182,29 @@ def test_a_store_ahead_of_its_changelog_is_reported(
     assert restore_from_changelog(store, conf, other, 0).ahead
     assert not restore_from_changelog(store, conf, topic, 0).ahead
     store.close()
+
+
+def test_produce_many_queues_every_record_in_order_past_a_full_queue(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A producer queue far smaller than the records: the rejected tails are queued
+    again, and the partition holds every record once, in order."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from stores.changelog.writer import produce_many
+
+    topic = make_topic(kafka_bootstrap, unique_name("many"), partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "queue.buffering.max.messages": 40})
+    values: list[bytes | None] = [b"v%d" % i if i % 7 else None for i in range(500)]
+    records = [{"key": b"k%d" % i, "value": v} for i, v in enumerate(values)]
+    produce_many(producer, topic, records, partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_name("g")})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[bytes | None, bytes | None]] = []
+    while len(got) < len(values):
+        msgs = consumer.consume(500, timeout=10)
+        assert msgs, f"only {len(got)} of {len(values)} records arrived"
+        got += [(m.key(), m.value()) for m in msgs if m.error() is None]
+    consumer.close()
+    assert got == [(b"k%d" % i, v) for i, v in enumerate(values)]

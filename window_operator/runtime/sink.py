@@ -16,7 +16,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from stores.changelog import ChangelogDelivery
-from stores.changelog.writer import Headers, produce
+from stores.changelog.records import ChangelogError
+from stores.changelog.writer import Headers, produce, produce_many
 from window_operator.codecs import encode_error
 from window_operator.errors import OutputSendError
 from window_operator.results import ErrorRecord
@@ -75,10 +76,19 @@ class OutputSink:
         if self.transactional:
             self.producer.begin_transaction()
 
-    def results(self, records: Iterable[KafkaRecord]) -> int:
+    def results(self, records: Sequence[KafkaRecord]) -> int:
         """Produce encoded window results; how many."""
         headers = self._headers
-        return self._produce(self.topics.results, ((k, v, headers) for k, v in records))
+        if headers is not None:  # produce_batch takes no headers
+            return self._produce(self.topics.results, ((k, v, headers) for k, v in records))
+        callback = None if self.transactional else self._deliveries
+        try:
+            batch = [{"key": k, "value": v} for k, v in records]
+            produce_many(self.producer, self.topics.results, batch, on_delivery=callback)
+        except ChangelogError as exc:
+            raise OutputSendError(str(exc)) from exc
+        self.sent += len(records)
+        return len(records)
 
     def errors(self, errors: Sequence[ErrorRecord]) -> int:
         """Produce rejected input records to the errors topic (dead-letter convention)."""

@@ -15,8 +15,9 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import groupby
 from typing import TYPE_CHECKING, cast
+
+import numpy as np
 
 from window_operator.kafka_range import KafkaSourceError, range_consumer_config
 from window_operator.kernel import InputPosition
@@ -106,12 +107,12 @@ class InputReader:
             msgs = [m for m in msgs if m.error() is None]
         # a consume returns runs of one partition's records: group them by partition
         runs: dict[InputPosition, list[Message]] = {}
-        for tp, group in groupby(msgs, key=_topic_partition):
+        for tp, run in _runs(msgs):
             pos = self._by_tp.get(tp)
             if pos is None:
                 raise KafkaSourceError(f"{self.name} got {tp}: not its input")
             if pos in self.reading:
-                runs.setdefault(pos, []).extend(group)
+                runs.setdefault(pos, []).extend(run)
         seconds = (time.perf_counter() - t0) / max(len(runs), 1)
         chunks = [c for pos, run in runs.items() if (c := self._chunk(pos, run, seconds))]
         for m in failed:  # after the records: an end-of-partition event follows them
@@ -160,8 +161,22 @@ class InputReader:
             self.consumer = None
 
 
-def _topic_partition(m: Message) -> tuple[str | None, int | None]:
-    return m.topic(), m.partition()
+def _runs(msgs: list[Message]) -> list[tuple[tuple[str | None, int | None], list[Message]]]:
+    """The runs of one partition's messages in ``msgs``, in order (a consume returns a
+    few long runs: the partitions are told apart column by column, not per message)."""
+    from confluent_kafka import Message
+
+    n = len(msgs)
+    topics = list(map(Message.topic, msgs))
+    partitions = np.fromiter(map(Message.partition, msgs), dtype=np.int64, count=n)
+    codes = partitions
+    if topics.count(topics[0]) != n:
+        ids = {t: i for i, t in enumerate(dict.fromkeys(topics))}
+        topic_ids = np.fromiter(map(ids.__getitem__, topics), dtype=np.int64, count=n)
+        codes = topic_ids << 32 | partitions
+    starts = [0, *(np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist()]
+    ends = [*starts[1:], n]
+    return [((topics[a], int(partitions[a])), msgs[a:b]) for a, b in zip(starts, ends, strict=True)]
 
 
 def _records(source: InputPartition, run: list[Message]) -> InputRecords:
