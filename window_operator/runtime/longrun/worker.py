@@ -18,7 +18,10 @@ what a micro-batch's two stages do once:
   and after those chunks, and runs it through its
   :class:`~window_operator.runtime.runner.TaskRunner`, kept open: the same apply, send
   and commit protocol as a micro-batch (one Kafka transaction per task and epoch under
-  exactly-once), without opening, restoring or initialising anything again.
+  exactly-once), without opening, restoring or initialising anything again. An epoch's
+  tasks run in threads while the worker goes on reading and splitting the next epoch's
+  input (their commits mostly wait on the broker); an epoch starts once the one before
+  it committed, since its clock starts where that one's ended.
 
 Stopping: a worker that reads no more input (asked to stop, or past the end offsets of
 an ``available_now`` run) sends every worker an ``END`` after its last chunk. A worker
@@ -34,12 +37,12 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.batch import split_range
-from window_operator.runtime.exchange import MapReport
+from window_operator.runtime.exchange import MapReport, TaskInput
 from window_operator.runtime.faults import trace
 from window_operator.runtime.longrun.assignment import Assignment, WorkerStart, start_offsets
 from window_operator.runtime.longrun.control import ControlClient
@@ -86,6 +89,17 @@ class WorkerSpec:
     attempt: str = ""
 
 
+@dataclass
+class _RunningEpoch:
+    """An epoch whose state tasks run in the worker's threads."""
+
+    inputs: dict[int, TaskInput]
+    runs: list[Future[TaskReport]]
+    received: dict[int, int]
+    read: list[MapReport]
+    started: float
+
+
 class Worker:
     """One worker of a long-running job (see module doc)."""
 
@@ -118,6 +132,7 @@ class Worker:
         self._epoch_records = 0
         self._read: dict[InputPosition, MapReport] = {}
         self._sent_end = False
+        self._running: _RunningEpoch | None = None
         self.control: ControlClient | None = None
         self._pool = ThreadPoolExecutor(max(1, len(self.tasks)), thread_name_prefix="task")
 
@@ -187,9 +202,11 @@ class Worker:
             ended = len(self.inbox.ended) == workers
             full = limit is not None and self._epoch_records >= limit
             if ended or full or time.monotonic() >= next_epoch:
-                self._run_epoch()
+                self._finish_epoch()
+                self._start_epoch()
                 next_epoch = time.monotonic() + epoch_s
                 if ended:
+                    self._finish_epoch()
                     return
 
     def _stop_requested(self) -> bool:
@@ -225,30 +242,33 @@ class Worker:
 
     # -- state tasks ----------------------------------------------------------------------
 
-    def _run_epoch(self) -> None:
+    def _start_epoch(self) -> None:
+        """Hand every state task what it got since the last epoch; they run in threads."""
         t0 = time.perf_counter()
         now = int(time.time() * 1000)
         parts, received = self.inbox.take()
         inputs = {t: self.clocks[t].epoch(self.epoch, parts[t], now) for t in self.tasks}
+        runs = [self._pool.submit(self.runners[t].run, inputs[t]) for t in self.tasks]
+        self._running = _RunningEpoch(inputs, runs, received, list(self._read.values()), t0)
+        self._read = {}
+        self._epoch_records = 0
 
-        def run(t: int) -> TaskReport:
-            return self.runners[t].run(inputs[t])
-
-        # the tasks' epochs at the same time: their commits wait on the broker
-        reports = list(self._pool.map(run, self.tasks))
-        for t in self.tasks:
-            self.clocks[t].advance(inputs[t])
-        for sender, nbytes in received.items():
+    def _finish_epoch(self) -> None:
+        """Wait for the running epoch to commit; its clocks, credits and report."""
+        running, self._running = self._running, None
+        if running is None:
+            return
+        reports = [run.result() for run in running.runs]
+        for t, inp in running.inputs.items():
+            self.clocks[t].advance(inp)
+        for sender, nbytes in running.received.items():
             self.mesh.acknowledge(sender, nbytes)
         if self.control is not None:
             clock = self.clocks[self.tasks[0]].state if self.tasks else ClockState()
-            ranges = list(self._read.values())
-            seconds = time.perf_counter() - t0
+            seconds = time.perf_counter() - running.started
             self.control.report(
-                EpochReport(self.index, self.epoch, reports, ranges, clock, seconds)
+                EpochReport(self.index, self.epoch, reports, running.read, clock, seconds)
             )
-        self._read = {}
-        self._epoch_records = 0
         self.epoch += 1
 
     def _close(self) -> None:
