@@ -167,6 +167,8 @@ def _runs(msgs: list[Message]) -> list[tuple[tuple[str | None, int | None], list
     from confluent_kafka import Message
 
     n = len(msgs)
+    if n == 0:  # a consume of end-of-partition events only
+        return []
     topics = list(map(Message.topic, msgs))
     partitions = np.fromiter(map(Message.partition, msgs), dtype=np.int64, count=n)
     codes = partitions

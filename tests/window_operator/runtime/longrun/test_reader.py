@@ -12,7 +12,7 @@ from window_operator.runtime.longrun.reader import _runs
 
 
 @given(st.lists(st.tuples(st.sampled_from(["in", "right", "x" * 40]), st.integers(0, 3)),
-                min_size=1, max_size=60))  # fmt: skip
+                max_size=60))  # fmt: skip
 def test_runs_are_the_partitions_in_order(sources: list[tuple[str, int]]) -> None:
     msgs = [Message(topic=t, partition=p, offset=i) for i, (t, p) in enumerate(sources)]
     expected = [
