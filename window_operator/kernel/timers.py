@@ -50,13 +50,6 @@ class Timers:
         self.late_since = doc.get("late_since")
         self.last_early = doc.get("last_early")
 
-    @classmethod
-    def from_json(cls, doc: dict[str, int | None]) -> Timers:
-        """Inverse of :meth:`to_json`."""
-        timers = cls()
-        timers.load_json(doc)
-        return timers
-
 
 def due(policy: EmitPolicy, timers: Timers, now: int, late_pending: bool) -> TimerAction:
     """What to emit at wall clock ``now``; starts periods that were not running yet.

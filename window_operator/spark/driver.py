@@ -47,7 +47,6 @@ __all__ = [
     "JobRun",
     "SparkJob",
     "StreamingJob",
-    "job_settings",
     "prepare_topics",
 ]
 
@@ -111,17 +110,6 @@ class JobReports:
                 log.warning("batch report observer %r failed: %s", observer, exc)
 
 
-def job_settings(
-    config: AnyJobConfig, bootstrap_servers: str, state_dir: str | None
-) -> TaskSettings:
-    """What the tasks of a job get (before the number of state tasks is known)."""
-    return TaskSettings(
-        config=config,
-        bootstrap_servers=bootstrap_servers,
-        state_dir=str(state_dir or config.state.dir),
-    )
-
-
 class JobOptions(TypedDict, total=False):
     """The keyword options of a job on Spark (either shape), with their defaults.
 
@@ -146,7 +134,9 @@ class SparkJob:
         self.config = config
         self.bootstrap = options["bootstrap_servers"]
         self.spark = options["spark"]
-        self.settings = job_settings(config, self.bootstrap, options.get("state_dir"))
+        # the number of state tasks is known once the topics are prepared
+        state_dir = options.get("state_dir") or config.state.dir
+        self.settings = TaskSettings(config, self.bootstrap, str(state_dir))
         available_now = options.get("available_now")
         self.available_now = config.spark.available_now if available_now is None else available_now
         self.starting_offsets = options.get("starting_offsets", "earliest")
