@@ -315,8 +315,12 @@ def test_a_join_killed_mid_batch_then_restarted_is_exact(
     # noida-db 0.2.2 does not abort a killed producer's open transaction when its id is
     # initialised again: its records become visible with the next commit (real Kafka
     # aborts them). Killing the job while another state task is inside its transaction
-    # then duplicates that task's results there, so on that broker one state task runs.
+    # then duplicates that task's results there, so on that broker one state task runs;
+    # and the killed task's own results must not reach that broker before the kill, so
+    # its producer holds them back for a second (under load, 20 ms were sometimes
+    # passed: a result sent twice, once in a CI run of the whole suite).
     state = {"tasks": 1} if local_broker else {}
+    kafka = {"producer": {"linger.ms": 1000}} if local_broker else {}
     join = random_join(
         kafka_bootstrap,
         tmp_path,
@@ -324,6 +328,7 @@ def test_a_join_killed_mid_batch_then_restarted_is_exact(
         kind="left",
         spark={"trigger": "available_now", "max_offsets_per_trigger": 800},
         state=state,
+        kafka=kafka,
     )
     path = write_yaml(tmp_path / "job.yaml", join.config)
     crashed = run_job_process(path, kafka_bootstrap, crash_at, tmp_path, crash_batch=1)
