@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
 
-from window_operator.kernel import ClockState
+from window_operator.kernel import ClockState, InputPosition
 from window_operator.kernel.clock import fold_clock
 from window_operator.results import ErrorRecord
 from window_operator.runtime.exchange import (
@@ -47,6 +47,7 @@ __all__ = [
     "RangeSplit",
     "Shuffled",
     "map_range",
+    "note_origin",
     "reduce_task",
     "run_task",
     "split_range",
@@ -67,6 +68,8 @@ class BatchContext:
     settings: TaskSettings
     batch_id: int
     clock: ClockState
+    #: the job's first offset of every input partition read before this batch
+    origin: Mapping[InputPosition, int] = field(default_factory=dict)
 
     @property
     def tasks(self) -> int:
@@ -91,6 +94,16 @@ def advance_clock(
         allowed_lateness=cfg.watermark.allowed_lateness,
         idle_timeout=cfg.watermark.idle_timeout,
     )
+
+
+def note_origin(
+    origin: Mapping[InputPosition, int], reports: Iterable[MapReport]
+) -> dict[InputPosition, int]:
+    """``origin`` with the start of every range of an input partition it did not name."""
+    out = dict(origin)
+    for r in sorted(reports, key=lambda r: r.range.start):
+        out.setdefault(r.range.position, r.range.start)
+    return out
 
 
 def source_index(plan: Plan, topic: str) -> int:
@@ -186,6 +199,7 @@ def reduce_task(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> Tas
         rows=rows,
         errors=sorted(errors, key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0)),
         ranges=[r.range for r in reports],
+        origin=dict(ctx.origin),
     )
     return run_task(ctx.settings, index, inp)
 
@@ -219,19 +233,20 @@ class LocalJob:
     """The streaming job's batch path in one process: map side, exchange, every task.
 
     Batches are given as input records (as a Kafka range read gives them); the clock
-    is kept the way the Spark driver keeps it (without the log).
+    and the input's origin are kept the way the Spark driver keeps them (without the log).
     """
 
     def __init__(self, settings: TaskSettings) -> None:
         self.settings = settings
         self.clock = ClockState()
         self.batch_id = 0
+        self.origin: dict[InputPosition, int] = {}
 
     def run_batch(self, inputs: Sequence[InputRecords], now_ms: int) -> LocalBatch:
         """One micro-batch of ``inputs`` (each one input partition's range) at ``now_ms``."""
         plan = plan_for(self.settings)
         before = advance_clock(self.settings, self.clock, [], now_ms)
-        ctx = BatchContext(self.settings, self.batch_id, before)
+        ctx = BatchContext(self.settings, self.batch_id, before, dict(self.origin))
         shuffled: dict[int, list[Shuffled]] = {t: [] for t in range(ctx.tasks + 1)}
         for records in inputs:
             if not len(records):
@@ -249,6 +264,7 @@ class LocalJob:
         reports = [r for _, r in shuffled[ctx.tasks] if isinstance(r, MapReport)]
         tasks = [reduce_task(ctx, t, shuffled[t]) for t in range(ctx.tasks)]
         self.clock = ctx.clock_after(reports)
+        self.origin = note_origin(self.origin, reports)
         self.batch_id += 1
         return LocalBatch(tasks, reports, self.clock)
 

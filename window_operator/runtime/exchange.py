@@ -88,6 +88,8 @@ class TaskInput:
 
     ``clock_before`` decides lateness and retention; ``clock_after`` (folded from every
     range's report) is the watermark the task fires with at the end of the batch.
+    ``origin``: the job's first offset of every input partition it read before this
+    batch (where a task that holds no position for one would have started).
     """
 
     task: int
@@ -97,6 +99,7 @@ class TaskInput:
     rows: list[Rows] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
     ranges: list[InputRange] = field(default_factory=list)
+    origin: dict[InputPosition, int] = field(default_factory=dict)
 
     @property
     def now(self) -> int:

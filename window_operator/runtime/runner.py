@@ -4,8 +4,11 @@ Per batch (:meth:`TaskRunner.run`):
 
 1. open the task's store, caught up from its changelog (:class:`TaskState`);
 2. check that the store's input positions meet the batch's start offsets: a store
-   behind Spark's checkpoint (the broker lost the changelog's tail) would skip input
-   silently, so the task stops with the partitions and offsets instead;
+   behind Spark's checkpoint (the broker lost the changelog's tail, together with the
+   outputs of the same transactions) would skip input silently, so the task reads
+   what it lacks back from Kafka (from its positions, or from the job's first offset
+   of a partition it never consumed: ``TaskInput.origin``) and runs it first, as the
+   lost batch, with the clock the store was left with; then the batch itself;
 3. drop replayed error records; adopt the job clock of the batch's start (lateness and
    retention are decided with it); add the rows of each source in (partition, offset)
    order (the operator drops replays); mark every range of the batch handled; adopt the
@@ -215,10 +218,10 @@ class TaskRunner(Generic[B, R]):
                 opened = self._open = self._open_task()
                 report.restored_records = opened.state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
-            inp = self._check_positions(opened.op, inp)
-            opened.op, errors = self._apply(opened.state, opened.op, inp, report)
-            report.seconds_operator = time.perf_counter() - t0 - report.seconds_restore
-            self._send(opened.producer, opened.writer, opened.state, opened.op, errors, inp, report)
+            gap = self._gap(opened.op, inp)
+            if gap is not None:
+                self._process(opened, gap, report)
+            self._process(opened, inp, report)
             self._observe_state(opened, report)
         except BaseException as exc:
             if opened is not None and isinstance(exc, _KAFKA_FAILURES):
@@ -230,6 +233,13 @@ class TaskRunner(Generic[B, R]):
         report.seconds = time.perf_counter() - t0
         return report
 
+    def _process(self, opened: OpenTask[B, R], inp: TaskInput, report: TaskReport) -> None:
+        """Steps 3 and 4 for one input: apply it, send, log and commit."""
+        t0 = time.perf_counter()
+        opened.op, errors = self._apply(opened.state, opened.op, inp, report)
+        report.seconds_operator += time.perf_counter() - t0
+        self._send(opened.producer, opened.writer, opened.state, opened.op, errors, inp, report)
+
     def _observe_state(self, opened: OpenTask[B, R], report: TaskReport) -> None:
         """Store size and live keys and windows in the report. A task kept open reports
         them at most every :data:`STATE_REPORT_EVERY_S` (counting costs a pass over the
@@ -239,11 +249,17 @@ class TaskRunner(Generic[B, R]):
             self._state_at, self._state = now, _state_report(opened.op, opened.state)
         report.store_bytes, report.live_keys, report.live_windows = self._state
 
-    def _check_positions(self, op: WindowOperator[B, R, object], inp: TaskInput) -> TaskInput:
-        """Step 2: the input must continue where the state ends; a gap is read here."""
-        if op.batches == 0 and inp.batch_id > 0 and inp.ranges:
-            # Every task runs (and commits) every batch: a task without a checkpoint
-            # after the first batch has lost its state.
+    def _gap(self, op: WindowOperator[B, R, object], inp: TaskInput) -> TaskInput | None:
+        """Step 2: the input the state lacks before ``inp`` starts, read back (None: none).
+
+        A partition the state holds no position for starts at the job's first offset of
+        it (``inp.origin``); one the origin does not name either is new to the job and
+        starts with this batch.
+        """
+        offsets = op.offsets
+        if not inp.origin and not offsets and inp.batch_id > 0 and inp.ranges:
+            # a checkpoint from before the origin was recorded: every task runs (and
+            # commits) every batch, so a task without positions has lost its state
             first = min(inp.ranges, key=lambda r: (r.source, r.partition))
             raise InputGapError(
                 f"task {self.task} has no state, but the job is at batch {inp.batch_id} "
@@ -251,22 +267,25 @@ class TaskRunner(Generic[B, R]):
                 f"changelog {self.settings.changelog_topic} lost what it held; restart the "
                 "job from a fresh checkpoint and changelog, or restore them"
             )
-        offsets = op.offsets
-        gaps = [
-            InputRange(r.source, r.topic, r.partition, offsets[r.position] + 1, r.start)
-            for r in inp.ranges
-            if r.position in offsets and offsets[r.position] + 1 < r.start
-        ]
-        if not gaps:
-            return inp
-        return self._read_gaps(inp, gaps)
+        gaps = []
+        for r in inp.ranges:
+            held = offsets.get(r.position)
+            after = held + 1 if held is not None else inp.origin.get(r.position, r.start)
+            if after < r.start:
+                gaps.append(InputRange(r.source, r.topic, r.partition, after, r.start))
+        return self._read_gaps(op, inp, gaps) if gaps else None
 
-    def _read_gaps(self, inp: TaskInput, gaps: list[InputRange]) -> TaskInput:
-        """The batch with the input the state lacks read back from Kafka (before its rows).
+    def _read_gaps(
+        self, op: WindowOperator[B, R, object], inp: TaskInput, gaps: list[InputRange]
+    ) -> TaskInput:
+        """The input the state lacks, read back from Kafka, as the batch(es) it missed.
 
-        The changelog lost its tail (a broker that lost acknowledged writes), so the task
-        restored an older state than Spark's checkpoint assumes: the offsets between
-        are re-read, so nothing is skipped.
+        The changelog lost its tail (a broker that lost acknowledged writes, and with them
+        the outputs of the same transactions), so the task restored an older state than
+        Spark's checkpoint assumes. The offsets between are read again and run with the
+        clock the state was left with, up to the clock this batch starts with: lateness
+        is decided as when they first ran, and what they fired is sent again. (Several
+        lost batches run as one, with the clock of the first.)
         """
         text = ", ".join(f"{g.topic}[{g.partition}] {g.start}..{g.end - 1}" for g in gaps)
         log.warning("task %d: state behind batch %d, re-reading %s", self.task, inp.batch_id, text)
@@ -296,7 +315,11 @@ class TaskRunner(Generic[B, R]):
                 rows.append(Rows(g.source, to_ipc(self.plan.to_arrow(decoded.batch, mine))))
             lane = error_lane(g.partition, self.settings.tasks) == self.task
             errors += decoded.errors if lane else []
-        return replace(inp, rows=rows + inp.rows, errors=errors + inp.errors)
+        errors.sort(key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0))
+        before = op.clock_state()
+        return TaskInput(
+            self.task, inp.batch_id, before, inp.clock_before, rows, errors, gaps, inp.origin
+        )
 
     def _apply(
         self,
@@ -384,8 +407,9 @@ class TaskRunner(Generic[B, R]):
     ) -> None:
         batch = op.flush(commit=False)
         errors += op.get_errors()
-        report.rejected = len(errors)
-        report.rejected_by_code = dict(Counter(e.code.value for e in errors))
+        report.rejected += len(errors)
+        by_code = Counter(report.rejected_by_code) + Counter(e.code.value for e in errors)
+        report.rejected_by_code = dict(by_code)
         t0 = time.perf_counter()
         sink = OutputSink(
             producer,
@@ -403,21 +427,21 @@ class TaskRunner(Generic[B, R]):
         sink.acknowledge_outputs()
         trace("outputs", self.task, inp.batch_id)
         t_outputs = time.perf_counter()
-        report.seconds_outputs = t_outputs - t0
+        report.seconds_outputs += t_outputs - t0
         crash_point("after_outputs", report.rows, inp.batch_id)
         positions = [((p.source, p.partition), o) for p, o in op.offsets.items()]
         delivery = state.log(producer, batch, batch_number=op.batches, offsets=positions)
         report.compensated = len(state.restored.uncommitted)
-        report.changelog_records = delivery.records
+        report.changelog_records += delivery.records
         marker = sink.commit(delivery)
         trace("changelog", self.task, inp.batch_id, sink.attempt or "")
         t_changelog = time.perf_counter()
-        report.seconds_changelog = t_changelog - t_outputs
+        report.seconds_changelog += t_changelog - t_outputs
         crash_point("after_changelog", report.rows, inp.batch_id)
         state.commit(batch, marker, writer)
         trace("local-commit", self.task, inp.batch_id)
-        report.seconds_commit = time.perf_counter() - t0
-        report.seconds_local_commit = time.perf_counter() - t_changelog
+        report.seconds_commit += time.perf_counter() - t0
+        report.seconds_local_commit += time.perf_counter() - t_changelog
 
 
 def _replayed(err: ErrorRecord, offsets: dict[InputPosition, int], plan: JobPlan[B, R]) -> bool:

@@ -11,13 +11,18 @@ Entry ``<dir>/<batch id>.json``: the clock before the batch (max event time and 
 activity per input partition, the wall clock ``now`` the batch runs at, the watermark).
 An entry is *prepared* when the previous batch ends (its clock after that batch) and
 *final* once its batch began at a wall clock; a final entry is never rewritten.
+
+``<dir>/origin.json``: the job's first offset of every input partition (the start of the
+first range read of it), written when a batch that read a partition for the first time
+ends. A task whose state lost batches (a broker that lost acknowledged writes) reads
+back from there what it never consumed.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import orjson
@@ -29,6 +34,7 @@ __all__ = ["ClockLog"]
 _ENTRY = re.compile(r"^(\d+)\.json$")
 #: Entries kept behind the newest (Spark keeps 100 batches of its own logs by default).
 _KEEP = 100
+_ORIGIN = "origin.json"
 
 
 def _encode(state: ClockState, final: bool) -> bytes:
@@ -102,16 +108,33 @@ class ClockLog:
 
     def write(self, batch_id: int, state: ClockState, *, final: bool) -> None:
         """Write the entry of ``batch_id`` atomically (write, fsync, rename)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".{batch_id}.json.tmp"
-        with open(tmp, "wb") as f:
-            f.write(_encode(state, final))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path(batch_id))
+        self._write(self._path(batch_id), _encode(state, final))
         for old in self._ids():
             if old < batch_id - _KEEP:
                 self._path(old).unlink(missing_ok=True)
+
+    def origin(self) -> dict[InputPosition, int]:
+        """The job's first offset of every input partition read so far."""
+        try:
+            doc = orjson.loads((self.directory / _ORIGIN).read_bytes())
+        except FileNotFoundError:
+            return {}
+        return {InputPosition(s, p): int(o) for s, p, o in doc}
+
+    def write_origin(self, origin: Mapping[InputPosition, int]) -> None:
+        """Record ``origin`` (atomically)."""
+        doc = [[p.source, p.partition, o] for p, o in sorted(origin.items())]
+        self._write(self.directory / _ORIGIN, orjson.dumps(doc))
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """Write, fsync, rename."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def _ids(self) -> list[int]:
         if not self.directory.is_dir():

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kernel import ClockState
-from window_operator.runtime.batch import BatchContext, advance_clock
+from window_operator.runtime.batch import BatchContext, advance_clock, note_origin
 from window_operator.runtime.exchange import MapReport
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.runner import TaskReport
@@ -166,6 +166,7 @@ class StreamingJob(SparkJob):
         sc = config.spark
         self.trigger_ms = sc.trigger_ms or 5_000
         self.clocks = ClockLog(Path(str(sc.checkpoint_dir)) / "window-operator-clock")
+        self._origin = self.clocks.origin()
         self._clock = ClockState()
         self._next_batch = 0
         self._lock = threading.Lock()
@@ -186,7 +187,7 @@ class StreamingJob(SparkJob):
         started = time.perf_counter()
         with self._lock:
             clock = self.clocks.begin(batch_id, _now_ms(), self._advance)
-            ctx = BatchContext(self.settings, batch_id, clock)
+            ctx = BatchContext(self.settings, batch_id, clock, self._origin)
             n = self.settings.tasks
             self._describe(f"micro-batch {batch_id}")
             out = (
@@ -197,6 +198,10 @@ class StreamingJob(SparkJob):
             )
             ranges = [o for o in out if isinstance(o, MapReport)]
             after = ctx.clock_after(ranges)
+            origin = note_origin(self._origin, ranges)
+            if origin != self._origin:
+                self.clocks.write_origin(origin)
+                self._origin = origin
             self.clocks.prepare(batch_id + 1, after)
             self._clock, self._next_batch = after, batch_id + 1
             self._last_activity = time.monotonic()

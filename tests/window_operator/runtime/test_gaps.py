@@ -13,8 +13,17 @@ from confluent_kafka.admin import AdminClient
 from helpers import runtime_for
 from jobkit import create_topic, produce, read_topic
 
-from window_operator.runtime.batch import LocalJob
+from window_operator.runtime.batch import (
+    BatchContext,
+    LocalJob,
+    advance_clock,
+    note_origin,
+    source_index,
+    split_range,
+)
+from window_operator.runtime.exchange import InputRange
 from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.plans import plan_for
 from window_operator.runtime.runner import InputGapError
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.topics import prepare_topics
@@ -39,16 +48,21 @@ def records(topic: str, evs: list[dict[str, Any]], first: int, last: int) -> Inp
 
 
 def job(
-    tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str]
+    tmp_path: Path,
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    evs: list[dict[str, Any]] | None = None,
+    **sections: Any,
 ) -> tuple[LocalJob, Any, str, list[dict[str, Any]]]:
     topic = unique_name("in")
     create_topic(bootstrap, topic, 1)
-    evs = events(300)
+    evs = events(300) if evs is None else evs
     produce(bootstrap, topic, evs, key_field="k", partitions=1)
     config = runtime_for(
         job=unique_name("job"),
         input={"topic": topic, "key": "k", "timestamp": "ts"},
         state={"tasks": 2},
+        **sections,
     ).config
     tasks = prepare_topics(config, bootstrap)
     return LocalJob(TaskSettings(config, bootstrap, str(tmp_path), tasks)), config, topic, evs
@@ -89,3 +103,88 @@ def test_a_gap_gone_from_kafka_stops_the_task_with_the_offsets(
         f.result(30)
     with pytest.raises(InputGapError, match=rf"{topic}\[0\] 100\.\.149"):
         local.run_batch([records(topic, evs, 150, 300)], 2_000)
+
+
+def lose_batch(local: LocalJob, inputs: list[InputRecords], now_ms: int) -> None:
+    """What the driver keeps of a batch whose tasks' work the broker lost (their state,
+    changelog and outputs): its clock and origin move on, the tasks never saw it."""
+    plan = plan_for(local.settings)
+    before = advance_clock(local.settings, local.clock, [], now_ms)
+    ctx = BatchContext(local.settings, local.batch_id, before, dict(local.origin))
+    reports = []
+    for records in inputs:
+        rng = InputRange(
+            source_index(plan, records.topic),
+            records.topic,
+            records.partition,
+            records.offsets[0],
+            records.offsets[-1] + 1,
+        )
+        reports.append(split_range(local.settings, rng, records).report)
+    local.clock = ctx.clock_after(reports)
+    local.origin = note_origin(local.origin, reports)
+    local.batch_id += 1
+
+
+def results_and_errors(bootstrap: str, config: Any) -> tuple[dict[tuple[str, int], int], int]:
+    """The latest count of every window, and how many error records there are."""
+    got = {}
+    for m in read_topic(bootstrap, config.output.topic):
+        r = orjson.loads(m.value())
+        if r["key"] != "end":
+            got[(r["key"], r["window_start"])] = r["values"]["n"]
+    return got, len(read_topic(bootstrap, config.output.errors_topic))
+
+
+def counts(evs: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
+    expected: dict[tuple[str, int], int] = {}
+    for e in evs:
+        w = e["ts"] - e["ts"] % 10_000
+        expected[(e["k"], w)] = expected.get((e["k"], w), 0) + 1
+    return expected
+
+
+def test_a_lost_batch_runs_again_with_the_clock_it_first_ran_with(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    # batch 1 holds a late event (9,950) that is on time under the clock batch 1 ran
+    # with (window [0, 10 s) open), but too late under batch 2's (its retention is over)
+    evs = events(100) + [{"k": "k0", "ts": 9_950}] + events(300)[100:]
+    local, config, topic, _ = job(
+        tmp_path, kafka_bootstrap, unique_name, evs, retention={"time": "5s"}
+    )
+    local.run_batch([records(topic, evs, 0, 100)], 1_000)
+    lose_batch(local, [records(topic, evs, 100, 201)], 2_000)
+    batch = local.run_batch([records(topic, evs, 201, 301)], 3_000)
+    assert sum(t.applied for t in batch.tasks) == 201  # 100 of the batch + 101 re-read
+    end = {"k": "end", "ts": 10**9}
+    produce(kafka_bootstrap, topic, [end], key_field="k", partitions=1)
+    local.run_batch([records(topic, [*evs, end], 301, 302)], 4_000)
+    assert results_and_errors(kafka_bootstrap, config) == (counts(evs), 0)
+
+
+def test_a_state_lost_whole_reads_from_the_jobs_first_offsets_after_a_timer_pass(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    local, config, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
+    lose_batch(local, [records(topic, evs, 0, 100)], 1_000)
+    # a timer pass commits a checkpoint that holds no input position
+    assert all(t.applied == 0 for t in local.tick(1_500))
+    batch = local.run_batch([records(topic, evs, 100, 300)], 2_000)
+    assert sum(t.applied for t in batch.tasks) == 300  # 200 of the batch + 100 re-read
+    end = {"k": "end", "ts": 10**9}
+    produce(kafka_bootstrap, topic, [end], key_field="k", partitions=1)
+    local.run_batch([records(topic, [*evs, end], 300, 301)], 3_000)
+    assert results_and_errors(kafka_bootstrap, config) == (counts(evs), 0)
+
+
+def test_a_state_lost_whole_without_a_recorded_origin_stops_the_task(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    # a checkpoint from before the origin was recorded: nothing tells where to read from
+    local, _, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
+    lose_batch(local, [records(topic, evs, 0, 100)], 1_000)
+    local.origin = {}
+    local.tick(1_500)
+    with pytest.raises(InputGapError, match="has no state, but the job is at batch 1"):
+        local.run_batch([records(topic, evs, 100, 300)], 2_000)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.batch import split_range
@@ -247,7 +247,10 @@ class Worker:
         t0 = time.perf_counter()
         now = int(time.time() * 1000)
         parts, received = self.inbox.take()
-        inputs = {t: self.clocks[t].epoch(self.epoch, parts[t], now) for t in self.tasks}
+        inputs = {
+            t: replace(self.clocks[t].epoch(self.epoch, parts[t], now), origin=self.spec.first)
+            for t in self.tasks
+        }
         runs = [self._pool.submit(self.runners[t].run, inputs[t]) for t in self.tasks]
         self._running = _RunningEpoch(inputs, runs, received, list(self._read.values()), t0)
         self._read = {}

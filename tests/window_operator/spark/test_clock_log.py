@@ -1,0 +1,51 @@
+"""The driver's clock log: entries per batch (prepared, then final) and the input's origin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from window_operator.kernel import ClockState, InputPosition
+from window_operator.runtime.batch import note_origin
+from window_operator.runtime.exchange import InputRange, MapReport
+from window_operator.spark.clock_log import ClockLog
+
+P0, P1 = InputPosition(0, 0), InputPosition(0, 1)
+
+
+def moved(state: ClockState, now: int) -> ClockState:
+    return ClockState(max_ts=dict(state.max_ts), now=now, watermark=state.watermark)
+
+
+def test_a_replayed_batch_gets_the_clock_it_first_ran_with(tmp_path: Path) -> None:
+    log = ClockLog(tmp_path / "clock")
+    log.prepare(3, ClockState(max_ts={P0: 5_000}, now=100, watermark=4_000))
+    first = log.begin(3, 200, moved)
+    assert (first.now, first.max_ts, first.watermark) == (200, {P0: 5_000}, 4_000)
+    # the batch runs again (its commit was not logged): same clock, not the later now
+    assert log.begin(3, 900, moved) == first
+    # a prepared entry never overwrites a final one
+    log.prepare(3, ClockState(now=1))
+    assert ClockLog(tmp_path / "clock").begin(3, 1_000, moved) == first
+
+
+def test_a_batch_without_an_entry_starts_from_the_newest_earlier_one(tmp_path: Path) -> None:
+    log = ClockLog(tmp_path / "clock")
+    log.begin(1, 100, moved)
+    log.prepare(2, ClockState(max_ts={P0: 7}, now=150))
+    assert log.begin(5, 300, moved).max_ts == {P0: 7}
+    assert ClockLog(tmp_path / "empty").begin(0, 10, moved) == ClockState(now=10)
+
+
+def test_the_origin_keeps_the_first_offset_of_every_partition(tmp_path: Path) -> None:
+    def report(pos: InputPosition, start: int, end: int) -> MapReport:
+        return MapReport(InputRange(pos.source, "t", pos.partition, start, end), end - start, 1)
+
+    log = ClockLog(tmp_path / "clock")
+    assert log.origin() == {}
+    origin = note_origin({}, [report(P0, 40, 50), report(P0, 30, 40)])
+    origin = note_origin(origin, [report(P0, 50, 60), report(P1, 7, 9)])
+    assert origin == {P0: 30, P1: 7}
+    log.write_origin(origin)
+    assert ClockLog(tmp_path / "clock").origin() == {P0: 30, P1: 7}
+    # the origin file is not taken for a batch's entry
+    assert log.begin(0, 5, moved) == ClockState(now=5)
