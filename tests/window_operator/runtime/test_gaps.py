@@ -68,43 +68,6 @@ def job(
     return LocalJob(TaskSettings(config, bootstrap, str(tmp_path), tasks)), config, topic, evs
 
 
-def test_a_batch_starting_after_the_state_reads_the_gap_from_kafka(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
-) -> None:
-    local, config, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
-    local.run_batch([records(topic, evs, 0, 100)], 1_000)
-    # Spark's checkpoint is ahead of the state (the changelog lost its tail): the next
-    # batch starts at offset 150, and 100..149 were never applied by any task
-    batch = local.run_batch([records(topic, evs, 150, 300)], 2_000)
-    assert sum(t.applied for t in batch.tasks) == 200  # 150 of the batch + 50 re-read
-    # a far event fires every window (it is in Kafka too: produce it first)
-    end = {"k": "end", "ts": 10**9}
-    produce(kafka_bootstrap, topic, [end], key_field="k", partitions=1)
-    local.run_batch([records(topic, [*evs, end], 300, 301)], 3_000)
-    got = {}
-    for m in read_topic(kafka_bootstrap, config.output.topic):
-        r = orjson.loads(m.value())
-        if r["key"] != "end":
-            got[(r["key"], r["window_start"])] = r["values"]["n"]
-    expected: dict[tuple[str, int], int] = {}
-    for e in evs:
-        w = e["ts"] - e["ts"] % 10_000
-        expected[(e["k"], w)] = expected.get((e["k"], w), 0) + 1
-    assert got == expected
-
-
-def test_a_gap_gone_from_kafka_stops_the_task_with_the_offsets(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
-) -> None:
-    local, _, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
-    local.run_batch([records(topic, evs, 0, 100)], 1_000)
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for f in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
-        f.result(30)
-    with pytest.raises(InputGapError, match=rf"{topic}\[0\] 100\.\.149"):
-        local.run_batch([records(topic, evs, 150, 300)], 2_000)
-
-
 def lose_batch(local: LocalJob, inputs: list[InputRecords], now_ms: int) -> None:
     """What the driver keeps of a batch whose tasks' work the broker lost (their state,
     changelog and outputs): its clock and origin move on, the tasks never saw it."""
@@ -126,8 +89,14 @@ def lose_batch(local: LocalJob, inputs: list[InputRecords], now_ms: int) -> None
     local.batch_id += 1
 
 
-def results_and_errors(bootstrap: str, config: Any) -> tuple[dict[tuple[str, int], int], int]:
-    """The latest count of every window, and how many error records there are."""
+def finish(
+    local: LocalJob, bootstrap: str, config: Any, topic: str, evs: list[dict[str, Any]], now: int
+) -> tuple[dict[tuple[str, int], int], int]:
+    """A far event fires every window (it is in Kafka too: produced first); then the
+    latest count of every window, and how many error records there are."""
+    end = {"k": "end", "ts": 10**9}
+    produce(bootstrap, topic, [end], key_field="k", partitions=1)
+    local.run_batch([records(topic, [*evs, end], len(evs), len(evs) + 1)], now)
     got = {}
     for m in read_topic(bootstrap, config.output.topic):
         r = orjson.loads(m.value())
@@ -144,6 +113,31 @@ def counts(evs: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
     return expected
 
 
+def test_a_batch_starting_after_the_state_reads_the_gap_from_kafka(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    local, config, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
+    local.run_batch([records(topic, evs, 0, 100)], 1_000)
+    # Spark's checkpoint is ahead of the state (the changelog lost its tail): the next
+    # batch starts at offset 150, and 100..149 were never applied by any task
+    batch = local.run_batch([records(topic, evs, 150, 300)], 2_000)
+    assert sum(t.applied for t in batch.tasks) == 200  # 150 of the batch + 50 re-read
+    got, _ = finish(local, kafka_bootstrap, config, topic, evs, 3_000)
+    assert got == counts(evs)
+
+
+def test_a_gap_gone_from_kafka_stops_the_task_with_the_offsets(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    local, _, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
+    local.run_batch([records(topic, evs, 0, 100)], 1_000)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
+        f.result(30)
+    with pytest.raises(InputGapError, match=rf"{topic}\[0\] 100\.\.149"):
+        local.run_batch([records(topic, evs, 150, 300)], 2_000)
+
+
 def test_a_lost_batch_runs_again_with_the_clock_it_first_ran_with(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -157,10 +151,7 @@ def test_a_lost_batch_runs_again_with_the_clock_it_first_ran_with(
     lose_batch(local, [records(topic, evs, 100, 201)], 2_000)
     batch = local.run_batch([records(topic, evs, 201, 301)], 3_000)
     assert sum(t.applied for t in batch.tasks) == 201  # 100 of the batch + 101 re-read
-    end = {"k": "end", "ts": 10**9}
-    produce(kafka_bootstrap, topic, [end], key_field="k", partitions=1)
-    local.run_batch([records(topic, [*evs, end], 301, 302)], 4_000)
-    assert results_and_errors(kafka_bootstrap, config) == (counts(evs), 0)
+    assert finish(local, kafka_bootstrap, config, topic, evs, 4_000) == (counts(evs), 0)
 
 
 def test_a_state_lost_whole_reads_from_the_jobs_first_offsets_after_a_timer_pass(
@@ -172,10 +163,7 @@ def test_a_state_lost_whole_reads_from_the_jobs_first_offsets_after_a_timer_pass
     assert all(t.applied == 0 for t in local.tick(1_500))
     batch = local.run_batch([records(topic, evs, 100, 300)], 2_000)
     assert sum(t.applied for t in batch.tasks) == 300  # 200 of the batch + 100 re-read
-    end = {"k": "end", "ts": 10**9}
-    produce(kafka_bootstrap, topic, [end], key_field="k", partitions=1)
-    local.run_batch([records(topic, [*evs, end], 300, 301)], 3_000)
-    assert results_and_errors(kafka_bootstrap, config) == (counts(evs), 0)
+    assert finish(local, kafka_bootstrap, config, topic, evs, 3_000) == (counts(evs), 0)
 
 
 def test_a_state_lost_whole_without_a_recorded_origin_stops_the_task(
