@@ -36,3 +36,20 @@ def test_five_random_kills_lose_nothing_and_send_nothing_twice(mode: str) -> Non
     assert (out.kills, out.broker_kills) == (5, 1)
     assert v.windows > 0 and (v.lost, v.wrong, v.duplicates) == (0, 0, 0), v
     assert (v.errors_missing, v.errors_twice) == (0, 0) and v.errors_expected == 5
+
+
+def test_an_attempt_committed_just_before_a_broker_kill_is_not_counted_as_committed(
+    tmp_path: Path,
+) -> None:
+    # the local broker loses its last second of writes, commit markers included
+    trace = tmp_path / "trace.log"
+    trace.write_text(
+        "100.0 apply 0 3\n"
+        "100.1 changelog 0 3 early\n"
+        "100.2 local-commit 0 3\n"
+        "109.0 changelog 1 3 late\n"
+        "109.5 changelog 0 4\n"
+    )
+    assert crash_trials.committed_attempts(trace) == {"early", "late"}
+    assert crash_trials.committed_attempts(trace, [110.0]) == {"early"}
+    assert crash_trials.committed_attempts(trace, [100.05, 120.0]) == {"early", "late"}
