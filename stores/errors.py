@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["StateCorruptError", "StoreError"]
+__all__ = ["ProduceError", "StateCorruptError", "StoreError"]
 
 
 class StoreError(Exception):
@@ -14,4 +14,11 @@ class StateCorruptError(StoreError, ValueError):
 
     The store (or the changelog it was restored from) was written by another version
     or another job, or it is damaged; rebuild it from the changelog or start afresh.
+    """
+
+
+class ProduceError(StoreError):
+    """Kafka did not take records handed to a producer (rejected, not only a full queue).
+
+    A Kafka failure: the caller discards the producer and runs its batch again.
     """

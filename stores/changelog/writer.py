@@ -9,6 +9,7 @@ from typing import Any, cast
 import orjson
 
 from stores.changelog.records import CF_TAGS, ChangelogError, is_marker
+from stores.errors import ProduceError
 from stores.rocks import BulkPut, ColumnFamily, Mutation, MutationKind, StoreBatch, TaskStore
 
 __all__ = ["ChangelogDelivery", "ChangelogWriter", "produce", "produce_many"]
@@ -63,8 +64,7 @@ def produce_many(
     ``produce_batch`` call (a call per record costs about twice as much).
 
     A full queue rejects a chunk's tail: it is queued again once the queue has room. A
-    record rejected for another reason, or out of order, raises :class:`ChangelogError`
-    (a Kafka failure: the caller discards the producer and runs the batch again).
+    record rejected for another reason, or out of order, raises :class:`ProduceError`.
     """
     from confluent_kafka import KafkaError
 
@@ -78,7 +78,7 @@ def produce_many(
             errors = [cast(KafkaError, chunk[j]["_error"]) for j in failed]
             tail = failed == list(range(failed[0], len(chunk)))
             if not tail or any(e.code() != KafkaError._QUEUE_FULL for e in errors):
-                raise ChangelogError(f"producing to {topic} failed: {errors[0]}")
+                raise ProduceError(f"producing to {topic} failed: {errors[0]}")
             chunk = chunk[failed[0] :]
             for r in chunk:
                 del r["_error"]
@@ -177,9 +177,12 @@ class ChangelogWriter:
             ("offsets", orjson.dumps(offsets)),
         ]
         callback = None if self.transactional else delivery
-        produce_many(
-            self.producer, self.topic, records, partition=self.partition, on_delivery=callback
-        )
+        try:
+            produce_many(
+                self.producer, self.topic, records, partition=self.partition, on_delivery=callback
+            )
+        except ProduceError as exc:
+            raise ChangelogError(str(exc)) from exc
         delivery.records = len(records) + 1
         produce(
             self.producer,

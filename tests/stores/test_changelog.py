@@ -208,3 +208,20 @@ def test_produce_many_queues_every_record_in_order_past_a_full_queue(
         got += [(m.key(), m.value()) for m in msgs if m.error() is None]
     consumer.close()
     assert got == [(b"k%d" % i, v) for i, v in enumerate(values)]
+
+
+def test_produce_many_raises_when_a_record_is_rejected_for_more_than_a_full_queue(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    from stores.changelog.writer import produce_many
+    from stores.errors import ProduceError, StoreError
+
+    topic = make_topic(kafka_bootstrap, unique_name("big"), partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2_000})
+    records: list[dict[str, bytes | None]] = [
+        {"key": b"a", "value": b"small"},
+        {"key": b"b", "value": b"x" * 5_000},
+    ]
+    with pytest.raises(ProduceError, match=f"producing to {topic} failed") as caught:
+        produce_many(producer, topic, records, partition=0)
+    assert isinstance(caught.value, StoreError)

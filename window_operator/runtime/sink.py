@@ -16,8 +16,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from stores.changelog import ChangelogDelivery
-from stores.changelog.records import ChangelogError
 from stores.changelog.writer import Headers, produce, produce_many
+from stores.errors import ProduceError
 from window_operator.codecs import encode_error
 from window_operator.errors import OutputSendError
 from window_operator.results import ErrorRecord
@@ -85,7 +85,7 @@ class OutputSink:
         try:
             batch = [{"key": k, "value": v} for k, v in records]
             produce_many(self.producer, self.topics.results, batch, on_delivery=callback)
-        except ChangelogError as exc:
+        except ProduceError as exc:
             raise OutputSendError(str(exc)) from exc
         self.sent += len(records)
         return len(records)
