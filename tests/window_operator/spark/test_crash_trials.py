@@ -1,5 +1,6 @@
 """Exactly once under random kills: the crash harness of ``benchmarks/crash_trials.py``,
-reduced (five kills of an aggregation job, one with a broker SIGKILL), in both shapes."""
+reduced (five kills of an aggregation job, one with a broker SIGKILL), in both shapes; and
+a batch the broker lost after the job committed it."""
 
 from __future__ import annotations
 
@@ -53,3 +54,51 @@ def test_an_attempt_committed_just_before_a_broker_kill_is_not_counted_as_commit
     assert crash_trials.committed_attempts(trace) == {"early", "late"}
     assert crash_trials.committed_attempts(trace, [110.0]) == {"early"}
     assert crash_trials.committed_attempts(trace, [100.05, 120.0]) == {"early", "late"}
+
+
+def test_a_batch_the_broker_lost_after_it_committed_is_sent_again(tmp_path: Path) -> None:
+    """The job is SIGKILLed as soon as its first batch committed (Spark's checkpoint has
+    it), then the broker, which loses its last second of writes: that batch's results,
+    error records and changelog. The restarted job reads the batch back and sends it
+    again; the output is exact."""
+    import re
+    import time
+
+    import yaml
+
+    from window_operator.broker import LocalBroker, free_port
+
+    broker = LocalBroker(port=free_port(), data_dir=tmp_path / "broker")
+    broker.start()
+    try:
+        bootstrap = broker.bootstrap_servers
+        job = crash_trials.aggregation_job(bootstrap, tmp_path, random.Random(7), 1_500)
+        job.path.write_text(yaml.safe_dump(job.config))
+        trace = tmp_path / "trace.log"
+        proc, tag = crash_trials.start_job(job, bootstrap, trace, available_now=False)
+        committed = tmp_path / "state" / job.config["job"] / "spark-checkpoint" / "commits" / "0"
+        deadline = time.monotonic() + 240
+        while not committed.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "batch 0 never committed"
+            time.sleep(0.005)
+        killed_at = time.time()
+        broker.kill()
+        crash_trials.kill_job(proc, tag)
+        broker.start()
+        kept = len(crash_trials.read_all(bootstrap, job.output))
+        sent = int(re.findall(r"batch 0, .* (\d+) results", (tmp_path / "job.log").read_text())[0])
+        proc, tag = crash_trials.start_job(job, bootstrap, trace, available_now=True)
+        assert proc.wait(600) == 0
+        crash_trials.kill_job(proc, tag)
+        log = (tmp_path / "job.log").read_text()
+        committed_attempts = crash_trials.committed_attempts(trace, [killed_at])
+        verdict = crash_trials.check(job, bootstrap, committed_attempts)
+    finally:
+        broker.kill()
+    assert verdict.windows > 0, verdict
+    assert (verdict.lost, verdict.wrong, verdict.duplicates) == (0, 0, 0), verdict
+    assert (verdict.errors_missing, verdict.errors_twice) == (0, 0), verdict
+    if kept == sent:
+        pytest.skip(f"the broker kept all {sent} results of batch 0: nothing was lost")
+    # the broker lost results (and the changelog) of batch 0, and tasks read it back
+    assert "state behind batch" in log
