@@ -97,9 +97,17 @@ def advance_clock(
 
 
 def note_origin(
-    origin: Mapping[InputPosition, int], reports: Iterable[MapReport]
+    origin: Mapping[InputPosition, int], reports: Iterable[MapReport], batch_id: int
 ) -> dict[InputPosition, int]:
-    """``origin`` with the start of every range of an input partition it did not name."""
+    """``origin`` with the start of every range of an input partition it did not name.
+
+    Kept from a job's first batch on: a job that reached later batches without an origin
+    (its checkpoint predates the origin) gets none, since where it began is not known.
+    A task of it that lost its state whole stops with ``InputGapError`` instead of
+    reading back from a wrong place.
+    """
+    if not origin and batch_id > 0:
+        return {}
     out = dict(origin)
     for r in sorted(reports, key=lambda r: r.range.start):
         out.setdefault(r.range.position, r.range.start)
@@ -264,7 +272,7 @@ class LocalJob:
         reports = [r for _, r in shuffled[ctx.tasks] if isinstance(r, MapReport)]
         tasks = [reduce_task(ctx, t, shuffled[t]) for t in range(ctx.tasks)]
         self.clock = ctx.clock_after(reports)
-        self.origin = note_origin(self.origin, reports)
+        self.origin = note_origin(self.origin, reports, ctx.batch_id)
         self.batch_id += 1
         return LocalBatch(tasks, reports, self.clock)
 

@@ -14,7 +14,8 @@ An entry is *prepared* when the previous batch ends (its clock after that batch)
 
 ``<dir>/origin.json``: the job's first offset of every input partition (the start of the
 first range read of it), written when a batch that read a partition for the first time
-ends. A task whose state lost batches (a broker that lost acknowledged writes) reads
+ends, from the job's first batch on (a checkpoint begun before there was an origin gets
+none). A task whose state lost batches (a broker that lost acknowledged writes) reads
 back from there what it never consumed.
 """
 

@@ -85,7 +85,7 @@ def lose_batch(local: LocalJob, inputs: list[InputRecords], now_ms: int) -> None
         )
         reports.append(split_range(local.settings, rng, records).report)
     local.clock = ctx.clock_after(reports)
-    local.origin = note_origin(local.origin, reports)
+    local.origin = note_origin(local.origin, reports, local.batch_id)
     local.batch_id += 1
 
 

@@ -42,9 +42,12 @@ def test_the_origin_keeps_the_first_offset_of_every_partition(tmp_path: Path) ->
 
     log = ClockLog(tmp_path / "clock")
     assert log.origin() == {}
-    origin = note_origin({}, [report(P0, 40, 50), report(P0, 30, 40)])
-    origin = note_origin(origin, [report(P0, 50, 60), report(P1, 7, 9)])
+    origin = note_origin({}, [report(P0, 40, 50), report(P0, 30, 40)], 0)
+    origin = note_origin(origin, [report(P0, 50, 60), report(P1, 7, 9)], 1)
     assert origin == {P0: 30, P1: 7}
+    # a job whose checkpoint reached later batches without an origin gets none: where
+    # it began is not known
+    assert note_origin({}, [report(P0, 400, 500)], 5) == {}
     log.write_origin(origin)
     assert ClockLog(tmp_path / "clock").origin() == {P0: 30, P1: 7}
     # the origin file is not taken for a batch's entry
