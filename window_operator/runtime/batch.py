@@ -47,6 +47,7 @@ __all__ = [
     "RangeSplit",
     "Shuffled",
     "map_range",
+    "note_ends",
     "note_origin",
     "reduce_task",
     "run_task",
@@ -70,6 +71,9 @@ class BatchContext:
     clock: ClockState
     #: the job's first offset of every input partition read before this batch
     origin: Mapping[InputPosition, int] = field(default_factory=dict)
+    #: every input partition's last range read before (a timer pass checks the state
+    #: against their ends: the broker may have lost the last batch)
+    ends: tuple[InputRange, ...] = ()
 
     @property
     def tasks(self) -> int:
@@ -111,6 +115,18 @@ def note_origin(
     out = dict(origin)
     for r in sorted(reports, key=lambda r: r.range.start):
         out.setdefault(r.range.position, r.range.start)
+    return out
+
+
+def note_ends(
+    ends: Mapping[InputPosition, InputRange], reports: Iterable[MapReport]
+) -> dict[InputPosition, InputRange]:
+    """``ends`` with the last range of every input partition in ``reports``."""
+    out = dict(ends)
+    for r in reports:
+        held = out.get(r.range.position)
+        if held is None or r.range.end > held.end:
+            out[r.range.position] = r.range
     return out
 
 
@@ -222,9 +238,19 @@ def run_task(settings: TaskSettings, task: int, inp: TaskInput) -> TaskReport:
 
 
 def timer_input(ctx: BatchContext, index: int) -> TaskInput:
-    """A timer-only pass of a state task: no input, the clock at the driver's now."""
+    """A timer-only pass of a state task: no input, the clock at the driver's now.
+
+    Its ranges are empty ones at the end of every partition's last range: a state that
+    lost the last batch (the broker lost its transaction) reads it back here, even when
+    no batch follows.
+    """
     return TaskInput(
-        task=index, batch_id=ctx.batch_id, clock_before=ctx.clock, clock_after=ctx.clock
+        task=index,
+        batch_id=ctx.batch_id,
+        clock_before=ctx.clock,
+        clock_after=ctx.clock,
+        ranges=[InputRange(r.source, r.topic, r.partition, r.end, r.end) for r in ctx.ends],
+        origin=dict(ctx.origin),
     )
 
 
@@ -249,6 +275,7 @@ class LocalJob:
         self.clock = ClockState()
         self.batch_id = 0
         self.origin: dict[InputPosition, int] = {}
+        self.ends: dict[InputPosition, InputRange] = {}
 
     def run_batch(self, inputs: Sequence[InputRecords], now_ms: int) -> LocalBatch:
         """One micro-batch of ``inputs`` (each one input partition's range) at ``now_ms``."""
@@ -273,11 +300,12 @@ class LocalJob:
         tasks = [reduce_task(ctx, t, shuffled[t]) for t in range(ctx.tasks)]
         self.clock = ctx.clock_after(reports)
         self.origin = note_origin(self.origin, reports, ctx.batch_id)
+        self.ends = note_ends(self.ends, reports)
         self.batch_id += 1
         return LocalBatch(tasks, reports, self.clock)
 
     def tick(self, now_ms: int) -> list[TaskReport]:
         """A timer-only pass over every task at ``now_ms``."""
         self.clock = advance_clock(self.settings, self.clock, [], now_ms)
-        ctx = BatchContext(self.settings, -1, self.clock)
+        ctx = BatchContext(self.settings, -1, self.clock, self.origin, tuple(self.ends.values()))
         return [run_task(self.settings, t, timer_input(ctx, t)) for t in range(ctx.tasks)]

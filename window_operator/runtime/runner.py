@@ -340,7 +340,8 @@ class TaskRunner(Generic[B, R]):
             op, kept = self._add(state, op, inp, batch, applied, errors, report)
             applied.append(kept)
         for r in inp.ranges:
-            op.mark_consumed(r.partition, r.end - 1, source=r.source)
+            if r.end > r.start:  # a timer pass's empty ranges only check the positions
+                op.mark_consumed(r.partition, r.end - 1, source=r.source)
         op.adopt_clock(inp.clock_after)
         op.timeout(inp.now)
         report.watermark = op.watermark

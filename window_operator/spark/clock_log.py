@@ -16,7 +16,10 @@ An entry is *prepared* when the previous batch ends (its clock after that batch)
 first range read of it), written when a batch that read a partition for the first time
 ends, from the job's first batch on (a checkpoint begun before there was an origin gets
 none). A task whose state lost batches (a broker that lost acknowledged writes) reads
-back from there what it never consumed.
+back from there what it never consumed. ``<dir>/ends.json``: every input partition's
+last range read, written when a batch ends; a timer pass checks the states against it
+(the first one runs before the query starts again), so a state that lost the last batch
+reads it back even when no batch follows.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import orjson
 
 from window_operator.kernel import ClockState, InputPosition
+from window_operator.runtime.exchange import InputRange
 
 __all__ = ["ClockLog"]
 
@@ -36,6 +40,7 @@ _ENTRY = re.compile(r"^(\d+)\.json$")
 #: Entries kept behind the newest (Spark keeps 100 batches of its own logs by default).
 _KEEP = 100
 _ORIGIN = "origin.json"
+_ENDS = "ends.json"
 
 
 def _encode(state: ClockState, final: bool) -> bytes:
@@ -126,6 +131,20 @@ class ClockLog:
         """Record ``origin`` (atomically)."""
         doc = [[p.source, p.partition, o] for p, o in sorted(origin.items())]
         self._write(self.directory / _ORIGIN, orjson.dumps(doc))
+
+    def ends(self) -> dict[InputPosition, InputRange]:
+        """Every input partition's last range read (by the newest batch that read it)."""
+        try:
+            doc = orjson.loads((self.directory / _ENDS).read_bytes())
+        except FileNotFoundError:
+            return {}
+        ranges = [InputRange(s, t, p, a, b) for s, t, p, a, b in doc]
+        return {r.position: r for r in ranges}
+
+    def write_ends(self, ends: Mapping[InputPosition, InputRange]) -> None:
+        """Record ``ends`` (atomically)."""
+        doc = [[r.source, r.topic, r.partition, r.start, r.end] for _, r in sorted(ends.items())]
+        self._write(self.directory / _ENDS, orjson.dumps(doc))
 
     def _write(self, path: Path, data: bytes) -> None:
         """Write, fsync, rename."""

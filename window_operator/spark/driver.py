@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kernel import ClockState
-from window_operator.runtime.batch import BatchContext, advance_clock, note_origin
+from window_operator.runtime.batch import BatchContext, advance_clock, note_ends, note_origin
 from window_operator.runtime.exchange import MapReport
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.runner import TaskReport
@@ -167,6 +167,7 @@ class StreamingJob(SparkJob):
         self.trigger_ms = sc.trigger_ms or 5_000
         self.clocks = ClockLog(Path(str(sc.checkpoint_dir)) / "window-operator-clock")
         self._origin = self.clocks.origin()
+        self._ends = self.clocks.ends()
         self._clock = ClockState()
         self._next_batch = 0
         self._lock = threading.Lock()
@@ -202,6 +203,10 @@ class StreamingJob(SparkJob):
             if origin != self._origin:
                 self.clocks.write_origin(origin)
                 self._origin = origin
+            ends = note_ends(self._ends, ranges)
+            if ends != self._ends:
+                self.clocks.write_ends(ends)
+                self._ends = ends
             self.clocks.prepare(batch_id + 1, after)
             self._clock, self._next_batch = after, batch_id + 1
             self._last_activity = time.monotonic()
@@ -215,7 +220,7 @@ class StreamingJob(SparkJob):
         started = time.perf_counter()
         with self._lock:
             clock = self._advance(self._clock, _now_ms())
-            ctx = BatchContext(self.settings, -1, clock)
+            ctx = BatchContext(self.settings, -1, clock, self._origin, tuple(self._ends.values()))
             n = self.settings.tasks
             self._describe("timer pass")
             tasks: list[TaskReport] = (
@@ -272,6 +277,9 @@ class StreamingJob(SparkJob):
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.trigger_ms} milliseconds")
+        if self._ends:
+            # a restart: states that lost the last batch read it back before anything else
+            self.tick()
         query: StreamingQuery = writer.start()
         self.query = query
         if not self.available_now:

@@ -17,6 +17,7 @@ from window_operator.runtime.batch import (
     BatchContext,
     LocalJob,
     advance_clock,
+    note_ends,
     note_origin,
     source_index,
     split_range,
@@ -86,6 +87,7 @@ def lose_batch(local: LocalJob, inputs: list[InputRecords], now_ms: int) -> None
         reports.append(split_range(local.settings, rng, records).report)
     local.clock = ctx.clock_after(reports)
     local.origin = note_origin(local.origin, reports, local.batch_id)
+    local.ends = note_ends(local.ends, reports)
     local.batch_id += 1
 
 
@@ -154,15 +156,15 @@ def test_a_lost_batch_runs_again_with_the_clock_it_first_ran_with(
     assert finish(local, kafka_bootstrap, config, topic, evs, 4_000) == (counts(evs), 0)
 
 
-def test_a_state_lost_whole_reads_from_the_jobs_first_offsets_after_a_timer_pass(
+def test_a_state_lost_whole_reads_from_the_jobs_first_offsets(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     local, config, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
     lose_batch(local, [records(topic, evs, 0, 100)], 1_000)
-    # a timer pass commits a checkpoint that holds no input position
-    assert all(t.applied == 0 for t in local.tick(1_500))
+    # a timer pass reads back what the state never consumed, from the job's origin
+    assert sum(t.applied for t in local.tick(1_500)) == 100
     batch = local.run_batch([records(topic, evs, 100, 300)], 2_000)
-    assert sum(t.applied for t in batch.tasks) == 300  # 200 of the batch + 100 re-read
+    assert sum(t.applied for t in batch.tasks) == 200
     assert finish(local, kafka_bootstrap, config, topic, evs, 3_000) == (counts(evs), 0)
 
 
@@ -173,6 +175,21 @@ def test_a_state_lost_whole_without_a_recorded_origin_stops_the_task(
     local, _, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
     lose_batch(local, [records(topic, evs, 0, 100)], 1_000)
     local.origin = {}
-    local.tick(1_500)
+    # a timer pass cannot tell where to read from either, and marks nothing consumed
+    assert sum(t.applied for t in local.tick(1_500)) == 0
     with pytest.raises(InputGapError, match="has no state, but the job is at batch 1"):
         local.run_batch([records(topic, evs, 100, 300)], 2_000)
+
+
+def test_a_lost_last_batch_is_read_back_by_a_timer_pass(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    # no batch follows the lost one: the timer pass checks the state against the ends
+    evs = events(200)
+    local, config, topic, _ = job(tmp_path, kafka_bootstrap, unique_name, evs)
+    local.run_batch([records(topic, evs, 0, 100)], 1_000)
+    lose_batch(local, [records(topic, evs, 100, 200)], 2_000)
+    assert sum(t.applied for t in local.tick(2_500)) == 100
+    # a second pass finds nothing to read back
+    assert sum(t.applied for t in local.tick(3_000)) == 0
+    assert finish(local, kafka_bootstrap, config, topic, evs, 4_000) == (counts(evs), 0)
