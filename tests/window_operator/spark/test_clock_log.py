@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from window_operator.kernel import ClockState, InputPosition
-from window_operator.runtime.batch import note_origin
+from window_operator.runtime.batch import note_ends, note_origin
 from window_operator.runtime.exchange import InputRange, MapReport
 from window_operator.spark.clock_log import ClockLog
 
@@ -52,3 +52,16 @@ def test_the_origin_keeps_the_first_offset_of_every_partition(tmp_path: Path) ->
     assert ClockLog(tmp_path / "clock").origin() == {P0: 30, P1: 7}
     # the origin file is not taken for a batch's entry
     assert log.begin(0, 5, moved) == ClockState(now=5)
+
+
+def test_the_ends_keep_the_last_range_of_every_partition(tmp_path: Path) -> None:
+    def report(pos: InputPosition, start: int, end: int) -> MapReport:
+        return MapReport(InputRange(pos.source, "t", pos.partition, start, end), end - start, 1)
+
+    ends = note_ends({}, [report(P0, 0, 10), report(P1, 5, 9), report(P0, 10, 20)])
+    ends = note_ends(ends, [report(P1, 9, 12)])
+    assert {p: (r.start, r.end) for p, r in ends.items()} == {P0: (10, 20), P1: (9, 12)}
+    log = ClockLog(tmp_path / "clock")
+    assert log.ends() == {}
+    log.write_ends(ends)
+    assert ClockLog(tmp_path / "clock").ends() == ends
