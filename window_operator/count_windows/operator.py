@@ -29,9 +29,10 @@ from window_operator.kernel import (
     StoredWindow,
     WindowOperator,
 )
-from window_operator.kernel.shell import KernelForwarding
+from window_operator.kernel.kernel import Decoded
+from window_operator.kernel.shell import EventOperator
 from window_operator.policies import EmitPolicy
-from window_operator.results import ResultBatch, WindowResult
+from window_operator.results import ResultBatch
 
 __all__ = ["CountWindowAggregator"]
 
@@ -72,7 +73,7 @@ class _Engine(Protocol):
         ...
 
 
-class CountWindowAggregator(KernelForwarding[ResultBatch, WindowResult]):
+class CountWindowAggregator(EventOperator):
     """A task's ``count`` or ``offsets`` window aggregation over RocksDB.
 
     ``use_deduct``: ``True`` slides hopping windows by deduct (Jet), ``False`` combines
@@ -116,30 +117,15 @@ class CountWindowAggregator(KernelForwarding[ResultBatch, WindowResult]):
         self.engine.kernel.outputs.errors.extend(decoded.errors)
         return self.engine.add_batch(decoded.batch) + StepStats(rejected=len(decoded.errors))
 
-    def add_message(
-        self,
-        message: Mapping[str, object],
-        *,
-        partition: int = 0,
-        offset: int | None = None,
-        wall_ms: int | None = None,
-    ) -> StepStats:
-        """Add one record: a batch of one (a rejected record takes its offset)."""
-        if self.decoder is None:
-            raise ValueError("add_message needs a RecordDecoder (build the operator from a job)")
-        engine = self.engine
-        engine.check_partition(partition)
-        got = engine.kernel.decode_one(
-            self.decoder, message, source=0, partition=partition, offset=offset
+    def _add_decoded(self, got: Decoded[DecodedEvent], wall_ms: int | None) -> StepStats:
+        """One record: a batch of one."""
+        return self.engine.add_batch(
+            _one_event(got.value, got.position.partition, got.offset, wall_ms)
         )
-        if isinstance(got, StepStats):
-            return got
-        return engine.add_batch(_one_event(got.value, partition, got.offset, wall_ms))
 
-    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
-        """Record that ``offset`` of ``partition`` was handled outside (e.g. rejected)."""
+    def _claim_partition(self, partition: int) -> None:
+        """Offsets windows take the records of one partition only."""
         self.engine.check_partition(partition)
-        self.engine.kernel.positions.mark(source, partition, offset)
 
     def adopt_clock(self, state: ClockState) -> None:
         """Take the job's wall clock (EARLY timers) and nothing else.

@@ -1,21 +1,25 @@
 """What every operator forwards to its kernel: its store, clock, positions and outputs.
 
 The operators (time windows, sessions, count windows, the join) subclass
-:class:`KernelForwarding` for these and keep only their own logic.
+:class:`KernelForwarding` for these and keep only their own logic; the three with one
+input of keyed events take their single-record path from :class:`EventOperator`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from stores.rocks import TaskStore
+from window_operator.events import DecodedEvent, RecordDecoder
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.clock import ClockState
-from window_operator.kernel.kernel import OperatorKernel
+from window_operator.kernel.kernel import Decoded, OperatorKernel
 from window_operator.kernel.positions import InputPosition
-from window_operator.results import ErrorRecord
+from window_operator.kernel.records import StepStats
+from window_operator.results import ErrorRecord, ResultBatch, WindowResult
 
-__all__ = ["KernelForwarding", "ResultColumns"]
+__all__ = ["EventOperator", "KernelForwarding", "ResultColumns"]
 
 T = TypeVar("T")
 
@@ -98,3 +102,55 @@ class KernelForwarding(Generic[B, T]):
     def get_errors(self) -> list[ErrorRecord]:
         """Hand over (and forget) the rejected input records."""
         return self.kernel.outputs.take_errors()
+
+
+class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
+    """An operator of one input of keyed events: its single-record path.
+
+    A subclass sets :attr:`decoder` (``None``: columns only) and gives
+    :meth:`_add_decoded`; :meth:`_claim_partition` and :meth:`_counted_without_key`
+    are its hooks.
+    """
+
+    decoder: RecordDecoder | None
+
+    def add_message(
+        self,
+        message: Mapping[str, Any],
+        *,
+        partition: int = 0,
+        offset: int | None = None,
+        wall_ms: int | None = None,
+    ) -> StepStats:
+        """Add one decoded input record (a dict in the job's input schema).
+
+        A replay is skipped; a record that does not decode is queued as an error record
+        with its offset; any other goes to :meth:`_add_decoded`.
+        """
+        if self.decoder is None:
+            raise ValueError("add_message needs a RecordDecoder (build the operator from a job)")
+        self._claim_partition(partition)
+        got = self.kernel.decode_one(
+            self.decoder, message, source=0, partition=partition, offset=offset
+        )
+        if isinstance(got, StepStats):
+            if got.rejected:
+                self._counted_without_key()
+            return got
+        return self._add_decoded(got, wall_ms)
+
+    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
+        """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors)."""
+        self._claim_partition(partition)
+        if self.kernel.positions.mark(source, partition, offset):
+            self._counted_without_key()
+
+    def _add_decoded(self, got: Decoded[DecodedEvent], wall_ms: int | None) -> StepStats:
+        """Add one fresh record that decoded (the same as a batch of one)."""
+        raise NotImplementedError
+
+    def _claim_partition(self, partition: int) -> None:
+        """Raise before any change if the operator cannot take records of ``partition``."""
+
+    def _counted_without_key(self) -> None:
+        """A record was handled without reaching a key (rejected, or marked consumed)."""

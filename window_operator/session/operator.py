@@ -39,10 +39,11 @@ from window_operator.kernel import (
     WindowOperator,
 )
 from window_operator.kernel.checkpoint import JsonValue
-from window_operator.kernel.shell import KernelForwarding
+from window_operator.kernel.kernel import Decoded
+from window_operator.kernel.shell import EventOperator
 from window_operator.keytable import DEFAULT_KEY_SLACK
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
-from window_operator.results import Kind, ResultBatch, WindowResult
+from window_operator.results import Kind, ResultBatch
 from window_operator.session.cache import SessionCache
 from window_operator.session.emitter import SessionEmitter
 from window_operator.session.loader import SessionLoader
@@ -60,7 +61,7 @@ from window_operator.session.trigger import SessionTrigger
 __all__ = ["SessionAggregator"]
 
 
-class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
+class SessionAggregator(EventOperator):
     """A task's session window aggregation over RocksDB (time or tuple sessions).
 
     Satisfies :class:`~window_operator.kernel.WindowOperator` for
@@ -118,36 +119,6 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
         return LiveState(keys=len(np.unique(kids)), windows=len(slots))
 
     # ------------------------------------------------------------------ public API
-
-    def add_message(
-        self,
-        message: Mapping[str, Any],
-        *,
-        partition: int = 0,
-        offset: int | None = None,
-        wall_ms: int | None = None,
-    ) -> StepStats:
-        """Add one decoded input record.
-
-        The same semantics as a batch of one, through a scalar path: a batch of one would
-        pay the whole vectorized pipeline's fixed cost per message.
-        """
-        got = self.kernel.decode_one(
-            self.decoder, message, source=0, partition=partition, offset=offset
-        )
-        if isinstance(got, StepStats):
-            if got.rejected and self.by_offsets:
-                self._fire()  # a rejected record counts as a message without the key
-            return got
-        return self._add_one(got.value, partition, got.offset, wall_ms)
-
-    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
-        """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors).
-
-        For tuple sessions such a record counts as a message without the key.
-        """
-        if self.kernel.positions.mark(source, partition, offset) and self.by_offsets:
-            self._fire()
 
     def add_batch(self, batch: EventBatch | Sequence[Mapping[str, Any]]) -> StepStats:
         """Add many messages at once (columns, or records decoded with the job's decoder).
@@ -320,11 +291,19 @@ class SessionAggregator(KernelForwarding[ResultBatch, WindowResult]):
 
     # ------------------------------------------------------------------ single path
 
-    def _add_one(
-        self, event: DecodedEvent, partition: int, offset: int, wall_ms: int | None
-    ) -> StepStats:
-        """:meth:`_add_columns` for one fresh event, with scalars instead of arrays."""
+    def _counted_without_key(self) -> None:
+        """For tuple sessions a record handled without its key counts as a message."""
+        if self.by_offsets:
+            self._fire()
+
+    def _add_decoded(self, got: Decoded[DecodedEvent], wall_ms: int | None) -> StepStats:
+        """:meth:`_add_columns` for one fresh event, with scalars instead of arrays.
+
+        The same semantics as a batch of one, through a scalar path: a batch of one would
+        pay the whole vectorized pipeline's fixed cost per message.
+        """
         kernel = self.kernel
+        event, partition, offset = got.value, got.position.partition, got.offset
         wm_before = self.watermark
         if wall_ms is not None:
             kernel.clock.note_active(0, partition, wall_ms)

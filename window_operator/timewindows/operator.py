@@ -43,11 +43,11 @@ from window_operator.kernel import (
     TimerAction,
 )
 from window_operator.kernel.checkpoint import JsonValue
-from window_operator.kernel.positions import InputPosition
-from window_operator.kernel.shell import KernelForwarding
+from window_operator.kernel.kernel import Decoded
+from window_operator.kernel.shell import EventOperator
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
-from window_operator.results import ResultBatch, WindowResult
+from window_operator.results import ResultBatch
 from window_operator.timewindows.bookkeeping import WindowBook
 from window_operator.timewindows.emission import WindowEmitter
 from window_operator.timewindows.evaluator import WindowEvaluator
@@ -64,7 +64,7 @@ __all__ = ["KEY_SLACK", "WindowedAggregator"]
 KEY_SLACK = 4096
 
 
-class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
+class WindowedAggregator(EventOperator):
     """A task's tumbling / hopping window aggregation over RocksDB."""
 
     def __init__(
@@ -141,26 +141,6 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
         return LiveState(keys=len(np.unique(windows // span)), windows=len(windows))
 
     # ------------------------------------------------------------------ public API
-
-    def add_message(
-        self,
-        message: Mapping[str, Any],
-        *,
-        partition: int = 0,
-        offset: int | None = None,
-        wall_ms: int | None = None,
-    ) -> StepStats:
-        """Add one decoded input record (a dict in the job's input schema)."""
-        got = self.kernel.decode_one(
-            self.decoder, message, source=0, partition=partition, offset=offset
-        )
-        if isinstance(got, StepStats):
-            return got
-        return self._add_one(got.value, got.position, got.offset, wall_ms)
-
-    def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
-        """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors)."""
-        self.kernel.positions.mark(source, partition, offset)
 
     def add_batch(self, batch: EventBatch | Sequence[Mapping[str, Any]]) -> StepStats:
         """Add many messages at once (columns, or records decoded with the job's decoder).
@@ -376,10 +356,10 @@ class WindowedAggregator(KernelForwarding[ResultBatch, WindowResult]):
 
     # ------------------------------------------------------------------ single path
 
-    def _add_one(
-        self, event: DecodedEvent, pos: InputPosition, offset: int, wall_ms: int | None
-    ) -> StepStats:
+    def _add_decoded(self, got: Decoded[DecodedEvent], wall_ms: int | None) -> StepStats:
+        """:meth:`_add_columns` for one fresh event, with scalars instead of arrays."""
         kernel = self.kernel
+        event, pos, offset = got.value, got.position, got.offset
         key, ts, partition = event.key, event.ts, pos.partition
         wm_before = kernel.clock.watermark
         frame = self.windowing.frame_of(ts)
