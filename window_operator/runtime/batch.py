@@ -249,7 +249,7 @@ def timer_input(ctx: BatchContext, index: int) -> TaskInput:
         batch_id=ctx.batch_id,
         clock_before=ctx.clock,
         clock_after=ctx.clock,
-        ranges=[InputRange(r.source, r.topic, r.partition, r.end, r.end) for r in ctx.ends],
+        ranges=[r.span(r.end, r.end) for r in ctx.ends],
         origin=dict(ctx.origin),
     )
 

@@ -20,6 +20,7 @@ from window_operator.kernel.clock import PartitionActivity
 from window_operator.results import ErrorRecord
 
 __all__ = [
+    "InputPartition",
     "InputRange",
     "MapReport",
     "Rejected",
@@ -31,19 +32,29 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class InputRange:
-    """Offsets ``[start, end)`` of one input partition in one micro-batch."""
+class InputPartition:
+    """One partition of one input topic (``source``: the topic's index in the job)."""
 
     source: int
     topic: str
     partition: int
-    start: int
-    end: int
 
     @property
     def position(self) -> InputPosition:
-        """The input partition."""
+        """Its input position key."""
         return InputPosition(self.source, self.partition)
+
+    def span(self, start: int, end: int) -> InputRange:
+        """Its offsets ``[start, end)``."""
+        return InputRange(self.source, self.topic, self.partition, start, end)
+
+
+@dataclass(frozen=True, slots=True)
+class InputRange(InputPartition):
+    """Offsets ``[start, end)`` of one input partition in one batch."""
+
+    start: int
+    end: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,7 +272,7 @@ class TaskRunner(Generic[B, R]):
             held = offsets.get(r.position)
             after = held + 1 if held is not None else inp.origin.get(r.position, r.start)
             if after < r.start:
-                gaps.append(InputRange(r.source, r.topic, r.partition, after, r.start))
+                gaps.append(r.span(after, r.start))
         return self._read_gaps(op, inp, gaps) if gaps else None
 
     def _read_gaps(

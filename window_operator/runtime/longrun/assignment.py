@@ -22,22 +22,9 @@ from dataclasses import dataclass
 import orjson
 
 from window_operator.kernel import InputPosition
+from window_operator.runtime.exchange import InputPartition
 
 __all__ = ["Assignment", "InputPartition", "WorkerStart", "start_offsets"]
-
-
-@dataclass(frozen=True, slots=True)
-class InputPartition:
-    """One partition of one input topic."""
-
-    source: int
-    topic: str
-    partition: int
-
-    @property
-    def position(self) -> InputPosition:
-        """Its input position key."""
-        return InputPosition(self.source, self.partition)
 
 
 @dataclass(frozen=True)

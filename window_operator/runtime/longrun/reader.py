@@ -132,7 +132,7 @@ class InputReader:
         self.next_offset[pos] = end
         if end_at is not None and end >= end_at:
             self.reading.discard(pos)
-        rng = InputRange(source.source, source.topic, pos.partition, start, end)
+        rng = source.span(start, end)
         return Chunked(source, rng, records, seconds)
 
     def _on_error(self, m: Message, err: KafkaError) -> None:
