@@ -117,6 +117,11 @@ class TaskInput:
         """The wall clock the batch runs at."""
         return self.clock_before.now
 
+    @property
+    def label(self) -> str:
+        """The batch as log and error texts name it (a timer pass has no batch id)."""
+        return "a timer pass" if self.batch_id < 0 else f"batch {self.batch_id}"
+
 
 def to_ipc(batch: pa.RecordBatch) -> bytes:
     """An Arrow record batch as IPC stream bytes."""

@@ -183,7 +183,7 @@ class TaskRunner(Generic[B, R]):
                 if waited > self.settings.broker_timeout_s:
                     raise BrokerUnavailableError(
                         f"task {self.task}: Kafka at {self.settings.bootstrap_servers} did not "
-                        f"take batch {inp.batch_id} for {waited:.0f} s ({exc}); nothing of it "
+                        f"take {inp.label} for {waited:.0f} s ({exc}); nothing of it "
                         "was committed: restart the job once the broker is back"
                     ) from exc
                 # a fenced producer is replaced at once; a broker away is waited for
@@ -288,7 +288,7 @@ class TaskRunner(Generic[B, R]):
         lost batches run as one, with the clock of the first.)
         """
         text = ", ".join(f"{g.topic}[{g.partition}] {g.start}..{g.end - 1}" for g in gaps)
-        log.warning("task %d: state behind batch %d, re-reading %s", self.task, inp.batch_id, text)
+        log.warning("task %d: state behind %s, re-reading %s", self.task, inp.label, text)
         rows: list[Rows] = []
         errors: list[ErrorRecord] = []
         for g in gaps:
@@ -303,7 +303,7 @@ class TaskRunner(Generic[B, R]):
                 )
             except KafkaSourceError as exc:
                 raise InputGapError(
-                    f"task {self.task}: its state ends before batch {inp.batch_id} starts and "
+                    f"task {self.task}: its state ends before {inp.label} starts and "
                     f"the input it lacks is gone from Kafka ({text}: {exc}); restart from a "
                     "Spark checkpoint that matches the changelog, or accept the loss by "
                     "restoring the state from scratch"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -182,14 +183,19 @@ def test_a_state_lost_whole_without_a_recorded_origin_stops_the_task(
 
 
 def test_a_lost_last_batch_is_read_back_by_a_timer_pass(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # no batch follows the lost one: the timer pass checks the state against the ends
     evs = events(200)
     local, config, topic, _ = job(tmp_path, kafka_bootstrap, unique_name, evs)
     local.run_batch([records(topic, evs, 0, 100)], 1_000)
     lose_batch(local, [records(topic, evs, 100, 200)], 2_000)
-    assert sum(t.applied for t in local.tick(2_500)) == 100
+    with caplog.at_level(logging.WARNING, logger="window_operator"):
+        assert sum(t.applied for t in local.tick(2_500)) == 100
+    assert f"state behind a timer pass, re-reading {topic}[0] 100..199" in caplog.text
     # a second pass finds nothing to read back
     assert sum(t.applied for t in local.tick(3_000)) == 0
     assert finish(local, kafka_bootstrap, config, topic, evs, 4_000) == (counts(evs), 0)
