@@ -353,6 +353,22 @@ def test_tuple_sessions_of_several_partitions_keep_offsets_per_input_position(
     assert (key, start, end, n) == ("a", 4, 7, 3)
 
 
+# max_idle_messages 2: a record that does not decode counts as a message without any key,
+# so two of them end a's session; a replay of one counts nothing.
+def test_tuple_sessions_count_a_rejected_single_record_as_a_message(open_agg: OpenAgg) -> None:
+    agg = open_agg(tuple_runtime(2))
+    agg.add_message({"k": "a", "ts": 0, "v": 1}, offset=0)
+    assert agg.add_message({"k": "a", "v": 1}, offset=1).rejected == 1
+    assert agg.add_message({"k": "a", "v": 1}, offset=1).replayed == 1
+    assert agg.get_result() == []
+    assert agg.add_message({"k": "a", "ts": "soon", "v": 1}, offset=2).rejected == 1
+    assert [(r.key, r.window_start, r.window_end) for r in agg.get_result()] == [("a", 0, 1)]
+    assert [(e.code.value, e.offset) for e in agg.get_errors()] == [
+        ("MISSING_TIMESTAMP", 1),
+        ("BAD_TIMESTAMP", 2),
+    ]
+
+
 # gap 10 s: a@0 -> [0, 10]. The clock of the whole job is at 30 s (other tasks saw later
 # events): adopting it fires a; afterwards records no longer move the clock.
 def test_adopting_the_job_clock_fires_what_it_passed(open_agg: OpenAgg) -> None:
