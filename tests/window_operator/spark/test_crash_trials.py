@@ -58,9 +58,9 @@ def test_an_attempt_committed_just_before_a_broker_kill_is_not_counted_as_commit
 
 
 def test_a_batch_the_broker_lost_after_it_committed_is_sent_again(tmp_path: Path) -> None:
-    """The job is SIGKILLed as soon as its first batch committed (Spark's checkpoint has
-    it), then the broker, which loses its last second of writes: that batch's results,
-    error records and changelog. The restarted job reads the batch back and sends it
+    """As soon as the job's first batch committed (Spark's checkpoint has it), the broker
+    is SIGKILLed, then the job; the broker loses its last second of writes: that batch's
+    results, error records and changelog. The restarted job reads the batch back and sends it
     again; the output is exact."""
     import time
 

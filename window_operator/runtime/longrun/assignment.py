@@ -24,7 +24,7 @@ import orjson
 from window_operator.kernel import InputPosition
 from window_operator.runtime.exchange import InputPartition
 
-__all__ = ["Assignment", "InputPartition", "WorkerStart", "start_offsets"]
+__all__ = ["Assignment", "WorkerStart", "start_offsets"]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from pathlib import Path
 from window_operator.errors import WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import InputPosition
-from window_operator.runtime.longrun.assignment import Assignment, InputPartition
+from window_operator.runtime.exchange import InputPartition
+from window_operator.runtime.longrun.assignment import Assignment
 from window_operator.runtime.longrun.worker import DEFAULT_EPOCH_MS, WorkerSpec
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.settings import TaskSettings

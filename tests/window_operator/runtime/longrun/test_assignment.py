@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from window_operator.kernel import InputPosition
-from window_operator.runtime.longrun.assignment import (
-    Assignment,
-    InputPartition,
-    WorkerStart,
-    start_offsets,
-)
+from window_operator.runtime.exchange import InputPartition
+from window_operator.runtime.longrun.assignment import Assignment, WorkerStart, start_offsets
 
 P = [InputPartition(0, "a", p) for p in range(5)] + [InputPartition(1, "b", 0)]
 
