@@ -42,6 +42,19 @@ def create_topic(bootstrap: str, name: str, partitions: int = 4, **config: str) 
     KafkaAdmin(bootstrap).create_topic(name, partitions, {"retention.ms": "-1", **config})
 
 
+def add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    """Grow ``topic`` to ``total`` partitions (and wait until the metadata says so)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_partitions([NewPartitions(topic, total)]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while KafkaAdmin(bootstrap).partition_count(topic) != total:
+        assert time.monotonic() < deadline, f"{topic} did not grow to {total} partitions"
+        time.sleep(0.1)
+
+
 def produce(
     bootstrap: str,
     topic: str,

@@ -262,8 +262,12 @@ class SparkConfig(FrozenModel):
     processing-time trigger interval in ms (default 5 s; in ``long_running`` mode how
     often each state task commits) or ``"available_now"`` (process what is there, then
     stop). ``max_offsets_per_trigger`` bounds a micro-batch (in ``long_running`` mode,
-    an epoch). ``checkpoint_dir`` defaults to ``<state.dir>/<job>/spark-checkpoint``.
-    ``conf`` is extra Spark configuration.
+    an epoch). ``partition_discovery`` (``long_running`` mode; default 1 min) is how
+    often the driver looks for partitions added to an input topic: when it finds some,
+    the workers commit what they read and start again with the new partitions in their
+    assignment (``null``: only at a restart). Micro-batches look at every trigger.
+    ``checkpoint_dir`` defaults to ``<state.dir>/<job>/spark-checkpoint``. ``conf`` is
+    extra Spark configuration.
     """
 
     mode: Literal["micro_batch", "long_running"] = "micro_batch"
@@ -271,6 +275,7 @@ class SparkConfig(FrozenModel):
     master: NonEmptyStr | None = None
     trigger: Annotated[int | Literal["available_now"], BeforeValidator(_spark_trigger)] = 5_000
     max_offsets_per_trigger: StrictPositiveInt | None = None
+    partition_discovery: OptionalPositiveDuration = 60_000
     checkpoint_dir: FilePath
     conf: Annotated[dict[str, SparkSetting], BeforeValidator(none_to_empty_mapping)] = Field(
         default_factory=dict

@@ -17,6 +17,12 @@ epochs to (metrics, the log line, ``--report``, ``status``) and that tells them 
 Progress lives in the state, not in a Spark checkpoint: every task's committed input
 positions say where its worker starts again, so a stage that failed is simply started
 again, up to :data:`MAX_RESTARTS` times in a row without an epoch in between.
+
+The assignment of input partitions to workers is fixed for a start of the workers. Every
+``spark.partition_discovery`` the driver counts the input topics' partitions; when a
+topic has grown, it asks the workers to stop (they commit what they read, as on
+``Ctrl-C``) and starts them again with the new partitions dealt in, read from their
+earliest offset.
 """
 
 from __future__ import annotations
@@ -32,11 +38,13 @@ from typing import Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import WindowOperatorError
+from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.runtime.longrun.control import Coordinator
 from window_operator.runtime.longrun.prepare import worker_spec
 from window_operator.runtime.longrun.progress import record_progress
 from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
 from window_operator.runtime.longrun.worker import Worker, WorkerSpec
+from window_operator.runtime.plans import plan_for
 from window_operator.spark.driver import BatchReport, JobOptions, SparkJob
 from window_operator.spark.failures import root_cause
 
@@ -90,6 +98,12 @@ class LongRunningJob(SparkJob):
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._lock = threading.Lock()
+        #: held while the workers are told to stop or to run (stop, regrow, resume)
+        self._control = threading.Lock()
+        #: set when input topics grew: the running workers are stopping to start again
+        self._regrow = threading.Event()
+        self._known: dict[str, int] = {}
+        self._worker_count = 0
         self._epochs = 0
         self._group = f"window-operator-{config.job}"
 
@@ -99,14 +113,8 @@ class LongRunningJob(SparkJob):
         """Create topics, fix the number of state tasks and start the workers."""
         tasks = self._prepare_tasks()
         sc = self.spark.sparkContext
-        workers = self.workers or max(1, min(sc.defaultParallelism, tasks))
-        spec = worker_spec(
-            self.settings,
-            workers,
-            checkpoint_dir=self.checkpoint_dir,
-            starting_offsets=self.starting_offsets,
-            available_now=self.available_now,
-        )
+        self._worker_count = self.workers or max(1, min(sc.defaultParallelism, tasks))
+        spec = self._worker_spec()
         host = sc.getConf().get("spark.driver.host") or "127.0.0.1"
         n = spec.assignment.workers
         self._coordinator = Coordinator(spec.token, n, self._on_epoch, host=host)
@@ -115,6 +123,26 @@ class LongRunningJob(SparkJob):
             target=self._supervise, args=(spec,), name="window-workers", daemon=True
         )
         self._thread.start()
+        every = self.config.spark.partition_discovery
+        if every is not None and not self.available_now:
+            threading.Thread(
+                target=self._discover, args=(every / 1000,), name="window-discovery", daemon=True
+            ).start()
+
+    def _worker_spec(self) -> WorkerSpec:
+        """The workers' spec over the input partitions there are now."""
+        spec = worker_spec(
+            self.settings,
+            self._worker_count,
+            checkpoint_dir=self.checkpoint_dir,
+            starting_offsets=self.starting_offsets,
+            available_now=self.available_now,
+        )
+        known: dict[str, int] = {}
+        for p in spec.assignment.partitions:
+            known[p.topic] = max(known.get(p.topic, 0), p.partition + 1)
+        self._known = known
+        return spec
 
     def _supervise(self, spec: WorkerSpec) -> None:
         """Run the workers; start them again after a failure (see module doc)."""
@@ -123,8 +151,11 @@ class LongRunningJob(SparkJob):
             for attempt in count():
                 epochs = self._epochs
                 try:
+                    if self._regrow.is_set():
+                        spec = self._regrown(spec)
                     self.summaries = self._run_stage(replace(spec, attempt=str(attempt)))
-                    return
+                    if self._stopping.is_set() or not self._regrow.is_set():
+                        return
                 except Exception as exc:  # noqa: BLE001 - decided below
                     if self._stopping.is_set():
                         return
@@ -141,6 +172,40 @@ class LongRunningJob(SparkJob):
                         return
         finally:
             self._done.set()
+
+    def _regrown(self, spec: WorkerSpec) -> WorkerSpec:
+        """The spec of the next start after input topics grew (the workers stopped)."""
+        grown = replace(self._worker_spec(), token=spec.token, control=spec.control)
+        with self._control:
+            if not self._stopping.is_set() and self._coordinator is not None:
+                self._coordinator.resume()
+            self._regrow.clear()
+        return grown
+
+    def _discover(self, every_s: float) -> None:
+        """Every ``every_s``: stop the workers for a new start when an input grew."""
+        topics = sorted({s.topic for s in plan_for(self.settings).sources})
+        cfg = self.config.kafka.consumer
+        admin = KafkaAdmin(self.settings.bootstrap_servers, client_config=cfg)
+        while not self._stopping.wait(every_s) and not self._done.is_set():
+            if self._regrow.is_set():
+                continue
+            try:
+                found = admin.topics()
+            except KafkaAdminError as exc:
+                log.debug("partition discovery: %s", exc)
+                continue
+            known = self._known
+            grown = [t for t in topics if found.get(t, 0) > known.get(t, 0)]
+            if not grown:
+                continue
+            text = ", ".join(f"{t} {known.get(t, 0)} -> {found[t]}" for t in grown)
+            log.info("input partitions added (%s): starting the workers again", text)
+            with self._control:
+                if self._stopping.is_set() or self._coordinator is None:
+                    return
+                self._regrow.set()
+                self._coordinator.stop_workers()
 
     def _run_stage(self, spec: WorkerSpec) -> list[WorkerSummary]:
         sc = self.spark.sparkContext
@@ -160,9 +225,10 @@ class LongRunningJob(SparkJob):
 
     def stop(self) -> None:
         """Ask the workers to stop (they commit what they read) and wait for them."""
-        self._stopping.set()
-        if self._coordinator is not None:
-            self._coordinator.stop_workers()
+        with self._control:
+            self._stopping.set()
+            if self._coordinator is not None:
+                self._coordinator.stop_workers()
         if self._thread is not None:
             self._thread.join(self.settings.broker_timeout_s + 30.0)
             if self._thread.is_alive():

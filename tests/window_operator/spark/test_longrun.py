@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 from jobkit import (
+    add_partitions,
     assert_matches_oracle,
     create_topic,
     job_config,
@@ -137,5 +138,46 @@ def test_a_stopped_job_continues_where_its_state_ends(
     )
     job, _ = run_job(spark, config, kafka_bootstrap)
     assert job.run_totals.totals["records"] == PARTITIONS
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def test_partitions_added_to_the_input_are_read_without_a_restart(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """The input grows from 2 to 4 partitions while the job runs: the driver finds the
+    new ones, the workers start again with them, and every event is counted once."""
+    topic = unique_name("clicks")
+    stream = make_stream(4_000, keys=60, seed=47)
+    records = stream.records()
+    create_topic(kafka_bootstrap, topic, 2)
+    produce(kafka_bootstrap, topic, records[:2_000], round_robin=True, partitions=2)
+    spark_section = {"mode": "long_running", "trigger": "200ms", "partition_discovery": "500ms"}
+    config = job_config(tmp_path, topic, unique_name("job"), spark=spark_section)
+    reports: list[BatchReport] = []
+    job = LongRunningJob(
+        config, bootstrap_servers=kafka_bootstrap, spark=spark, on_report=reports.append
+    )
+    job.start()
+
+    def read_at_least(n: int) -> None:
+        deadline = time.monotonic() + 120
+        while job.run_totals.totals.get("records", 0) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job.run_totals.totals.get("records", 0) >= n, job.run_totals.totals
+
+    try:
+        read_at_least(2_000)
+        add_partitions(kafka_bootstrap, topic, 4)
+        produce(kafka_bootstrap, topic, records[2_000:], round_robin=True, partitions=4)
+        ends = sentinels(int(stream.ts.max()), 4)
+        produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+        read_at_least(len(records) + 4)
+    finally:
+        job.stop()
+    assert job.await_termination(60)
+    assert job.run_totals.totals["records"] == len(records) + 4, "each record read once"
+    read = {m.range.partition for r in reports for m in r.ranges if m.records}
+    assert read == {0, 1, 2, 3}
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))

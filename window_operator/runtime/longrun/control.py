@@ -146,6 +146,12 @@ class Coordinator:
             except PeerLostError:
                 pass  # that worker is gone: nothing to stop
 
+    def resume(self) -> None:
+        """Let workers that connect from now on run (a new start after
+        :meth:`stop_workers` ended the last ones)."""
+        with self._lock:
+            self._stopping = False
+
     def close(self) -> None:
         """Stop listening and drop every connection."""
         self._closed.set()

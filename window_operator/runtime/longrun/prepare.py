@@ -4,7 +4,8 @@
 * the job's starting offset of every partition, resolved once (``earliest``, ``latest``
   or Spark-style JSON) when the job first starts, and kept in a file in its checkpoint
   directory: a restart reads where the state says, and only a state task that never
-  committed needs the starting offset, which must then be the same as the first time;
+  committed needs the starting offset, which must then be the same as the first time.
+  A partition added to an input topic later starts at its earliest offset;
 * for ``available_now``, the end offsets (the last stable offsets now).
 """
 
@@ -89,7 +90,11 @@ def _starting_offsets(
     kept: dict[str, dict[str, int]] = {}
     if path.exists():
         kept = json.loads(path.read_text())
+    # ``starting`` is for the job's first start; a partition added to an input topic
+    # after that starts at its earliest offset (as in Spark's Kafka source)
     wanted = _parse(starting, partitions)
+    if kept:
+        wanted = {}
     missing = [p for p in partitions if str(p.partition) not in kept.get(p.topic, {})]
     if missing:
         earliest = _offsets(admin, missing, earliest=True)
