@@ -25,6 +25,7 @@ from window_operator.kernel import ClockState, InputPosition
 from window_operator.kernel.clock import fold_clock
 from window_operator.results import ErrorRecord
 from window_operator.runtime.exchange import (
+    BatchStart,
     InputRange,
     MapReport,
     Rejected,
@@ -41,6 +42,7 @@ from window_operator.runtime.runner import TaskReport, TaskRunner
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = [
+    "HISTORY",
     "BatchContext",
     "LocalBatch",
     "LocalJob",
@@ -52,6 +54,7 @@ __all__ = [
     "reduce_task",
     "run_task",
     "split_range",
+    "starts_after",
     "timer_input",
 ]
 
@@ -60,6 +63,10 @@ R = TypeVar("R")
 
 Shuffled = tuple[int, Rows | Rejected | MapReport]
 """A map-side output: the state task it goes to, and what (``tasks``: the driver)."""
+
+#: How many earlier batches a batch tells its tasks of (:attr:`BatchContext.history`).
+#: A broker loses about its last second of writes, a batch or two.
+HISTORY = 16
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,9 @@ class BatchContext:
     #: every input partition's last range read before (a timer pass checks the state
     #: against their ends: the broker may have lost the last batch)
     ends: tuple[InputRange, ...] = ()
+    #: how the most recent batches before this one began, oldest first (a task whose
+    #: state lost some runs each one again with its own clock)
+    history: tuple[BatchStart, ...] = ()
 
     @property
     def tasks(self) -> int:
@@ -128,6 +138,12 @@ def note_ends(
         if held is None or r.range.end > held.end:
             out[r.range.position] = r.range
     return out
+
+
+def starts_after(ends: Mapping[InputPosition, InputRange]) -> dict[InputPosition, int]:
+    """Where the next batch begins reading every partition read so far (``ends``: their
+    last ranges): the :attr:`BatchStart.starts` of that batch."""
+    return {p: r.end for p, r in ends.items()}
 
 
 def source_index(plan: Plan, topic: str) -> int:
@@ -224,6 +240,7 @@ def reduce_task(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> Tas
         errors=sorted(errors, key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0)),
         ranges=[r.range for r in reports],
         origin=dict(ctx.origin),
+        history=ctx.history,
     )
     return run_task(ctx.settings, index, inp)
 
@@ -251,6 +268,7 @@ def timer_input(ctx: BatchContext, index: int) -> TaskInput:
         clock_after=ctx.clock,
         ranges=[r.span(r.end, r.end) for r in ctx.ends],
         origin=dict(ctx.origin),
+        history=ctx.history,
     )
 
 
@@ -276,12 +294,15 @@ class LocalJob:
         self.batch_id = 0
         self.origin: dict[InputPosition, int] = {}
         self.ends: dict[InputPosition, InputRange] = {}
+        self.history: tuple[BatchStart, ...] = ()
 
     def run_batch(self, inputs: Sequence[InputRecords], now_ms: int) -> LocalBatch:
         """One micro-batch of ``inputs`` (each one input partition's range) at ``now_ms``."""
         plan = plan_for(self.settings)
         before = advance_clock(self.settings, self.clock, [], now_ms)
-        ctx = BatchContext(self.settings, self.batch_id, before, dict(self.origin))
+        ctx = BatchContext(
+            self.settings, self.batch_id, before, dict(self.origin), history=self.history
+        )
         shuffled: dict[int, list[Shuffled]] = {t: [] for t in range(ctx.tasks + 1)}
         for records in inputs:
             if not len(records):
@@ -298,14 +319,21 @@ class LocalJob:
                 shuffled[task].append((task, item))
         reports = [r for _, r in shuffled[ctx.tasks] if isinstance(r, MapReport)]
         tasks = [reduce_task(ctx, t, shuffled[t]) for t in range(ctx.tasks)]
-        self.clock = ctx.clock_after(reports)
-        self.origin = note_origin(self.origin, reports, ctx.batch_id)
+        self.note_batch(before, reports)
+        return LocalBatch(tasks, reports, self.clock)
+
+    def note_batch(self, clock: ClockState, reports: Sequence[MapReport]) -> None:
+        """Keep what the driver keeps of a batch that ran with ``clock``."""
+        start = BatchStart(self.batch_id, clock, starts_after(self.ends))
+        self.history = (*self.history, start)[-HISTORY:]
+        self.clock = advance_clock(self.settings, clock, reports, clock.now)
+        self.origin = note_origin(self.origin, reports, self.batch_id)
         self.ends = note_ends(self.ends, reports)
         self.batch_id += 1
-        return LocalBatch(tasks, reports, self.clock)
 
     def tick(self, now_ms: int) -> list[TaskReport]:
         """A timer-only pass over every task at ``now_ms``."""
         self.clock = advance_clock(self.settings, self.clock, [], now_ms)
-        ctx = BatchContext(self.settings, -1, self.clock, self.origin, tuple(self.ends.values()))
+        ends = tuple(self.ends.values())
+        ctx = BatchContext(self.settings, -1, self.clock, self.origin, ends, self.history)
         return [run_task(self.settings, t, timer_input(ctx, t)) for t in range(ctx.tasks)]

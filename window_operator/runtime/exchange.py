@@ -20,6 +20,7 @@ from window_operator.kernel.clock import PartitionActivity
 from window_operator.results import ErrorRecord
 
 __all__ = [
+    "BatchStart",
     "InputPartition",
     "InputRange",
     "MapReport",
@@ -55,6 +56,18 @@ class InputRange(InputPartition):
 
     start: int
     end: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStart:
+    """How an earlier micro-batch began: the clock it ran with, and where it started
+    reading every input partition read before it (a partition it does not name was
+    first read by this batch or later). A task whose state lost several batches (the
+    broker lost their transactions) runs each one again as it first ran."""
+
+    batch_id: int
+    clock: ClockState
+    starts: dict[InputPosition, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +113,8 @@ class TaskInput:
     ``clock_before`` decides lateness and retention; ``clock_after`` (folded from every
     range's report) is the watermark the task fires with at the end of the batch.
     ``origin``: the job's first offset of every input partition it read before this
-    batch (where a task that holds no position for one would have started).
+    batch (where a task that holds no position for one would have started);
+    ``history``: the batches before this one, oldest first (the most recent ones).
     """
 
     task: int
@@ -111,6 +125,7 @@ class TaskInput:
     errors: list[ErrorRecord] = field(default_factory=list)
     ranges: list[InputRange] = field(default_factory=list)
     origin: dict[InputPosition, int] = field(default_factory=dict)
+    history: tuple[BatchStart, ...] = ()
 
     @property
     def now(self) -> int:

@@ -7,8 +7,9 @@ Per batch (:meth:`TaskRunner.run`):
    behind Spark's checkpoint (the broker lost the changelog's tail, together with the
    outputs of the same transactions) would skip input silently, so the task reads
    what it lacks back from Kafka (from its positions, or from the job's first offset
-   of a partition it never consumed: ``TaskInput.origin``) and runs it first, as the
-   lost batch, with the clock the store was left with; then the batch itself;
+   of a partition it never consumed: ``TaskInput.origin``) and runs it first, each
+   lost batch with the clock it first ran with (:mod:`~window_operator.runtime.gaps`);
+   then the batch itself;
 3. drop replayed error records; adopt the job clock of the batch's start (lateness and
    retention are decided with it); add the rows of each source in (partition, offset)
    order (the operator drops replays); mark every range of the batch handled; adopt the
@@ -46,9 +47,17 @@ from window_operator.kafka_range import KafkaSourceError
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
 from window_operator.runtime.commit import TaskState
-from window_operator.runtime.exchange import InputRange, Rows, TaskInput, from_ipc, to_ipc
+from window_operator.runtime.exchange import Rows, TaskInput, from_ipc, to_ipc
 from window_operator.runtime.faults import crash_point, trace, tracing
+from window_operator.runtime.gaps import (
+    InputGapError,
+    LostBatch,
+    between,
+    find_gaps,
+    lost_batches,
+)
 from window_operator.runtime.guard import add_guarded, internal_error
+from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.lookup import read_input, read_records
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import (
@@ -82,10 +91,6 @@ def _kafka_failures() -> tuple[type[BaseException], ...]:
 
 
 _KAFKA_FAILURES = _kafka_failures()
-
-
-class InputGapError(WindowOperatorError):
-    """A task's state ends before the batch starts: input would be skipped."""
 
 
 class BrokerUnavailableError(WindowOperatorError):
@@ -218,9 +223,8 @@ class TaskRunner(Generic[B, R]):
                 opened = self._open = self._open_task()
                 report.restored_records = opened.state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
-            gap = self._gap(opened.op, inp)
-            if gap is not None:
-                self._process(opened, gap, report)
+            for lost in self._lost(opened.op, inp):
+                self._process(opened, lost, report)
             self._process(opened, inp, report)
             self._observe_state(opened, report)
         except BaseException as exc:
@@ -249,51 +253,18 @@ class TaskRunner(Generic[B, R]):
             self._state_at, self._state = now, _state_report(opened.op, opened.state)
         report.store_bytes, report.live_keys, report.live_windows = self._state
 
-    def _gap(self, op: WindowOperator[B, R, object], inp: TaskInput) -> TaskInput | None:
-        """Step 2: the input the state lacks before ``inp`` starts, read back (None: none).
-
-        A partition the state holds no position for starts at the job's first offset of
-        it (``inp.origin``); one the origin does not name either is new to the job and
-        starts with this batch.
-        """
-        offsets = op.offsets
-        if not inp.origin and not offsets and inp.batch_id > 0 and inp.ranges:
-            # a checkpoint from before the origin was recorded: every task runs (and
-            # commits) every batch, so a task without positions has lost its state
-            first = min(inp.ranges, key=lambda r: (r.source, r.partition))
-            raise InputGapError(
-                f"task {self.task} has no state, but the job is at batch {inp.batch_id} "
-                f"(input {first.topic}[{first.partition}] from offset {first.start}): its "
-                f"changelog {self.settings.changelog_topic} lost what it held; restart the "
-                "job from a fresh checkpoint and changelog, or restore them"
-            )
-        gaps = []
-        for r in inp.ranges:
-            held = offsets.get(r.position)
-            after = held + 1 if held is not None else inp.origin.get(r.position, r.start)
-            if after < r.start:
-                gaps.append(r.span(after, r.start))
-        return self._read_gaps(op, inp, gaps) if gaps else None
-
-    def _read_gaps(
-        self, op: WindowOperator[B, R, object], inp: TaskInput, gaps: list[InputRange]
-    ) -> TaskInput:
-        """The input the state lacks, read back from Kafka, as the batch(es) it missed.
-
-        The changelog lost its tail (a broker that lost acknowledged writes, and with them
-        the outputs of the same transactions), so the task restored an older state than
-        Spark's checkpoint assumes. The offsets between are read again and run with the
-        clock the state was left with, up to the clock this batch starts with: lateness
-        is decided as when they first ran, and what they fired is sent again. (Several
-        lost batches run as one, with the clock of the first.)
-        """
+    def _lost(self, op: WindowOperator[B, R, object], inp: TaskInput) -> list[TaskInput]:
+        """Step 2: the batches the state lacks before ``inp`` starts, read back from Kafka
+        (see :mod:`~window_operator.runtime.gaps`), oldest first."""
+        gaps = find_gaps(self.task, op.offsets, inp)
+        if not gaps:
+            return []
         text = ", ".join(f"{g.topic}[{g.partition}] {g.start}..{g.end - 1}" for g in gaps)
         log.warning("task %d: state behind %s, re-reading %s", self.task, inp.label, text)
-        rows: list[Rows] = []
-        errors: list[ErrorRecord] = []
+        read: dict[InputPosition, InputRecords] = {}
         for g in gaps:
             try:
-                records = read_input(
+                read[g.position] = read_input(
                     self.settings.consumer_config(),
                     g.topic,
                     g.partition,
@@ -308,17 +279,31 @@ class TaskRunner(Generic[B, R]):
                     "Spark checkpoint that matches the changelog, or accept the loss by "
                     "restoring the state from scratch"
                 ) from exc
-            decoded = self.plan.decode(g.source, records)
+        return [self._rerun(op, inp, lost, read) for lost in lost_batches(gaps, inp)]
+
+    def _rerun(
+        self,
+        op: WindowOperator[B, R, object],
+        inp: TaskInput,
+        lost: LostBatch,
+        read: dict[InputPosition, InputRecords],
+    ) -> TaskInput:
+        """A lost batch's input: its rows of this task and, in its error lane, errors."""
+        rows: list[Rows] = []
+        errors: list[ErrorRecord] = []
+        for r in lost.ranges:
+            decoded = self.plan.decode(r.source, between(read[r.position], r.start, r.end))
             tasks = self.plan.route(decoded.batch, self.settings.tasks)
             mine = np.flatnonzero(tasks == self.task)
             if len(mine):
-                rows.append(Rows(g.source, to_ipc(self.plan.to_arrow(decoded.batch, mine))))
-            lane = error_lane(g.partition, self.settings.tasks) == self.task
-            errors += decoded.errors if lane else []
+                rows.append(Rows(r.source, to_ipc(self.plan.to_arrow(decoded.batch, mine))))
+            if error_lane(r.partition, self.settings.tasks) == self.task:
+                errors += decoded.errors
         errors.sort(key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0))
-        before = op.clock_state()
+        before = op.clock_state() if lost.clock_before is None else lost.clock_before
+        ranges = list(lost.ranges)
         return TaskInput(
-            self.task, inp.batch_id, before, inp.clock_before, rows, errors, gaps, inp.origin
+            self.task, lost.batch_id, before, lost.clock_after, rows, errors, ranges, inp.origin
         )
 
     def _apply(

@@ -10,7 +10,11 @@ decides lateness and retention exactly as the first run did.
 Entry ``<dir>/<batch id>.json``: the clock before the batch (max event time and last
 activity per input partition, the wall clock ``now`` the batch runs at, the watermark).
 An entry is *prepared* when the previous batch ends (its clock after that batch) and
-*final* once its batch began at a wall clock; a final entry is never rewritten.
+*final* once its batch began at a wall clock; a final entry is never rewritten. A final
+entry also keeps where the batch began reading every input partition read before it
+(``starts``): the recent batches' entries go to the tasks with every batch
+(:class:`~window_operator.runtime.exchange.BatchStart`), and a task whose state lost
+several batches runs each again as it first ran.
 
 ``<dir>/origin.json``: the job's first offset of every input partition (the start of the
 first range read of it), written when a batch that read a partition for the first time
@@ -32,7 +36,7 @@ from pathlib import Path
 import orjson
 
 from window_operator.kernel import ClockState, InputPosition
-from window_operator.runtime.exchange import InputRange
+from window_operator.runtime.exchange import BatchStart, InputRange
 
 __all__ = ["ClockLog"]
 
@@ -43,10 +47,15 @@ _ORIGIN = "origin.json"
 _ENDS = "ends.json"
 
 
-def _encode(state: ClockState, final: bool) -> bytes:
+def _encode(
+    state: ClockState, final: bool, starts: Mapping[InputPosition, int] | None = None
+) -> bytes:
     return orjson.dumps(
         {
             "final": final,
+            "starts": None
+            if starts is None
+            else [[p.source, p.partition, o] for p, o in sorted(starts.items())],
             "max_ts": [[p.source, p.partition, t] for p, t in sorted(state.max_ts.items())],
             "last_active": [
                 [p.source, p.partition, t] for p, t in sorted(state.last_active.items())
@@ -58,8 +67,10 @@ def _encode(state: ClockState, final: bool) -> bytes:
     )
 
 
-def _decode(data: bytes) -> tuple[ClockState, bool]:
+def _decode(data: bytes) -> tuple[ClockState, bool, dict[InputPosition, int] | None]:
     doc = orjson.loads(data)
+    found = doc.get("starts")  # absent from entries written before starts were kept
+    starts = None if found is None else {InputPosition(s, p): o for s, p, o in found}
     state = ClockState(
         max_ts={InputPosition(s, p): t for s, p, t in doc["max_ts"]},
         last_active={InputPosition(s, p): t for s, p, t in doc["last_active"]},
@@ -67,7 +78,7 @@ def _decode(data: bytes) -> tuple[ClockState, bool]:
         first_wall=doc["first_wall"],
         watermark=int(doc["watermark"]),
     )
-    return state, bool(doc["final"])
+    return state, bool(doc["final"]), starts
 
 
 class ClockLog:
@@ -81,19 +92,30 @@ class ClockLog:
 
     def read(self, batch_id: int) -> tuple[ClockState, bool] | None:
         """The entry of ``batch_id`` and whether it is final (None: no entry)."""
+        found = self._read(batch_id)
+        return None if found is None else (found[0], found[1])
+
+    def _read(
+        self, batch_id: int
+    ) -> tuple[ClockState, bool, dict[InputPosition, int] | None] | None:
         try:
             return _decode(self._path(batch_id).read_bytes())
         except FileNotFoundError:
             return None
 
     def begin(
-        self, batch_id: int, now: int, advance: Callable[[ClockState, int], ClockState]
+        self,
+        batch_id: int,
+        now: int,
+        advance: Callable[[ClockState, int], ClockState],
+        starts: Mapping[InputPosition, int] | None = None,
     ) -> ClockState:
         """The clock batch ``batch_id`` runs with: its final entry, or one made final now.
 
         A replayed batch gets its final entry back unchanged. Otherwise the prepared entry
         (or the newest earlier one, or an empty clock) is moved to ``now`` by ``advance``
-        (idle partitions may stop holding the watermark back) and written final.
+        (idle partitions may stop holding the watermark back) and written final, with
+        ``starts`` (where the batch begins reading every partition read before it).
         """
         found = self.read(batch_id)
         if found is not None and found[1]:
@@ -103,8 +125,23 @@ class ClockLog:
             prior = self.read(max(earlier)) if earlier else None
             found = prior if prior is not None else (ClockState(), False)
         state = advance(found[0], now)
-        self.write(batch_id, state, final=True)
+        self.write(batch_id, state, final=True, starts=starts)
         return state
+
+    def history(self, before: int | None, most: int) -> tuple[BatchStart, ...]:
+        """How the batches before ``before`` (None: every batch that began) began, oldest
+        first: the newest ``most`` final entries with starts, of consecutive batches."""
+        ids = set(self._ids())
+        last = (max(ids, default=-1) if before is None else before - 1) + 1
+        out: list[BatchStart] = []
+        for batch_id in range(last - 1, last - 1 - most, -1):
+            found = self._read(batch_id) if batch_id in ids else None
+            if found is None or not found[1] or found[2] is None:
+                if out or before is not None:
+                    break
+                continue  # the newest entry may be a prepared one
+            out.append(BatchStart(batch_id, found[0], found[2]))
+        return tuple(reversed(out))
 
     def prepare(self, batch_id: int, state: ClockState) -> None:
         """Write the clock a coming batch starts from (unless that batch already began)."""
@@ -112,9 +149,16 @@ class ClockLog:
         if found is None or not found[1]:
             self.write(batch_id, state, final=False)
 
-    def write(self, batch_id: int, state: ClockState, *, final: bool) -> None:
+    def write(
+        self,
+        batch_id: int,
+        state: ClockState,
+        *,
+        final: bool,
+        starts: Mapping[InputPosition, int] | None = None,
+    ) -> None:
         """Write the entry of ``batch_id`` atomically (write, fsync, rename)."""
-        self._write(self._path(batch_id), _encode(state, final))
+        self._write(self._path(batch_id), _encode(state, final, starts))
         for old in self._ids():
             if old < batch_id - _KEEP:
                 self._path(old).unlink(missing_ok=True)

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kernel import ClockState
-from window_operator.runtime.batch import BatchContext, advance_clock, note_ends, note_origin
+from window_operator.runtime.batch import (
+    HISTORY,
+    BatchContext,
+    advance_clock,
+    note_ends,
+    note_origin,
+    starts_after,
+)
 from window_operator.runtime.exchange import MapReport
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.runner import TaskReport
@@ -187,8 +194,10 @@ class StreamingJob(SparkJob):
     def _process(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         with self._lock:
-            clock = self.clocks.begin(batch_id, _now_ms(), self._advance)
-            ctx = BatchContext(self.settings, batch_id, clock, self._origin)
+            starts = starts_after(self._ends)
+            clock = self.clocks.begin(batch_id, _now_ms(), self._advance, starts)
+            history = self.clocks.history(batch_id, HISTORY)
+            ctx = BatchContext(self.settings, batch_id, clock, self._origin, history=history)
             n = self.settings.tasks
             self._describe(f"micro-batch {batch_id}")
             out = (
@@ -220,7 +229,8 @@ class StreamingJob(SparkJob):
         started = time.perf_counter()
         with self._lock:
             clock = self._advance(self._clock, _now_ms())
-            ctx = BatchContext(self.settings, -1, clock, self._origin, tuple(self._ends.values()))
+            ends, history = tuple(self._ends.values()), self.clocks.history(None, HISTORY)
+            ctx = BatchContext(self.settings, -1, clock, self._origin, ends, history)
             n = self.settings.tasks
             self._describe("timer pass")
             tasks: list[TaskReport] = (

@@ -14,19 +14,17 @@ from confluent_kafka.admin import AdminClient
 from helpers import runtime_for
 from jobkit import create_topic, produce, read_topic
 
+from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.batch import (
-    BatchContext,
     LocalJob,
     advance_clock,
-    note_ends,
-    note_origin,
     source_index,
     split_range,
 )
-from window_operator.runtime.exchange import InputRange
+from window_operator.runtime.exchange import BatchStart, InputRange, TaskInput
+from window_operator.runtime.gaps import InputGapError, lost_batches
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plans import plan_for
-from window_operator.runtime.runner import InputGapError
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.topics import prepare_topics
 
@@ -72,10 +70,10 @@ def job(
 
 def lose_batch(local: LocalJob, inputs: list[InputRecords], now_ms: int) -> None:
     """What the driver keeps of a batch whose tasks' work the broker lost (their state,
-    changelog and outputs): its clock and origin move on, the tasks never saw it."""
+    changelog and outputs): its clock, origin, ends and start move on, the tasks never
+    saw it."""
     plan = plan_for(local.settings)
     before = advance_clock(local.settings, local.clock, [], now_ms)
-    ctx = BatchContext(local.settings, local.batch_id, before, dict(local.origin))
     reports = []
     for records in inputs:
         rng = InputRange(
@@ -86,10 +84,7 @@ def lose_batch(local: LocalJob, inputs: list[InputRecords], now_ms: int) -> None
             records.offsets[-1] + 1,
         )
         reports.append(split_range(local.settings, rng, records).report)
-    local.clock = ctx.clock_after(reports)
-    local.origin = note_origin(local.origin, reports, local.batch_id)
-    local.ends = note_ends(local.ends, reports)
-    local.batch_id += 1
+    local.note_batch(before, reports)
 
 
 def finish(
@@ -157,6 +152,28 @@ def test_a_lost_batch_runs_again_with_the_clock_it_first_ran_with(
     assert finish(local, kafka_bootstrap, config, topic, evs, 4_000) == (counts(evs), 0)
 
 
+def test_several_lost_batches_run_again_each_with_its_own_clock(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    # batch 2 holds an event (9,950) that its clock puts out of retention (batch 1 moved
+    # the watermark to 19,900): the first run rejected it. Run again with batch 1's
+    # clock, as one batch with batch 1, it would be counted instead.
+    late = {"k": "k0", "ts": 9_950}
+    evs = events(200) + [late] + events(301)[200:]
+    local, config, topic, _ = job(
+        tmp_path, kafka_bootstrap, unique_name, evs, retention={"time": "5s"}
+    )
+    local.run_batch([records(topic, evs, 0, 100)], 1_000)
+    lose_batch(local, [records(topic, evs, 100, 200)], 2_000)
+    lose_batch(local, [records(topic, evs, 200, 251)], 3_000)
+    batch = local.run_batch([records(topic, evs, 251, 301)], 4_000)
+    # 50 of the batch, 151 read back: 100 + 50 applied, the late event rejected
+    assert sum(t.applied for t in batch.tasks) == 200
+    assert sum(t.rejected for t in batch.tasks) == 1
+    kept = [e for e in evs if e is not late]
+    assert finish(local, kafka_bootstrap, config, topic, evs, 5_000) == (counts(kept), 1)
+
+
 def test_a_state_lost_whole_reads_from_the_jobs_first_offsets(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -199,3 +216,56 @@ def test_a_lost_last_batch_is_read_back_by_a_timer_pass(
     # a second pass finds nothing to read back
     assert sum(t.applied for t in local.tick(3_000)) == 0
     assert finish(local, kafka_bootstrap, config, topic, evs, 4_000) == (counts(evs), 0)
+
+
+# -- cutting the offsets read back into the batches that first read them (no Kafka) ------
+
+P0, P1 = InputPosition(0, 0), InputPosition(0, 1)
+
+
+def clock(now: int) -> ClockState:
+    return ClockState(now=now)
+
+
+def task_input(ranges: list[InputRange], history: tuple[BatchStart, ...]) -> TaskInput:
+    return TaskInput(0, 9, clock(9), clock(9), ranges=ranges, history=history)
+
+
+def test_without_history_the_gap_runs_as_one_batch_from_the_states_clock() -> None:
+    gaps = [InputRange(0, "t", 0, 10, 20)]
+    (lost,) = lost_batches(gaps, task_input([], ()))
+    assert (lost.batch_id, lost.clock_before, lost.clock_after) == (9, None, clock(9))
+    assert lost.ranges == (InputRange(0, "t", 0, 10, 20),)
+
+
+def test_a_gap_is_cut_at_the_starts_of_the_batches_that_read_it() -> None:
+    # batch 7 read p0 from 15 (p1 not yet), batch 8 read p0 from 18 and p1 from 0
+    history = (BatchStart(7, clock(7), {P0: 15}), BatchStart(8, clock(8), {P0: 18, P1: 0}))
+    gaps = [InputRange(0, "t", 0, 10, 20), InputRange(0, "t", 1, 0, 5)]
+    lost = lost_batches(gaps, task_input([], history))
+    assert [(b.batch_id, b.clock_before, b.clock_after) for b in lost] == [
+        (9, None, clock(7)),  # older than the history: from the state's clock
+        (7, clock(7), clock(8)),
+        (8, clock(8), clock(9)),
+    ]
+    assert [b.ranges for b in lost] == [
+        (InputRange(0, "t", 0, 10, 15),),
+        (InputRange(0, "t", 0, 15, 18),),
+        (InputRange(0, "t", 0, 18, 20), InputRange(0, "t", 1, 0, 5)),
+    ]
+
+
+def test_batches_the_state_ran_are_not_run_again_and_later_ones_all_are() -> None:
+    # the state ran batch 7 (it holds p0 up to 14); 8 read only p1, 9 lost nothing of
+    # this gap (it read another partition) but ran with its own clock all the same
+    history = (
+        BatchStart(7, clock(7), {P0: 10}),
+        BatchStart(8, clock(8), {P0: 15, P1: 0}),
+        BatchStart(9, clock(9), {P0: 15, P1: 4}),
+    )
+    gaps = [InputRange(0, "t", 1, 0, 4)]
+    lost = lost_batches(gaps, TaskInput(0, 10, clock(10), clock(10), history=history))
+    assert [(b.batch_id, b.clock_before, b.clock_after, b.ranges) for b in lost] == [
+        (8, clock(8), clock(9), (InputRange(0, "t", 1, 0, 4),)),
+        (9, clock(9), clock(10), ()),
+    ]

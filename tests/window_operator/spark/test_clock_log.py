@@ -65,3 +65,26 @@ def test_the_ends_keep_the_last_range_of_every_partition(tmp_path: Path) -> None
     assert log.ends() == {}
     log.write_ends(ends)
     assert ClockLog(tmp_path / "clock").ends() == ends
+
+
+def test_the_history_names_how_the_recent_batches_began(tmp_path: Path) -> None:
+    log = ClockLog(tmp_path / "clock")
+    log.write(0, ClockState(now=1), final=True)  # an entry from before starts were kept
+    for batch_id in (1, 2, 3):
+        log.begin(batch_id, 100 * batch_id, moved, {P0: 10 * batch_id})
+    log.prepare(4, ClockState(now=350))
+    # a replay keeps the starts its batch first began with
+    log.begin(3, 999, moved, {P0: 99})
+    again = ClockLog(tmp_path / "clock")
+    assert [(b.batch_id, b.clock.now, b.starts) for b in again.history(None, 16)] == [
+        (1, 100, {P0: 10}),
+        (2, 200, {P0: 20}),
+        (3, 300, {P0: 30}),
+    ]
+    # before a batch: only earlier ones, the newest ``most`` of them
+    assert [b.batch_id for b in again.history(3, 16)] == [1, 2]
+    assert [b.batch_id for b in again.history(4, 2)] == [2, 3]
+    # a batch without a final entry ends the history: batches must be consecutive
+    log.begin(6, 600, moved, {P0: 60})
+    assert [b.batch_id for b in log.history(7, 16)] == [6]
+    assert log.history(1, 16) == ()

@@ -22,8 +22,8 @@ import numpy as np
 from window_operator.kafka_range import KafkaSourceError, range_consumer_config
 from window_operator.kernel import InputPosition
 from window_operator.runtime.exchange import InputPartition, InputRange
+from window_operator.runtime.gaps import InputGapError
 from window_operator.runtime.inputs import InputRecords
-from window_operator.runtime.runner import InputGapError
 from window_operator.runtime.settings import KafkaConfig
 
 if TYPE_CHECKING:
