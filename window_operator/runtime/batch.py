@@ -76,8 +76,9 @@ class BatchContext:
     settings: TaskSettings
     batch_id: int
     clock: ClockState
-    #: the job's first offset of every input partition read before this batch
-    origin: Mapping[InputPosition, int] = field(default_factory=dict)
+    #: the job's first offset of every input partition read before this batch (None:
+    #: not known, see :func:`note_origin`)
+    origin: Mapping[InputPosition, int] | None = field(default_factory=dict)
     #: every input partition's last range read before (a timer pass checks the state
     #: against their ends: the broker may have lost the last batch)
     ends: tuple[InputRange, ...] = ()
@@ -111,21 +112,26 @@ def advance_clock(
 
 
 def note_origin(
-    origin: Mapping[InputPosition, int], reports: Iterable[MapReport], batch_id: int
-) -> dict[InputPosition, int]:
+    origin: Mapping[InputPosition, int] | None, reports: Iterable[MapReport], batch_id: int
+) -> dict[InputPosition, int] | None:
     """``origin`` with the start of every range of an input partition it did not name.
 
-    Kept from a job's first batch on: a job that reached later batches without an origin
-    (its checkpoint predates the origin) gets none, since where it began is not known.
-    A task of it that lost its state whole stops with ``InputGapError`` instead of
-    reading back from a wrong place.
+    Kept from a job's first batch on (empty until a batch reads something: Spark may run
+    an empty first batch). ``None``: not known, for a job that reached later batches
+    without an origin (its checkpoint predates the origin): where it began is not
+    known, so a task of it that lost its state whole stops with ``InputGapError``
+    instead of reading back from a wrong place.
     """
-    if not origin and batch_id > 0:
-        return {}
-    out = dict(origin)
+    if origin is None and batch_id > 0:
+        return None
+    out = dict(origin or {})
     for r in sorted(reports, key=lambda r: r.range.start):
         out.setdefault(r.range.position, r.range.start)
     return out
+
+
+def _copy(origin: Mapping[InputPosition, int] | None) -> dict[InputPosition, int] | None:
+    return None if origin is None else dict(origin)
 
 
 def note_ends(
@@ -239,7 +245,7 @@ def reduce_task(ctx: BatchContext, index: int, items: Iterable[Shuffled]) -> Tas
         rows=rows,
         errors=sorted(errors, key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0)),
         ranges=[r.range for r in reports],
-        origin=dict(ctx.origin),
+        origin=_copy(ctx.origin),
         history=ctx.history,
     )
     return run_task(ctx.settings, index, inp)
@@ -267,7 +273,7 @@ def timer_input(ctx: BatchContext, index: int) -> TaskInput:
         clock_before=ctx.clock,
         clock_after=ctx.clock,
         ranges=[r.span(r.end, r.end) for r in ctx.ends],
-        origin=dict(ctx.origin),
+        origin=_copy(ctx.origin),
         history=ctx.history,
     )
 
@@ -292,7 +298,7 @@ class LocalJob:
         self.settings = settings
         self.clock = ClockState()
         self.batch_id = 0
-        self.origin: dict[InputPosition, int] = {}
+        self.origin: dict[InputPosition, int] | None = None
         self.ends: dict[InputPosition, InputRange] = {}
         self.history: tuple[BatchStart, ...] = ()
 
@@ -300,9 +306,7 @@ class LocalJob:
         """One micro-batch of ``inputs`` (each one input partition's range) at ``now_ms``."""
         plan = plan_for(self.settings)
         before = advance_clock(self.settings, self.clock, [], now_ms)
-        ctx = BatchContext(
-            self.settings, self.batch_id, before, dict(self.origin), history=self.history
-        )
+        ctx = BatchContext(self.settings, self.batch_id, before, self.origin, history=self.history)
         shuffled: dict[int, list[Shuffled]] = {t: [] for t in range(ctx.tasks + 1)}
         for records in inputs:
             if not len(records):

@@ -113,7 +113,8 @@ class TaskInput:
     ``clock_before`` decides lateness and retention; ``clock_after`` (folded from every
     range's report) is the watermark the task fires with at the end of the batch.
     ``origin``: the job's first offset of every input partition it read before this
-    batch (where a task that holds no position for one would have started);
+    batch (where a task that holds no position for one would have started; ``None``:
+    not known, a job whose checkpoint predates the origin);
     ``history``: the batches before this one, oldest first (the most recent ones).
     """
 
@@ -124,7 +125,7 @@ class TaskInput:
     rows: list[Rows] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
     ranges: list[InputRange] = field(default_factory=list)
-    origin: dict[InputPosition, int] = field(default_factory=dict)
+    origin: dict[InputPosition, int] | None = field(default_factory=dict)
     history: tuple[BatchStart, ...] = ()
 
     @property

@@ -53,7 +53,7 @@ def find_gaps(task: int, offsets: dict[InputPosition, int], inp: TaskInput) -> l
     with this batch. Raises :class:`InputGapError` for a state without any position in a
     job that ran batches before an origin was recorded (nothing tells where to read).
     """
-    if not inp.origin and not offsets and inp.batch_id > 0 and inp.ranges:
+    if inp.origin is None and not offsets and inp.batch_id > 0 and inp.ranges:
         # a checkpoint from before the origin was recorded: every task runs (and
         # commits) every batch, so a task without positions has lost its state
         first = min(inp.ranges, key=lambda r: (r.source, r.partition))
@@ -64,9 +64,10 @@ def find_gaps(task: int, offsets: dict[InputPosition, int], inp: TaskInput) -> l
             "changelog, or restore them"
         )
     gaps = []
+    origin = inp.origin or {}
     for r in inp.ranges:
         held = offsets.get(r.position)
-        after = held + 1 if held is not None else inp.origin.get(r.position, r.start)
+        after = held + 1 if held is not None else origin.get(r.position, r.start)
         if after < r.start:
             gaps.append(r.span(after, r.start))
     return gaps

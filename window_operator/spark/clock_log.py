@@ -17,13 +17,14 @@ entry also keeps where the batch began reading every input partition read before
 several batches runs each again as it first ran.
 
 ``<dir>/origin.json``: the job's first offset of every input partition (the start of the
-first range read of it), written when a batch that read a partition for the first time
-ends, from the job's first batch on (a checkpoint begun before there was an origin gets
-none). A task whose state lost batches (a broker that lost acknowledged writes) reads
-back from there what it never consumed. ``<dir>/ends.json``: every input partition's
-last range read, written when a batch ends; a timer pass checks the states against it
-(the first one runs before the query starts again), so a state that lost the last batch
-reads it back even when no batch follows.
+first range read of it), written when the job's first batch ends (empty if it read
+nothing) and when a batch that read a partition for the first time ends (a checkpoint
+begun before there was an origin gets none). A task whose state lost batches (a broker
+that lost acknowledged writes) reads back from there what it never consumed.
+``<dir>/ends.json``: every input partition's last range read, written when a batch
+ends; a timer pass checks the states against it (the first one runs before the query
+starts again), so a state that lost the last batch reads it back even when no batch
+follows.
 """
 
 from __future__ import annotations
@@ -163,12 +164,13 @@ class ClockLog:
             if old < batch_id - _KEEP:
                 self._path(old).unlink(missing_ok=True)
 
-    def origin(self) -> dict[InputPosition, int]:
-        """The job's first offset of every input partition read so far."""
+    def origin(self) -> dict[InputPosition, int] | None:
+        """The job's first offset of every input partition read so far (None: never
+        recorded)."""
         try:
             doc = orjson.loads((self.directory / _ORIGIN).read_bytes())
         except FileNotFoundError:
-            return {}
+            return None
         return {InputPosition(s, p): int(o) for s, p, o in doc}
 
     def write_origin(self, origin: Mapping[InputPosition, int]) -> None:

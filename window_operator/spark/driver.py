@@ -209,7 +209,7 @@ class StreamingJob(SparkJob):
             ranges = [o for o in out if isinstance(o, MapReport)]
             after = ctx.clock_after(ranges)
             origin = note_origin(self._origin, ranges, batch_id)
-            if origin != self._origin:
+            if origin is not None and origin != self._origin:
                 self.clocks.write_origin(origin)
                 self._origin = origin
             ends = note_ends(self._ends, ranges)

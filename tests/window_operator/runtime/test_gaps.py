@@ -186,13 +186,26 @@ def test_a_state_lost_whole_reads_from_the_jobs_first_offsets(
     assert finish(local, kafka_bootstrap, config, topic, evs, 3_000) == (counts(evs), 0)
 
 
+def test_a_job_whose_first_batch_read_nothing_runs_its_next_batch(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    # Spark runs an empty first batch when the topic's partitions appear only after the
+    # query planned its start: the origin is known (and empty), not missing
+    local, config, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
+    assert local.run_batch([], 500).ranges == []
+    assert local.origin == {}
+    batch = local.run_batch([records(topic, evs, 0, 300)], 1_000)
+    assert sum(t.applied for t in batch.tasks) == 300
+    assert finish(local, kafka_bootstrap, config, topic, evs, 2_000) == (counts(evs), 0)
+
+
 def test_a_state_lost_whole_without_a_recorded_origin_stops_the_task(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     # a checkpoint from before the origin was recorded: nothing tells where to read from
     local, _, topic, evs = job(tmp_path, kafka_bootstrap, unique_name)
     lose_batch(local, [records(topic, evs, 0, 100)], 1_000)
-    local.origin = {}
+    local.origin = None
     # a timer pass cannot tell where to read from either, and marks nothing consumed
     assert sum(t.applied for t in local.tick(1_500)) == 0
     with pytest.raises(InputGapError, match="has no state, but the job is at batch 1"):

@@ -41,13 +41,16 @@ def test_the_origin_keeps_the_first_offset_of_every_partition(tmp_path: Path) ->
         return MapReport(InputRange(pos.source, "t", pos.partition, start, end), end - start, 1)
 
     log = ClockLog(tmp_path / "clock")
-    assert log.origin() == {}
+    assert log.origin() is None  # never recorded
     origin = note_origin({}, [report(P0, 40, 50), report(P0, 30, 40)], 0)
     origin = note_origin(origin, [report(P0, 50, 60), report(P1, 7, 9)], 1)
     assert origin == {P0: 30, P1: 7}
     # a job whose checkpoint reached later batches without an origin gets none: where
     # it began is not known
-    assert note_origin({}, [report(P0, 400, 500)], 5) == {}
+    assert note_origin(None, [report(P0, 400, 500)], 5) is None
+    # known, but nothing read yet (Spark ran empty batches first)
+    assert note_origin(None, [], 0) == {}
+    assert note_origin({}, [report(P0, 400, 500)], 5) == {P0: 400}
     log.write_origin(origin)
     assert ClockLog(tmp_path / "clock").origin() == {P0: 30, P1: 7}
     # the origin file is not taken for a batch's entry
