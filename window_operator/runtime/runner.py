@@ -260,7 +260,15 @@ class TaskRunner(Generic[B, R]):
         if not gaps:
             return []
         text = ", ".join(f"{g.topic}[{g.partition}] {g.start}..{g.end - 1}" for g in gaps)
-        log.warning("task %d: state behind %s, re-reading %s", self.task, inp.label, text)
+        lost = lost_batches(gaps, inp)
+        log.warning(
+            "task %d: state behind %s, re-reading %s (%d lost batch(es), each run again "
+            "with its clock)",
+            self.task,
+            inp.label,
+            text,
+            len(lost),
+        )
         read: dict[InputPosition, InputRecords] = {}
         for g in gaps:
             try:
@@ -279,7 +287,7 @@ class TaskRunner(Generic[B, R]):
                     "Spark checkpoint that matches the changelog, or accept the loss by "
                     "restoring the state from scratch"
                 ) from exc
-        return [self._rerun(op, inp, lost, read) for lost in lost_batches(gaps, inp)]
+        return [self._rerun(op, inp, b, read) for b in lost]
 
     def _rerun(
         self,
