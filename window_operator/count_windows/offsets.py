@@ -27,6 +27,7 @@ from window_operator.config import OffsetsWindow
 from window_operator.errors import IncompatibleStateError, WindowOperatorError
 from window_operator.events import EventBatch
 from window_operator.kernel import (
+    LiveState,
     OperatorKernel,
     StepStats,
     StoredWindow,
@@ -136,6 +137,11 @@ class OffsetWindows:
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Frames and checkpoint in one batch; fired windows expire."""
         return self.inner.flush(commit=commit)
+
+    def live_state(self) -> LiveState:
+        """Keys with a window that has not fired yet, and those windows (from offset 0:
+        the windows before it are never emitted)."""
+        return self.inner.live_state(first_start=0)
 
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored windows of ``key`` overlapping offsets ``[start, end)``."""

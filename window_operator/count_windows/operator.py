@@ -24,6 +24,7 @@ from window_operator.count_windows.per_key import KeyCountWindows
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
+    LiveState,
     OperatorKernel,
     StepStats,
     StoredWindow,
@@ -72,6 +73,10 @@ class _Engine(Protocol):
         """Stored windows of ``key`` overlapping ``[start, end)``."""
         ...
 
+    def live_state(self) -> LiveState:
+        """Keys with an open window holding messages, and those windows."""
+        ...
+
 
 class CountWindowAggregator(EventOperator):
     """A task's ``count`` or ``offsets`` window aggregation over RocksDB.
@@ -101,6 +106,11 @@ class CountWindowAggregator(EventOperator):
         else:
             self.engine = KeyCountWindows(window, aggregations, policy, store, use_deduct)
         self.kernel = self.engine.kernel
+
+    def live_state(self) -> LiveState:
+        """Keys with an open window holding messages, and those windows (read-only; all
+        open windows are in memory)."""
+        return self.engine.live_state()
 
     # ------------------------------------------------------------------ input
 

@@ -34,6 +34,7 @@ from window_operator.count_windows.numbering import Numbered, number
 from window_operator.count_windows.ring import Ring
 from window_operator.events import EventBatch
 from window_operator.kernel import (
+    LiveState,
     OperatorKernel,
     StepStats,
     StoredWindow,
@@ -241,6 +242,13 @@ class KeyCountWindows:
             self.ring.restore(self.kernel.store, self.keys)
 
     # ------------------------------------------------------------------ inspection
+
+    def live_state(self) -> LiveState:
+        """Keys with an open window holding messages, and those windows (a key's windows
+        stay open until it has ``size`` messages more)."""
+        n = len(self.keys)
+        wins = self.trigger.open_windows(np.arange(n, dtype=np.int64), self.ring.count[:n])
+        return LiveState(keys=len(np.unique(wins.kids)), windows=len(wins))
 
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Open windows of ``key`` overlapping messages ``[start, end)`` (partial values)."""

@@ -117,8 +117,9 @@ class WindowedAggregator(EventOperator):
 
     # ------------------------------------------------------------------ properties
 
-    def live_state(self) -> LiveState:
-        """Keys with a window that has not fired yet, and those windows (read-only).
+    def live_state(self, first_start: int | None = None) -> LiveState:
+        """Keys with a window that has not fired yet, and those windows (read-only);
+        ``first_start``: count only windows starting there or later.
 
         Every open frame is in memory (restored ones too), so this needs no store read.
         """
@@ -133,6 +134,8 @@ class WindowedAggregator(EventOperator):
         owners = np.repeat(kids, k)
         # a window fires once the watermark reaches its end
         is_open = starts > self.watermark - self._size
+        if first_start is not None:
+            is_open &= starts >= first_start
         # a window (key, start) as one integer, its start counted in steps from the oldest
         base = int(frames.min()) - (k - 1) * self._step
         span = (int(frames.max()) - base) // self._step + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,28 @@ def test_single_records_need_a_decoder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="RecordDecoder"):
         agg.add_batch([{"k": "a", "ts": 0, "v": 1}])
     agg.close()
+
+
+@pytest.mark.parametrize("shape", ["count", "offsets"])
+def test_live_state_is_the_windows_holding_messages_that_have_not_fired(
+    op: Any, shape: str
+) -> None:
+    """Oracle: every (key, window) a message went into, minus those that fired ON_TIME."""
+    size, step = 4, 2
+    agg = op(runtime({"type": shape, "size": size, "step": step}, DEDUCTIBLE))
+    rng = random.Random(7)
+    held: set[tuple[str, int]] = set()
+    fired: set[tuple[str, int]] = set()
+    seen: dict[str, int] = {}
+    for offset in range(80):
+        key = rng.choice("abcd")
+        agg.add_message({"k": key, "ts": offset, "v": 1}, offset=offset)
+        # a count window numbers the key's messages; an offsets window the partition's
+        x = seen.get(key, 0) if shape == "count" else offset
+        seen[key] = seen.get(key, 0) + 1
+        held |= {(key, s) for s in range(x - x % step, x - size, -step) if s >= 0}
+        fired |= {(r.key, r.window_start) for r in agg.get_result() if r.kind.value == "ON_TIME"}
+        live = held - fired
+        state = agg.live_state()
+        assert (state.keys, state.windows) == (len({k for k, _ in live}), len(live)), offset
+    assert agg.live_state().windows > 0
