@@ -138,10 +138,7 @@ class LongRunningJob(SparkJob):
             starting_offsets=self.starting_offsets,
             available_now=self.available_now,
         )
-        known: dict[str, int] = {}
-        for p in spec.assignment.partitions:
-            known[p.topic] = max(known.get(p.topic, 0), p.partition + 1)
-        self._known = known
+        self._known = spec.assignment.partition_counts()
         return spec
 
     def _supervise(self, spec: WorkerSpec) -> None:

@@ -58,6 +58,13 @@ class Assignment:
         """Every input partition of the job."""
         return tuple(p for per_worker in self.inputs for p in per_worker)
 
+    def partition_counts(self) -> dict[str, int]:
+        """How many partitions of each input topic the workers read."""
+        counts: dict[str, int] = {}
+        for p in self.partitions:
+            counts[p.topic] = max(counts.get(p.topic, 0), p.partition + 1)
+        return counts
+
 
 @dataclass(frozen=True)
 class WorkerStart:

@@ -15,6 +15,7 @@ def test_tasks_and_partitions_are_dealt_in_turn() -> None:
     assert a.inputs == ((P[0], P[2], P[4]), (P[1], P[3], P[5]))
     assert [a.worker_of(t) for t in range(5)] == [0, 1, 0, 1, 0]
     assert sorted(a.partitions, key=lambda p: (p.source, p.partition)) == P
+    assert a.partition_counts() == {"a": 5, "b": 1}
 
 
 def test_more_workers_than_partitions_leaves_some_without_input() -> None:
