@@ -150,6 +150,8 @@ class LongRunningJob(SparkJob):
                 try:
                     if self._regrow.is_set():
                         spec = self._regrown(spec)
+                        if self._stopping.is_set():
+                            return
                     self.summaries = self._run_stage(replace(spec, attempt=str(attempt)))
                     if self._stopping.is_set() or not self._regrow.is_set():
                         return
