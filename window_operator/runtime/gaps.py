@@ -45,8 +45,11 @@ class LostBatch:
     ranges: tuple[InputRange, ...]
 
 
-def find_gaps(task: int, offsets: dict[InputPosition, int], inp: TaskInput) -> list[InputRange]:
-    """The offsets the state (its ``offsets``) lacks before ``inp`` starts, per partition.
+def find_gaps(
+    task: int, changelog: str, offsets: dict[InputPosition, int], inp: TaskInput
+) -> list[InputRange]:
+    """The offsets the state of ``task`` (its ``offsets``, restored from the topic
+    ``changelog``) lacks before ``inp`` starts, per partition.
 
     A partition the state holds no position for starts at the job's first offset of it
     (``inp.origin``); one the origin does not name either is new to the job and starts
@@ -60,8 +63,8 @@ def find_gaps(task: int, offsets: dict[InputPosition, int], inp: TaskInput) -> l
         raise InputGapError(
             f"task {task} has no state, but the job is at batch {inp.batch_id} "
             f"(input {first.topic}[{first.partition}] from offset {first.start}): its "
-            "changelog lost what it held; restart the job from a fresh checkpoint and "
-            "changelog, or restore them"
+            f"changelog {changelog} lost what it held; restart the job from a fresh "
+            "checkpoint and changelog, or restore them"
         )
     gaps = []
     origin = inp.origin or {}

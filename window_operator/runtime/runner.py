@@ -256,7 +256,7 @@ class TaskRunner(Generic[B, R]):
     def _lost(self, op: WindowOperator[B, R, object], inp: TaskInput) -> list[TaskInput]:
         """Step 2: the batches the state lacks before ``inp`` starts, read back from Kafka
         (see :mod:`~window_operator.runtime.gaps`), oldest first."""
-        gaps = find_gaps(self.task, op.offsets, inp)
+        gaps = find_gaps(self.task, self.settings.changelog_topic, op.offsets, inp)
         if not gaps:
             return []
         text = ", ".join(f"{g.topic}[{g.partition}] {g.start}..{g.end - 1}" for g in gaps)

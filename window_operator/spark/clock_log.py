@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -68,7 +69,16 @@ def _encode(
     )
 
 
-def _decode(data: bytes) -> tuple[ClockState, bool, dict[InputPosition, int] | None]:
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A decoded entry (``starts`` None: written before starts were kept, or prepared)."""
+
+    state: ClockState
+    final: bool
+    starts: dict[InputPosition, int] | None
+
+
+def _decode(data: bytes) -> _Entry:
     doc = orjson.loads(data)
     found = doc.get("starts")  # absent from entries written before starts were kept
     starts = None if found is None else {InputPosition(s, p): o for s, p, o in found}
@@ -79,7 +89,7 @@ def _decode(data: bytes) -> tuple[ClockState, bool, dict[InputPosition, int] | N
         first_wall=doc["first_wall"],
         watermark=int(doc["watermark"]),
     )
-    return state, bool(doc["final"]), starts
+    return _Entry(state, bool(doc["final"]), starts)
 
 
 class ClockLog:
@@ -94,11 +104,9 @@ class ClockLog:
     def read(self, batch_id: int) -> tuple[ClockState, bool] | None:
         """The entry of ``batch_id`` and whether it is final (None: no entry)."""
         found = self._read(batch_id)
-        return None if found is None else (found[0], found[1])
+        return None if found is None else (found.state, found.final)
 
-    def _read(
-        self, batch_id: int
-    ) -> tuple[ClockState, bool, dict[InputPosition, int] | None] | None:
+    def _read(self, batch_id: int) -> _Entry | None:
         try:
             return _decode(self._path(batch_id).read_bytes())
         except FileNotFoundError:
@@ -137,11 +145,11 @@ class ClockLog:
         out: list[BatchStart] = []
         for batch_id in range(last - 1, last - 1 - most, -1):
             found = self._read(batch_id) if batch_id in ids else None
-            if found is None or not found[1] or found[2] is None:
+            if found is None or not found.final or found.starts is None:
                 if out or before is not None:
                     break
                 continue  # the newest entry may be a prepared one
-            out.append(BatchStart(batch_id, found[0], found[2]))
+            out.append(BatchStart(batch_id, found.state, found.starts))
         return tuple(reversed(out))
 
     def prepare(self, batch_id: int, state: ClockState) -> None:
