@@ -246,9 +246,8 @@ class KeyCountWindows:
     def live_state(self) -> LiveState:
         """Keys with an open window holding messages, and those windows (a key's windows
         stay open until it has ``size`` messages more)."""
-        n = len(self.keys)
-        wins = self.trigger.open_windows(np.arange(n, dtype=np.int64), self.ring.count[:n])
-        return LiveState(keys=len(np.unique(wins.kids)), windows=len(wins))
+        n_open = self.trigger.open_counts(self.ring.count[: len(self.keys)])
+        return LiveState(keys=int(np.count_nonzero(n_open)), windows=int(n_open.sum()))
 
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Open windows of ``key`` overlapping messages ``[start, end)`` (partial values)."""
