@@ -129,18 +129,23 @@ class CountTrigger:
         done: BoolArray = num.c1 % self.step == 0
         return done
 
+    def _open_frames(self, counts: IntArray) -> tuple[IntArray, IntArray]:
+        """Per key with message ``counts``: the first and the last start frame of its open
+        windows holding messages (``last < first``: none)."""
+        last = (counts - 1) // self.step  # -1 for a key without messages
+        first = np.maximum(counts // self.step - self.k + 1, 0)
+        return first, last
+
     def open_counts(self, counts: IntArray) -> IntArray:
         """How many open windows hold messages of keys with message ``counts``."""
-        last = (counts - 1) // self.step  # -1 for a key without messages
-        lo = np.maximum(counts // self.step - self.k + 1, 0)
-        n_open: IntArray = np.maximum(last - lo + 1, 0)
+        first, last = self._open_frames(counts)
+        n_open: IntArray = np.maximum(last - first + 1, 0)
         return n_open
 
     def open_windows(self, kids: IntArray, counts: IntArray) -> OpenWindows:
         """Every open window holding messages of keys with message ``counts``."""
-        last = (counts - 1) // self.step
-        lo = np.maximum(counts // self.step - self.k + 1, 0)
-        n_open = self.open_counts(counts)
+        lo, last = self._open_frames(counts)
+        n_open = np.maximum(last - lo + 1, 0)
         off = ragged_arange(n_open)
         return OpenWindows(
             np.repeat(kids, n_open), np.repeat(lo, n_open) + off, np.repeat(last, n_open)
