@@ -78,6 +78,10 @@ class FrameStore:
         self.frame: IntArray = np.zeros(cap, dtype=np.int64)
         self.dirty: BoolArray = np.zeros(cap, dtype=np.bool_)
         self.early_dirty: BoolArray = np.zeros(cap, dtype=np.bool_)
+        #: the store holds the slot's frame as last loaded or persisted (then ``dirty``
+        #: says whether memory changed since), with ``early_stored`` as its EARLY mark
+        self.stored: BoolArray = np.zeros(cap, dtype=np.bool_)
+        self.early_stored: BoolArray = np.zeros(cap, dtype=np.bool_)
         self.objs: list[list[Any] | None] = [None] * cap
         self.free: list[int] = list(range(cap - 1, -1, -1))
         self.pending_messages: list[PendingMessage] = []
@@ -136,6 +140,8 @@ class FrameStore:
         self.frame = np.concatenate([self.frame, np.zeros(extra, dtype=np.int64)])
         self.dirty = np.concatenate([self.dirty, np.zeros(extra, dtype=np.bool_)])
         self.early_dirty = np.concatenate([self.early_dirty, np.zeros(extra, dtype=np.bool_)])
+        self.stored = np.concatenate([self.stored, np.zeros(extra, dtype=np.bool_)])
+        self.early_stored = np.concatenate([self.early_stored, np.zeros(extra, dtype=np.bool_)])
         self.objs.extend([None] * extra)
         self.free.extend(range(new_cap - 1, cap - 1, -1))
 
@@ -183,6 +189,7 @@ class FrameStore:
         self.kid[slots] = -1
         self.dirty[slots] = False
         self.early_dirty[slots] = False
+        self.stored[slots] = False
         if self.aggs.objects:
             for s in slots.tolist():
                 self.objs[s] = None
@@ -257,7 +264,8 @@ class FrameStore:
         slot = self.allocate(kid, frame)
         row, early = self.codec.decode(data, self.objs[slot])
         self.acc[slot] = row
-        self.early_dirty[slot] = early
+        self.early_dirty[slot] = self.early_stored[slot] = early
+        self.stored[slot] = True
         if self.aggs.full_state:
             self._load_messages(slot, kid, frame)
         return slot
@@ -303,7 +311,8 @@ class FrameStore:
             rows, early = self.codec.decode_rows([v for _, v in items])
             slots = self.allocate_many(kids, frames, pairs)
             self.acc[slots] = rows
-            self.early_dirty[slots] = early
+            self.early_dirty[slots] = self.early_stored[slots] = early
+            self.stored[slots] = True
             return len(items)
         for (kid, frame), (_, v) in zip(pairs, items, strict=True):
             self._load_record(kid, frame, v)
@@ -348,6 +357,8 @@ class FrameStore:
                 values = heads
             batch.put_many(FRAMES.cf, keys, values)
             self.dirty[slots] = False
+            self.stored[slots] = True
+            self.early_stored[slots] = self.early_dirty[slots]
         enc = self.keys.encoded
         for m in self.pending_messages:
             batch.put(
@@ -364,11 +375,13 @@ class FrameStore:
         return n * self.slot_bytes
 
     def select_spill(self, open_from: int) -> IntArray:
-        """The oldest open frames (``frame >= open_from``) beyond the budget, marked dirty.
+        """The oldest open frames (``frame >= open_from``) beyond the budget.
 
-        They are written by the next :meth:`persist` (so their records are current, EARLY
-        marks included) and must then be released (:meth:`release_many`); frames at or
-        before :attr:`spilled_upto` are read back from the store when needed.
+        Those whose stored record is not current (changed, never written, or with another
+        EARLY mark) are marked dirty, so the next :meth:`persist` writes them; a frame
+        read back unchanged is not written again. All must then be released
+        (:meth:`release_many`); frames at or before :attr:`spilled_upto` are read back
+        from the store when needed.
         """
         if self.spilled_upto is not None and self.spilled_upto < open_from:
             self.spilled_upto = None  # every spilled frame closed: the closed path reads them
@@ -381,7 +394,10 @@ class FrameStore:
             top = int(self.frame[victims].max())
             if self.spilled_upto is None or top > self.spilled_upto:
                 self.spilled_upto = top
-            self.dirty[victims] = True
+            current = self.stored[victims] & (
+                self.early_dirty[victims] == self.early_stored[victims]
+            )
+            self.dirty[victims[~current]] = True
         return victims
 
     def unspill(self, frame_from: int, frame_to: int) -> int:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from churnkit import random_batches, side_by_side
+from churnkit import random_batches, side_by_side, three_each
 from helpers import runtime_for
 
-from stores.rocks import TaskStore
+from stores.rocks import StoreBatch, TaskStore
 from window_operator.job import JobRuntime
 from window_operator.timewindows import WindowedAggregator
 
@@ -84,3 +84,36 @@ def test_reading_back_frames_already_in_memory_loads_none(tmp_path: Path) -> Non
     assert frames.load_range(open_from) == 0
     assert frames.free == free
     assert int(((frames.kid >= 0) & (frames.frame >= open_from)).sum()) == in_memory
+
+
+def test_a_spilled_frame_is_written_only_when_its_stored_record_is_stale(tmp_path: Path) -> None:
+    """Spilling writes a frame back only if the store's record of it is not current: a
+    frame read back and spilled again unchanged costs no write (nor changelog record);
+    one whose EARLY mark changed since is written."""
+    agg = open_agg(runtime(objects=False), tmp_path / "s", None)
+    frames = agg.frames
+
+    def persist() -> int:
+        batch = StoreBatch()
+        written = frames.persist(batch)
+        frames.store.commit(batch)
+        return written
+
+    agg.add_batch(three_each([f"k{i}" for i in range(40)], 0))
+    assert persist() == 40, "every new frame is written"
+    open_from = agg.trigger.evictable_before(agg.watermark)
+    frames.max_bytes = 20 * frames.slot_bytes
+
+    def spill() -> int:
+        victims = frames.select_spill(open_from)
+        assert len(victims) == 40 - 15, "down to 75 % of a 20-frame budget"
+        written = persist()
+        frames.release_many(victims)
+        return written
+
+    assert spill() == 0, "the store holds these frames as they are"
+    assert frames.unspill(open_from, 0) == 25
+    assert spill() == 0, "read back and spilled again unchanged: nothing to write"
+    assert frames.unspill(open_from, 0) == 25
+    frames.clear_early()  # EARLY results went out: every mark in memory changed
+    assert spill() == 25
