@@ -275,8 +275,10 @@ class SessionStore:
     # -- the memory budget ---------------------------------------------------------------
 
     def _select_spill(self) -> IntArray:
-        """Open sessions beyond the budget, least recently extended first, marked dirty
-        (so that :meth:`persist` makes their records current)."""
+        """Open sessions beyond the budget, least recently extended first. Those without
+        a current record (changed since written or read, or never written) are dirty, so
+        :meth:`persist` writes them; one read back and spilled unchanged is not written
+        again."""
         open_ = self.cache.open_slots()
         if (
             self.max_bytes is None
@@ -288,7 +290,7 @@ class SessionStore:
         free = open_[~sl.early[open_]] if self.early else open_
         n = len(open_) - int(self.max_bytes * _SPILL_TO) // self.slot_bytes
         victims = free[np.argsort(sl.last[free], kind="stable")[: max(n, 0)]]
-        sl.dirty[victims] = True
+        sl.dirty[victims[~sl.stored[victims]]] = True
         return victims
 
     def _release_spilled(self, slots: IntArray) -> None:
