@@ -232,6 +232,41 @@ class SessionLoader:
         # every stored session that was not loaded closed at or before the watermark
         self._disk_end_default = wm
 
+    def stored_only_open(self) -> list[EncodedKey]:
+        """The keys of the open sessions that are in the store only (spilled beyond the
+        memory budget), one entry per session (read-only: nothing is loaded).
+
+        The open sessions are those the index holds at or after the watermark's bucket
+        whose close the watermark has not passed (as at restore); memory's own sessions
+        and the records it superseded are left out.
+        """
+        wm, cache = self.clock.watermark, self.cache
+        sl, enc = cache.slots, cache.keys.enc
+        live = sl.live()
+        kids, starts = sl.kid[live].tolist(), sl.start[live].tolist()
+        known = {(enc[k], start) for k, start in zip(kids, starts, strict=True)}
+        stored = live[sl.stored[live]]
+        kids, starts = sl.kid[stored].tolist(), sl.stored_start[stored].tolist()
+        known.update((enc[k], start) for k, start in zip(kids, starts, strict=True))
+        known.update((enc[k], start) for k, start in cache.superseded)
+        ids: dict[tuple[EncodedKey, int], None] = {}
+        rng = INDEX.since(wm // self.progress.bucket)
+        for k, _ in self.store.scan_range(rng, fill_cache=False):
+            e = INDEX.parse(k)
+            if (e.key, e.time) not in known:
+                ids[(e.key, e.time)] = None
+        if not ids:
+            return []
+        keys = [SESSIONS.key(e, start) for e, start in ids]
+        values = self.store.multi_get(SESSIONS.cf, keys)
+        pairs = [(e, v) for (e, _), v in zip(ids, values, strict=True) if v is not None]
+        if not pairs:
+            return []
+        heads, _ = self.codec.decode([v for _, v in pairs])
+        close = heads.end - self.trigger.pad + self.trigger.gap
+        is_open = (close > wm) & ((heads.flags & FLAG_CLOSED) == 0)
+        return [pairs[i][0] for i in np.flatnonzero(is_open).tolist()]
+
     def _decode(self, keys: list[bytes], values: list[bytes]) -> _Records:
         encs, starts = SESSIONS.parse_many(keys)
         kid = self.cache.keys.ids_of_encoded(encs)

@@ -113,10 +113,17 @@ class SessionAggregator(EventOperator):
     # ------------------------------------------------------------------ properties
 
     def live_state(self) -> LiveState:
-        """Keys with an open session, and those sessions (read-only; all are in memory)."""
+        """Keys with an open session, and those sessions (read-only). Open sessions are in
+        memory, except those spilled beyond the memory budget: while some may be, the
+        store's open ones are read too (index and record heads, nothing loaded)."""
         slots = self.cache.open_slots()
         kids = self.cache.slots.kid[slots]
-        return LiveState(keys=len(np.unique(kids)), windows=len(slots))
+        if not len(self.sessions.spilled):
+            return LiveState(keys=len(np.unique(kids)), windows=len(slots))
+        stored = self.sessions.loader.stored_only_open()
+        enc = self.cache.keys.enc
+        keys = {enc[k] for k in np.unique(kids).tolist()}.union(stored)
+        return LiveState(keys=len(keys), windows=len(slots) + len(stored))
 
     # ------------------------------------------------------------------ public API
 

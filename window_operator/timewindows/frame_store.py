@@ -45,6 +45,14 @@ _SPILL_TO = 0.75
 
 
 @dataclass(frozen=True, slots=True)
+class StoredFrames:
+    """Frames found in the store: ``(kid[i], frame[i])``."""
+
+    kid: IntArray
+    frame: IntArray
+
+
+@dataclass(frozen=True, slots=True)
 class PendingMessage:
     """A message of a full-state aggregation waiting to be written to the Message Store."""
 
@@ -399,6 +407,19 @@ class FrameStore:
             )
             self.dirty[victims[~current]] = True
         return victims
+
+    def spilled_frames(self, frame_from: int) -> StoredFrames:
+        """The stored frames with ``frame_from <= frame <=`` :attr:`spilled_upto` (read-only:
+        a key the key table does not hold gets an id past its end, one per key)."""
+        if self.spilled_upto is None or frame_from > self.spilled_upto:
+            return StoredFrames(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        rng = FRAMES.times(frame_from, self.spilled_upto + 1)
+        found = [k for k, _ in self.store.scan_range(rng, fill_cache=False)]
+        frames, names = FRAMES.parse_many(found)
+        ids, unknown = self.keys.ids, len(self.keys)
+        other: dict[str, int] = {}
+        kids = [ids[n] if n in ids else other.setdefault(n, unknown + len(other)) for n in names]
+        return StoredFrames(np.asarray(kids, dtype=np.int64), frames)
 
     def unspill(self, frame_from: int, frame_to: int) -> int:
         """Load the spilled frames with ``frame_from <= frame <= frame_to`` (before windows

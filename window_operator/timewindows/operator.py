@@ -121,12 +121,17 @@ class WindowedAggregator(EventOperator):
         """Keys with a window that has not fired yet, and those windows (read-only);
         ``first_start``: count only windows starting there or later.
 
-        Every open frame is in memory (restored ones too), so this needs no store read.
+        Open frames are in memory (restored ones too), except those spilled beyond the
+        memory budget: their range of the store is read (keys only).
         """
         fs = self.frames
         held = fs.kid >= 0
         k = self._size // self._step
         frames, kids = fs.frame[held], fs.kid[held]
+        spilled = fs.spilled_frames(self.watermark - self._size + 1)
+        if len(spilled.frame):
+            frames = np.concatenate([frames, spilled.frame])
+            kids = np.concatenate([kids, spilled.kid])
         if not len(frames):
             return LiveState(keys=0, windows=0)
         back = np.arange(k, dtype=np.int64) * self._step

@@ -117,3 +117,24 @@ def test_a_spilled_frame_is_written_only_when_its_stored_record_is_stale(tmp_pat
     assert frames.unspill(open_from, 0) == 25
     frames.clear_early()  # EARLY results went out: every mark in memory changed
     assert spill() == 25
+
+
+def test_live_state_counts_the_spilled_frames_too(tmp_path: Path) -> None:
+    """The live-state gauges of a bounded operator equal an unbounded one's after every
+    flush, while open frames live in the store only."""
+    rt = runtime(objects=False)
+    free = open_agg(rt, tmp_path / "free", None)
+    tight = open_agg(rt, tmp_path / "tight", 50)
+    spilled = 0
+    for batch in random_batches(6, keys=400, per_batch=200):
+        for agg in (free, tight):
+            agg.add_batch(batch)
+            agg.timeout(int(batch.ts.max()))
+            agg.take_result_batches()
+            agg.flush()
+        spilled += tight.frames.spilled_upto is not None
+        assert tight.live_state() == free.live_state()
+        assert tight.live_state(first_start=0) == free.live_state(first_start=0)
+    assert spilled > 10
+    free.close()
+    tight.close()
