@@ -286,7 +286,8 @@ class RecordDecoder:
             )
         else:
             raise RecordRejected(
-                ErrorCode.BAD_KEY, f"key field {kf!r} must be a string or number, got {_show(raw)}"
+                ErrorCode.BAD_KEY,
+                f"key field {kf!r} must be a string, a number or a boolean, got {_show(raw)}",
             )
         if key.isascii():
             size = len(key)
