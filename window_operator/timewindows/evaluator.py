@@ -74,6 +74,11 @@ class WindowEvaluator:
             return
         frames = fc.frame[sel]
         ufr = np.unique(frames)
+        if mark is not None:
+            # Frames of keys without a mark may be spilled (only the marked keys' were read
+            # back): the windows are cut into chunks where every key's frames are, as with
+            # all of them in memory, so that the budget cannot change a float's rounding.
+            ufr = np.union1d(ufr, fc.spilled_frame_numbers(w_lo, w_hi + size - step))
         c = max(w_lo, int(ufr[0]) - size + step)
         last_w = min(w_hi, int(ufr[-1]))
         while c <= last_w:

@@ -9,8 +9,11 @@ object accumulators sit in a parallel list.
 Memory budget: when the open frames' estimated size exceeds ``max_bytes`` at a flush,
 the oldest ones are written back and evicted too (*spilled*) until a share of the budget
 is left; frames at or before :attr:`FrameStore.spilled_upto` may then be in the store
-only, so an event that touches one reads it back, and firing or EARLY results first load
-the spilled frames of the windows they evaluate (:meth:`FrameStore.unspill`).
+only, so an event that touches one reads it back, and firing first loads the spilled
+frames of the windows it evaluates (:meth:`FrameStore.unspill`). A spilled frame changed
+since the last EARLY results is remembered (key id and frame), so EARLY results read back
+only the frames of the windows that changed (:meth:`FrameStore.load_early`), not every
+spilled one.
 
 :class:`FrameStore` owns every write to these arrays; the evaluator only reads them.
 """
@@ -42,6 +45,10 @@ _OBJECT_BYTES = 256
 #: A spill leaves the open frames at this share of the budget, so it does not recur at
 #: every flush.
 _SPILL_TO = 0.75
+#: EARLY results read back the spilled frames of the keys that changed by one lookup per
+#: key and frame, unless that is more lookups than this or than the frames in memory (then
+#: the range is scanned: it holds more frames than memory, since memory is over budget).
+_EARLY_LOOKUPS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,9 @@ class FrameStore:
         self.slot_bytes = 8 * aggs.width + _SLOT_OVERHEAD + _OBJECT_BYTES * len(aggs.objects)
         #: open frames starting at or before this may be in the store only (spilled)
         self.spilled_upto: int | None = None
+        #: spilled frames changed since the last EARLY results: key ids and frames
+        self.early_spilled_kid: IntArray = np.zeros(0, dtype=np.int64)
+        self.early_spilled_frame: IntArray = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.slot_of)
@@ -136,6 +146,7 @@ class FrameStore:
     def clear_early(self) -> None:
         """Forget which frames changed since the last EARLY results (they were emitted)."""
         self.early_dirty[:] = False
+        self.early_spilled_kid = self.early_spilled_frame = np.zeros(0, dtype=np.int64)
 
     # -- slots --------------------------------------------------------------------------
 
@@ -328,7 +339,7 @@ class FrameStore:
 
     def live_kids(self) -> IntArray:
         """Key ids that memory refers to (frames and messages not yet written)."""
-        kids = self.kid[self.kid >= 0]
+        kids = np.concatenate([self.kid[self.kid >= 0], self.early_spilled_kid])
         if self.pending_messages:
             pending = np.fromiter((m.kid for m in self.pending_messages), dtype=np.int64)
             kids = np.concatenate([kids, pending])
@@ -339,6 +350,7 @@ class FrameStore:
         live = self.kid >= 0
         self.kid[live] = remap[self.kid[live]]
         self.slot_of = {(int(remap[k]), f): s for (k, f), s in self.slot_of.items()}
+        self.early_spilled_kid = remap[self.early_spilled_kid]
         self.pending_messages = [
             PendingMessage(int(remap[m.kid]), m.ts, m.partition, m.offset, m.values)
             for m in self.pending_messages
@@ -406,6 +418,11 @@ class FrameStore:
                 self.early_dirty[victims] == self.early_stored[victims]
             )
             self.dirty[victims[~current]] = True
+            marked = victims[self.early_dirty[victims]]
+            self.early_spilled_kid = np.concatenate([self.early_spilled_kid, self.kid[marked]])
+            self.early_spilled_frame = np.concatenate(
+                [self.early_spilled_frame, self.frame[marked]]
+            )
         return victims
 
     def spilled_frames(self, frame_from: int) -> StoredFrames:
@@ -420,6 +437,54 @@ class FrameStore:
         other: dict[str, int] = {}
         kids = [ids[n] if n in ids else other.setdefault(n, unknown + len(other)) for n in names]
         return StoredFrames(np.asarray(kids, dtype=np.int64), frames)
+
+    def spilled_frame_numbers(self, lo: int, hi: int) -> IntArray:
+        """The frame numbers in ``[lo, hi]`` (and at or before :attr:`spilled_upto`) that
+        the store holds a frame of, whichever key (one seek per frame number)."""
+        if self.spilled_upto is None:
+            return np.zeros(0, dtype=np.int64)
+        first = -(-lo // self.step) * self.step
+        found = [
+            f
+            for f in range(first, min(hi, self.spilled_upto) + 1, self.step)
+            if next(iter(self.store.scan_range(FRAMES.times(f, f + 1), fill_cache=False)), None)
+            is not None
+        ]
+        return np.asarray(found, dtype=np.int64)
+
+    def load_early(self, open_from: int, size: int) -> int:
+        """Read back the spilled frames that EARLY results of the open windows (frames at
+        or after ``open_from``, ``size`` long) need; return how many were read.
+
+        Those are the frames of the keys with a frame changed since the last EARLY
+        results (spilled changed frames included), from the first window holding such a
+        frame to the last frame of the last one: exactly the frames the evaluator reads
+        for them, found by one lookup per key and frame, or by reading the whole range
+        when that would be many lookups (see :data:`_EARLY_LOOKUPS`).
+        """
+        if self.spilled_upto is None or self.spilled_upto < open_from:
+            return 0
+        held = (self.kid >= 0) & self.early_dirty
+        kids = np.concatenate([self.kid[held], self.early_spilled_kid])
+        frames = np.concatenate([self.frame[held], self.early_spilled_frame])
+        keep = frames >= open_from
+        kids, frames = kids[keep], frames[keep]
+        if not len(kids):
+            return 0
+        step = self.step
+        lo = max(open_from, int(frames.min()) - size + step)
+        hi = min(int(frames.max()) + size - step, self.spilled_upto)
+        if hi < lo:
+            return 0
+        changed = np.unique(kids)
+        span = np.arange(lo - lo % step, hi + 1, step, dtype=np.int64)
+        span = span[span >= lo]
+        if len(changed) * len(span) > max(_EARLY_LOOKUPS, len(self.slot_of)):
+            return self.load_range(lo, hi + 1)
+        owners = np.repeat(changed, len(span)).tolist()
+        wanted = zip(owners, np.tile(span, len(changed)).tolist(), strict=True)
+        pairs = [p for p in wanted if p not in self.slot_of]
+        return sum(s >= 0 for s in self.load(pairs)) if pairs else 0
 
     def unspill(self, frame_from: int, frame_to: int) -> int:
         """Load the spilled frames with ``frame_from <= frame <= frame_to`` (before windows

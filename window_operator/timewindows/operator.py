@@ -189,7 +189,7 @@ class WindowedAggregator(EventOperator):
             self._emit_late()
         if TimerAction.EARLY in action:
             open_ = self.trigger.open_windows(self.watermark)
-            self.frames.unspill(open_.lo, END_OF_TIME)
+            self.frames.load_early(open_.lo, self._size)
             self.emitter.early(self.watermark)
 
     def flush(self, *, commit: bool = True) -> StoreBatch:

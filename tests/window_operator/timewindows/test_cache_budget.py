@@ -10,6 +10,8 @@ thousand) and is restored halfway.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,9 @@ from churnkit import random_batches, side_by_side, three_each
 from helpers import runtime_for
 
 from stores.rocks import StoreBatch, TaskStore
+from window_operator.events import EventBatch
 from window_operator.job import JobRuntime
+from window_operator.results import WindowResult
 from window_operator.timewindows import WindowedAggregator
 
 
@@ -138,3 +142,55 @@ def test_live_state_counts_the_spilled_frames_too(tmp_path: Path) -> None:
     assert spilled > 10
     free.close()
     tight.close()
+
+
+def test_early_results_read_back_only_the_spilled_frames_of_the_keys_that_changed(
+    tmp_path: Path,
+) -> None:
+    """400 cold keys' open frames are spilled, then only 5 hot keys change: an EARLY pass
+    of the hot keys alone reads back their frames, not the cold ones (which it used to
+    read every time). Results equal an unbounded operator's to the last bit."""
+    rt = runtime(objects=False)
+    cold = [f"cold{i}" for i in range(400)]
+    hot = [f"hot{i}" for i in range(5)]
+    batches = [three_each(cold, 0)] + [three_each(hot, b * 2_000) for b in range(1, 8)]
+    side_by_side(
+        open_agg(rt, tmp_path / "free", None),
+        lambda: open_agg(rt, tmp_path / "tight", 50),
+        batches,
+        spilled_within_budget,
+    )
+    agg = open_agg(rt, tmp_path / "counted", 50)
+    read_back: list[int] = []
+    load, load_range = agg.frames.load, agg.frames.load_range
+
+    def counted_load(pairs: Sequence[tuple[int, int]]) -> list[int]:
+        slots = load(pairs)
+        read_back.append(sum(s >= 0 for s in slots))
+        return slots
+
+    def counted_range(lo: int, hi: int | None = None) -> int:
+        read_back.append(load_range(lo, hi))
+        return read_back[-1]
+
+    agg.frames.load = counted_load  # type: ignore[method-assign]
+    agg.frames.load_range = counted_range  # type: ignore[method-assign]
+    hot_passes = []
+    for batch in batches:
+        read_back.clear()
+        kinds = Counter(r.kind.value for r in step_results(agg, batch))
+        if kinds == {"EARLY": 3 * len(hot)}:  # an EARLY pass of the hot keys alone
+            held = {agg.keys.names[k] for k in agg.frames.kid[agg.frames.kid >= 0].tolist()}
+            cold_spilled = sum(c not in held for c in cold)  # their open frames: stored only
+            hot_passes.append((sum(read_back), cold_spilled))
+    assert hot_passes, "the scenario has an EARLY pass of the hot keys alone"
+    for read, cold_spilled in hot_passes:
+        assert cold_spilled > 300 and read <= 2 * len(hot), (read, cold_spilled)
+
+
+def step_results(agg: WindowedAggregator, batch: EventBatch) -> list[WindowResult]:
+    agg.add_batch(batch)
+    agg.timeout(int(batch.ts.max()))
+    out = agg.get_result()
+    agg.flush()
+    return out
