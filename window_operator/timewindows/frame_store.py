@@ -80,6 +80,7 @@ class FrameStore:
         keys: KeyTable[str],
         step: int,
         max_bytes: int | None = None,
+        early: bool = False,
     ) -> None:
         self.aggs = aggs
         self.store = store
@@ -104,6 +105,9 @@ class FrameStore:
         self.slot_bytes = 8 * aggs.width + _SLOT_OVERHEAD + _OBJECT_BYTES * len(aggs.objects)
         #: open frames starting at or before this may be in the store only (spilled)
         self.spilled_upto: int | None = None
+        #: EARLY results are on (then spilled frames changed since the last ones are kept
+        #: track of, and their keys stay in the key table until the next EARLY results)
+        self.early = early
         #: spilled frames changed since the last EARLY results: key ids and frames
         self.early_spilled_kid: IntArray = np.zeros(0, dtype=np.int64)
         self.early_spilled_frame: IntArray = np.zeros(0, dtype=np.int64)
@@ -418,7 +422,7 @@ class FrameStore:
                 self.early_dirty[victims] == self.early_stored[victims]
             )
             self.dirty[victims[~current]] = True
-            marked = victims[self.early_dirty[victims]]
+            marked = victims[self.early_dirty[victims]] if self.early else victims[:0]
             self.early_spilled_kid = np.concatenate([self.early_spilled_kid, self.kid[marked]])
             self.early_spilled_frame = np.concatenate(
                 [self.early_spilled_frame, self.frame[marked]]

@@ -91,7 +91,12 @@ class WindowedAggregator(EventOperator):
         )
         self.keys: KeyTable[str] = KeyTable()
         self.frames = FrameStore(
-            aggregations, store, self.keys, windowing.step, max_bytes=cache_mb << 20
+            aggregations,
+            store,
+            self.keys,
+            windowing.step,
+            max_bytes=cache_mb << 20,
+            early=policy.early_period is not None,
         )
         self.book = WindowBook(store, self.keys)
         self.trigger = TimeTrigger(windowing, policy.retention)

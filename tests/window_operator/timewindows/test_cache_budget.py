@@ -194,3 +194,22 @@ def step_results(agg: WindowedAggregator, batch: EventBatch) -> list[WindowResul
     out = agg.get_result()
     agg.flush()
     return out
+
+
+def test_without_early_results_spilled_frames_leave_no_trace(tmp_path: Path) -> None:
+    """Without EARLY results nothing is kept of a spilled frame's EARLY mark (it would
+    grow with every spill and hold its key in the key table)."""
+    rt = runtime_for(
+        window={"type": "hopping", "size": "30s", "step": "10s"},
+        aggregations=[{"name": "n", "op": "count"}],
+        watermark={"allowed_lateness": "2s"},
+        retention={"time": "1m"},
+    )
+    agg = open_agg(rt, tmp_path / "s", 50)
+    spills = 0
+    for batch in random_batches(7, keys=400, per_batch=200):
+        step_results(agg, batch)
+        spills += agg.frames.spilled_upto is not None
+        assert len(agg.frames.early_spilled_kid) == 0
+    assert spills > 10
+    agg.close()
