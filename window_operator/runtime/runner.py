@@ -69,6 +69,7 @@ from window_operator.runtime.producers import (
 from window_operator.runtime.routing import error_lane
 from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
+from window_operator.runtime.state_gauge import StateFigures, StateGauge
 
 __all__ = ["BrokerUnavailableError", "InputGapError", "OpenTask", "TaskReport", "TaskRunner"]
 
@@ -76,9 +77,6 @@ if TYPE_CHECKING:
     from confluent_kafka import Producer
 
 log = logging.getLogger(__name__)
-
-#: How often a task kept open counts its state for the report (seconds).
-STATE_REPORT_EVERY_S = 5.0
 
 B = TypeVar("B")
 R = TypeVar("R", bound=Sized)
@@ -158,8 +156,7 @@ class TaskRunner(Generic[B, R]):
         self.keep_open = keep_open
         self.topics = SinkTopics(settings.config.output.topic, settings.config.output.errors_topic)
         self._open: OpenTask[B, R] | None = None
-        self._state_at = -STATE_REPORT_EVERY_S
-        self._state = (0, -1, -1)
+        self._gauge = StateGauge()
 
     def open(self) -> OpenTask[B, R]:
         """The task opened for its next batch (kept from the last one when it is open)."""
@@ -245,13 +242,13 @@ class TaskRunner(Generic[B, R]):
         self._send(opened.producer, opened.writer, opened.state, opened.op, errors, inp, report)
 
     def _observe_state(self, opened: OpenTask[B, R], report: TaskReport) -> None:
-        """Store size and live keys and windows in the report. A task kept open reports
-        them at most every :data:`STATE_REPORT_EVERY_S` (counting costs a pass over the
-        open state), repeating the last figures in between."""
-        now = time.monotonic()
-        if not self.keep_open or now - self._state_at >= STATE_REPORT_EVERY_S:
-            self._state_at, self._state = now, _state_report(opened.op, opened.state)
-        report.store_bytes, report.live_keys, report.live_windows = self._state
+        """Store size and live keys and windows in the report (a task kept open counts
+        them now and then: :mod:`~window_operator.runtime.state_gauge`)."""
+        figures = self._gauge.read(
+            lambda: _state_report(opened.op, opened.state), every_time=not self.keep_open
+        )
+        report.store_bytes = figures.store_bytes
+        report.live_keys, report.live_windows = figures.live_keys, figures.live_windows
 
     def _lost(self, op: WindowOperator[B, R, object], inp: TaskInput) -> list[TaskInput]:
         """Step 2: the batches the state lacks before ``inp`` starts, read back from Kafka
@@ -452,13 +449,11 @@ def _count_kind(counts: dict[str, int], results: Sized) -> None:
     counts[kind] = counts.get(kind, 0) + len(results)
 
 
-def _state_report(
-    op: WindowOperator[Never, object, object], state: TaskState
-) -> tuple[int, int, int]:
+def _state_report(op: WindowOperator[Never, object, object], state: TaskState) -> StateFigures:
     """The task's state after a batch: store size on disk, live keys and live windows
     (``-1``: the operator does not tell)."""
     live = getattr(op, "live_state", None)
     if live is None:
-        return state.store.size_on_disk(), -1, -1
+        return StateFigures(state.store.size_on_disk())
     counts = live()
-    return state.store.size_on_disk(), counts.keys, counts.windows
+    return StateFigures(state.store.size_on_disk(), counts.keys, counts.windows)
