@@ -57,6 +57,18 @@ class RandomJoin:
     config: JoinJobConfig
     events: list[Ev]
     kind: str
+    #: per side: its topic and its records as ``(value, partition, kafka timestamp)``
+    inputs: tuple[tuple[str, list[tuple[bytes, int, int]]], ...] = ()
+
+    def produce(self, bootstrap: str, part: int = 0, parts: int = 1) -> None:
+        """Produce part ``part`` of ``parts`` of each input (the last part ends with one
+        far-future sentinel per partition)."""
+        for side, (topic, rows) in enumerate(self.inputs):
+            piece = rows[len(rows) * part // parts : len(rows) * (part + 1) // parts]
+            if part == parts - 1:
+                end = {"k": "__end__", "k2": "", "ts": BASE + 10_000_000, "n": -1 - side}
+                piece = piece + [(orjson.dumps(end), p, BASE) for p in range(3)]
+            produce_at(bootstrap, topic, piece)
 
     def expected(self) -> Counter[Outcome]:
         return nested_loop(self.events, ["k"], -5_000, 10_000, self.kind)
@@ -79,11 +91,13 @@ def random_join(
     kind: str = "inner",
     events: int = 3_000,
     seed: int = 31,
+    produce: bool = True,
     **sections: Any,
 ) -> RandomJoin:
     """Produce a random join's inputs (late arrivals included) and build its config.
 
     ``names``: job, left topic, right topic. ``sections`` override keys of config sections.
+    ``produce=False``: the inputs are left to :meth:`RandomJoin.produce`.
     """
     rng = random.Random(seed)
     job, left_t, right_t = names
@@ -97,9 +111,6 @@ def random_join(
     rows: dict[int, list[tuple[bytes, int, int]]] = {0: [], 1: []}
     for i, e in enumerate(evs):
         rows[e.side].append((orjson.dumps(e.record), i % 3, BASE + i))
-    for side, topic in ((0, left_t), (1, right_t)):
-        end = {"k": "__end__", "k2": "", "ts": BASE + 10_000_000, "n": -1 - side}
-        produce_at(bootstrap, topic, rows[side] + [(orjson.dumps(end), p, BASE) for p in range(3)])
     data: dict[str, Any] = {
         "job": job,
         "join": {
@@ -118,4 +129,7 @@ def random_join(
         data[name] = {**data.get(name, {}), **section}
     config = parse_any_config(data, base_dir=tmp)
     assert isinstance(config, JoinJobConfig)
-    return RandomJoin(config, evs, kind)
+    join = RandomJoin(config, evs, kind, ((left_t, rows[0]), (right_t, rows[1])))
+    if produce:
+        join.produce(bootstrap)
+    return join
