@@ -26,7 +26,7 @@ from stores.errors import StateCorruptError
 from stores.keyspace import KeyTimeKeyspace, TimeFirstKeyspace
 from stores.rocks import ColumnFamily
 from window_operator.aggset import AggregationSet
-from window_operator.arrays import BoolArray, FloatArray
+from window_operator.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = [
     "FRAMES",
@@ -44,6 +44,7 @@ _RECORD_VERSION = 1
 _EARLY_DIRTY = 0x80
 _LEN = struct.Struct(">I")
 _WMETA = struct.Struct(">qB")
+_WMETA_DTYPE = np.dtype([("seq", ">i8"), ("pending", "u1")])
 
 
 class WindowRecord:
@@ -62,6 +63,24 @@ class WindowRecord:
         except struct.error as exc:
             raise StateCorruptError(f"window bookkeeping record of {len(data)} bytes") from exc
         return int(seq), bool(pending)
+
+    @staticmethod
+    def encode_many(next_seq: IntArray, pending: BoolArray) -> list[bytes]:
+        """The stored bytes of many records."""
+        rows = np.empty(len(next_seq), dtype=_WMETA_DTYPE)
+        rows["seq"], rows["pending"] = next_seq, pending
+        raw = rows.tobytes()
+        size = _WMETA.size
+        return [raw[i : i + size] for i in range(0, len(raw), size)]
+
+    @staticmethod
+    def decode_many(values: Sequence[bytes]) -> tuple[IntArray, BoolArray]:
+        """``next_seq`` and ``pending`` arrays of many stored records."""
+        if any(len(v) != _WMETA.size for v in values):
+            bad = next(len(v) for v in values if len(v) != _WMETA.size)
+            raise StateCorruptError(f"window bookkeeping record of {bad} bytes")
+        rows = np.frombuffer(b"".join(values), dtype=_WMETA_DTYPE)
+        return rows["seq"].astype(np.int64), rows["pending"] != 0
 
 
 class FrameCodec:

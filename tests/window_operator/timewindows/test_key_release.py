@@ -75,7 +75,7 @@ def test_expired_keys_are_released_from_memory_and_store(tmp_path: Path) -> None
         agg.add_batch(batch_of(["latest"], 2000 * S))
         agg.flush()
         assert set(agg.keys.names) <= {"latest"}
-        assert len(agg.frames) <= 1 and not agg.book.meta and not agg.book.pending
+        assert len(agg.frames) <= 1 and len(agg.book) == 0 and not agg.book.pending
         assert stored_keys(agg) <= {"latest"}
         # a key that comes back is counted from zero
         agg.add_batch(batch_of(["k0-0"], 3000 * S))
