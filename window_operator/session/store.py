@@ -29,7 +29,7 @@ import numpy as np
 from stores.keys import MIN_I64
 from stores.keyspace import EncodedKey
 from stores.rocks import StoreBatch
-from window_operator.arrays import BoolArray, IntArray
+from window_operator.arrays import BoolArray, IntArray, present_ids
 from window_operator.session.cache import StoredId
 from window_operator.session.loader import SessionLoader
 from window_operator.session.state import (
@@ -262,8 +262,8 @@ class SessionStore:
         parts = [cache.live_kids(), self.loader.kids_on_disk(cutoff)]
         if self.pending:
             parts.append(np.fromiter((m.kid for m in self.pending), np.int64, len(self.pending)))
-        live = np.unique(np.concatenate(parts))
         n = len(cache.keys)
+        live = present_ids(parts, n)
         if n <= 2 * len(live) + slack:
             return 0
         remap = cache.keys.compact(live)

@@ -32,7 +32,7 @@ import numpy as np
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
-from window_operator.arrays import FloatArray, IntArray
+from window_operator.arrays import FloatArray, IntArray, present_ids
 from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
@@ -230,7 +230,7 @@ class WindowedAggregator(EventOperator):
         """Forget keys nothing in memory refers to (their state, if any, is in the store)."""
         if len(self.keys) <= self.key_slack:
             return  # within the slack whatever is live: no need to count
-        live = np.unique(np.concatenate([self.frames.live_kids(), self.book.live_kids()]))
+        live = present_ids([self.frames.live_kids(), self.book.live_kids()], len(self.keys))
         if len(self.keys) <= 2 * len(live) + self.key_slack:
             return
         remap = self.keys.compact(live)
