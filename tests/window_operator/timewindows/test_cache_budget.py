@@ -125,23 +125,18 @@ def test_a_spilled_frame_is_written_only_when_its_stored_record_is_stale(tmp_pat
 
 def test_live_state_counts_the_spilled_frames_too(tmp_path: Path) -> None:
     """The live-state gauges of a bounded operator equal an unbounded one's after every
-    flush, while open frames live in the store only."""
+    flush (and after a restore), while open frames live in the store only."""
     rt = runtime(objects=False)
     free = open_agg(rt, tmp_path / "free", None)
-    tight = open_agg(rt, tmp_path / "tight", 50)
-    spilled = 0
-    for batch in random_batches(6, keys=400, per_batch=200):
-        for agg in (free, tight):
-            agg.add_batch(batch)
-            agg.timeout(int(batch.ts.max()))
-            agg.take_result_batches()
-            agg.flush()
-        spilled += tight.frames.spilled_upto is not None
+
+    def same_live_state(tight: WindowedAggregator) -> int:
         assert tight.live_state() == free.live_state()
         assert tight.live_state(first_start=0) == free.live_state(first_start=0)
-    assert spilled > 10
-    free.close()
-    tight.close()
+        return int(tight.frames.spilled_upto is not None)
+
+    batches = random_batches(6, keys=400, per_batch=200)
+    tight = lambda: open_agg(rt, tmp_path / "tight", 50)  # noqa: E731
+    assert side_by_side(free, tight, batches, same_live_state) > 10
 
 
 def test_early_results_read_back_only_the_spilled_frames_of_the_keys_that_changed(
