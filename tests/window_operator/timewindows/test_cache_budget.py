@@ -164,8 +164,8 @@ def test_early_results_read_back_only_the_spilled_frames_of_the_keys_that_change
         read_back.append(sum(s >= 0 for s in slots))
         return slots
 
-    def counted_range(lo: int, hi: int | None = None) -> int:
-        read_back.append(load_range(lo, hi))
+    def counted_range(frame_from: int, frame_to: int | None = None) -> int:
+        read_back.append(load_range(frame_from, frame_to))
         return read_back[-1]
 
     agg.frames.load = counted_load  # type: ignore[method-assign]
