@@ -108,8 +108,9 @@ class WindowBook:
         if kind is Kind.EARLY:
             new = np.flatnonzero(slots < 0)
             if len(new):
-                zero = np.zeros(len(new), dtype=np.int64)
-                slots[new] = self._allocate([pairs[i] for i in new.tolist()], zero, zero > 0)
+                fresh = [pairs[i] for i in new.tolist()]
+                first, late = np.zeros(len(new), np.int64), np.zeros(len(new), np.bool_)
+                slots[new] = self._allocate(fresh, first, late)
         have = slots >= 0
         s = slots[have]
         seqs[have] = self.next_seq[s]
