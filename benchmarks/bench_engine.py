@@ -31,6 +31,9 @@ input is generated, and batches built, before the clock starts):
          wall clock is the event time) in micro-batches of 10,000 events (1 s of event
          time): every open window of a key that changed goes out EARLY every 5 batches,
          and its update sequence is kept in the window bookkeeping.
+``f``    ``e`` under a memory budget of 2 MiB (``state.cache_mb``), a fraction of its open
+         frames: the oldest are spilled to RocksDB and read back to fire, to merge late
+         events and for the EARLY results of the keys that changed.
 ``one``  hopping 60 s / 10 s ``mean`` through ``add_message(dict)`` one event at a time
          (``--one-events``, default 200,000 events), ``timeout`` every 10,000 messages
          (1 s of event time), ``flush()`` + drain every 100,000 messages.
@@ -92,15 +95,18 @@ MAX_DELAY_MS = 10_000
 MICRO_BATCH = 100_000
 ONE_TICK = 10_000
 ONE_FLUSH = 100_000
-SCENARIOS = ("a", "b", "c", "e", "one", "d")
-#: Micro-batches of scenario e: 1 s of event time, so an EARLY pass runs every 5 batches.
+SCENARIOS = ("a", "b", "c", "e", "f", "one", "d")
+#: Micro-batches of scenarios e and f: 1 s of event time, so an EARLY pass runs every 5.
 EARLY_BATCH = 10_000
+#: The memory budget of scenario f (``state.cache_mb``): a fraction of its open frames.
+BUDGET_MB = 2
 #: Targets on one core (events or lines per second).
 TARGETS = {
     "a": 1_000_000,
     "b": 1_000_000,
     "c": 1_000_000,
-    "e": 300_000,
+    "e": 250_000,
+    "f": 150_000,
     "one": 100_000,
     "d": 300_000,
 }
@@ -109,6 +115,7 @@ TITLES = {
     "b": "hopping 60s/10s mean, add_batch, deduct",
     "c": "hopping 60s/10s mean, add_batch, no deduct",
     "e": "hopping 60s/10s mean, EARLY every 5s, add_batch(10k)",
+    "f": "e under a 2 MiB memory budget (frames spilled)",
     "one": "hopping 60s/10s mean, add_message(dict)",
     "d": "window-operator simulate (JSONL, count+mean)",
 }
@@ -293,11 +300,13 @@ def scenario_batch(
     cs = make_stream(n, keys)
     tumbling = name == "a"
     doc = job_doc("tumbling" if tumbling else "hopping", [COUNT] if tumbling else [MEAN])
-    if name == "e":
+    if name in ("e", "f"):
         doc["emit"] = {**doc["emit"], "early": "5s"}
-    use_deduct = {"a": None, "b": True, "c": False, "e": True}[name]
+    if name == "f":
+        doc["state"] = {"cache_mb": BUDGET_MB}
+    use_deduct = {"a": None, "b": True, "c": False, "e": True, "f": True}[name]
     numeric = {} if tumbling else {"latency_ms": cs.latency_ms}
-    size = EARLY_BATCH if name == "e" else MICRO_BATCH
+    size = EARLY_BATCH if name in ("e", "f") else MICRO_BATCH
     batches = [
         EventBatch.from_columns(
             cs.keys[i : i + size],
@@ -507,7 +516,7 @@ def run_scenario(
 ) -> Outcome:
     with tempfile.TemporaryDirectory(prefix=f"bench-engine-{name}-", dir=args.tmpdir) as d:
         tmp = Path(d)
-        if name in ("a", "b", "c", "e"):
+        if name in ("a", "b", "c", "e", "f"):
             outcome = scenario_batch(name, args.events, args.keys, tmp, profiler)
         elif name == "one":
             outcome = scenario_one(args.one_events, args.keys, tmp, profiler)
