@@ -19,6 +19,7 @@ from window_operator.aggset import AggregationSet
 from window_operator.arrays import BoolArray, FloatArray, IntArray
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.timewindows.frame_store import FrameStore
+from window_operator.timewindows.spilled import spilled_frame_numbers
 from window_operator.timewindows.trigger import StartRange
 
 __all__ = ["Evaluated", "WindowEvaluator"]
@@ -78,7 +79,7 @@ class WindowEvaluator:
             # Frames of keys without a mark may be spilled (only the marked keys' were read
             # back): the windows are cut into chunks where every key's frames are, as with
             # all of them in memory, so that the budget cannot change a float's rounding.
-            ufr = np.union1d(ufr, fc.spilled_frame_numbers(w_lo, w_hi + size - step))
+            ufr = np.union1d(ufr, spilled_frame_numbers(fc, w_lo, w_hi + size - step))
         c = max(w_lo, int(ufr[0]) - size + step)
         last_w = min(w_hi, int(ufr[-1]))
         while c <= last_w:

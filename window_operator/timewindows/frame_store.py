@@ -52,14 +52,6 @@ _EARLY_LOOKUPS = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class StoredFrames:
-    """Frames found in the store: ``(kid[i], frame[i])``."""
-
-    kid: IntArray
-    frame: IntArray
-
-
-@dataclass(frozen=True, slots=True)
 class PendingMessage:
     """A message of a full-state aggregation waiting to be written to the Message Store."""
 
@@ -428,33 +420,6 @@ class FrameStore:
                 [self.early_spilled_frame, self.frame[marked]]
             )
         return victims
-
-    def spilled_frames(self, frame_from: int) -> StoredFrames:
-        """The stored frames with ``frame_from <= frame <=`` :attr:`spilled_upto` (read-only:
-        a key the key table does not hold gets an id past its end, one per key)."""
-        if self.spilled_upto is None or frame_from > self.spilled_upto:
-            return StoredFrames(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        rng = FRAMES.times(frame_from, self.spilled_upto + 1)
-        found = [k for k, _ in self.store.scan_range(rng, fill_cache=False)]
-        frames, names = FRAMES.parse_many(found)
-        ids, unknown = self.keys.ids, len(self.keys)
-        other: dict[str, int] = {}
-        kids = [ids[n] if n in ids else other.setdefault(n, unknown + len(other)) for n in names]
-        return StoredFrames(np.asarray(kids, dtype=np.int64), frames)
-
-    def spilled_frame_numbers(self, lo: int, hi: int) -> IntArray:
-        """The frame numbers in ``[lo, hi]`` (and at or before :attr:`spilled_upto`) that
-        the store holds a frame of, whichever key (one seek per frame number)."""
-        if self.spilled_upto is None:
-            return np.zeros(0, dtype=np.int64)
-        first = -(-lo // self.step) * self.step
-        found = [
-            f
-            for f in range(first, min(hi, self.spilled_upto) + 1, self.step)
-            if next(iter(self.store.scan_range(FRAMES.times(f, f + 1), fill_cache=False)), None)
-            is not None
-        ]
-        return np.asarray(found, dtype=np.int64)
 
     def load_early(self, open_from: int, size: int) -> int:
         """Read back the spilled frames that EARLY results of the open windows (frames at

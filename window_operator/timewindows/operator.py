@@ -53,6 +53,7 @@ from window_operator.timewindows.emission import WindowEmitter
 from window_operator.timewindows.evaluator import WindowEvaluator
 from window_operator.timewindows.frame_store import FrameStore
 from window_operator.timewindows.grouping import group_by_key_frame
+from window_operator.timewindows.spilled import spilled_frames
 from window_operator.timewindows.state import FRAMES
 from window_operator.timewindows.trigger import TimeTrigger
 from window_operator.windows import TimeWindowing
@@ -133,10 +134,10 @@ class WindowedAggregator(EventOperator):
         held = fs.kid >= 0
         k = self._size // self._step
         frames, kids = fs.frame[held], fs.kid[held]
-        spilled = fs.spilled_frames(self.watermark - self._size + 1)
-        if len(spilled.frame):
-            frames = np.concatenate([frames, spilled.frame])
-            kids = np.concatenate([kids, spilled.kid])
+        stored_kids, stored_frames = spilled_frames(fs, self.watermark - self._size + 1)
+        if len(stored_frames):
+            frames = np.concatenate([frames, stored_frames])
+            kids = np.concatenate([kids, stored_kids])
         if not len(frames):
             return LiveState(keys=0, windows=0)
         back = np.arange(k, dtype=np.int64) * self._step
