@@ -273,8 +273,7 @@ def start_ours(
     """A: the window job on the input topic (A-long: in its long-running shape)."""
     from window_operator.config import parse_config
     from window_operator.kafka_admin import KafkaAdmin
-    from window_operator.spark.driver import StreamingJob
-    from window_operator.spark.longrun import LongRunningJob
+    from window_operator.spark.longrun import LongRunningJob, job_for
 
     job = f"lat-a-{uuid.uuid4().hex[:8]}"
     doc: dict[str, Any] = {
@@ -299,8 +298,7 @@ def start_ours(
         {"cleanup.policy": "compact", "retention.ms": "-1", **APPEND_TIME},
     )
     contender = Contender(None, lambda: None, config.output.topic)
-    shape = LongRunningJob if mode == "long_running" else StreamingJob
-    job = shape(
+    job = job_for(
         config,
         bootstrap_servers=load.bootstrap,
         spark=spark,

@@ -228,16 +228,15 @@ class Outcome:
 def run_jobs(spark: Any, bootstrap: str, configs: list[AnyConfig]) -> Outcome:
     """Run the jobs at the same time to their end."""
     from window_operator.spark.driver import BatchReport, StreamingJob, prepare_topics
-    from window_operator.spark.longrun import LongRunningJob, WorkersFailedError
+    from window_operator.spark.longrun import LongRunningJob, WorkersFailedError, job_for
 
     jobs: list[StreamingJob | LongRunningJob] = []
     logs = []
     for config in configs:
         prepare_topics(config, bootstrap)
         reports: list[BatchReport] = []
-        shape = LongRunningJob if config.spark.long_running else StreamingJob
         jobs.append(
-            shape(config, bootstrap_servers=bootstrap, spark=spark, on_report=reports.append)
+            job_for(config, bootstrap_servers=bootstrap, spark=spark, on_report=reports.append)
         )
         logs.append(reports)
     for job in jobs:

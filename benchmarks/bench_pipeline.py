@@ -405,12 +405,11 @@ def run_ours(
 ) -> Run:
     """A: the window job, timed from its start to its end, its output checked."""
     from window_operator.spark.driver import StreamingJob, prepare_topics
-    from window_operator.spark.longrun import LongRunningJob
+    from window_operator.spark.longrun import job_for
 
     config = job_config(topic.name, tmp, args, guarantee, mode)
     reports: list[Any] = []
-    shape = LongRunningJob if mode == "long_running" else StreamingJob
-    job = shape(config, bootstrap_servers=topic.bootstrap, spark=spark, on_report=reports.append)
+    job = job_for(config, bootstrap_servers=topic.bootstrap, spark=spark, on_report=reports.append)
     prepare_topics(config, topic.bootstrap)
     t0 = time.perf_counter()
     job.start()

@@ -38,4 +38,4 @@ def present_ids(parts: list[IntArray], n: int) -> IntArray:
     held = np.zeros(n, dtype=np.bool_)
     for part in parts:
         held[part] = True
-    return np.flatnonzero(held).astype(np.int64)
+    return np.flatnonzero(held).astype(np.int64, copy=False)

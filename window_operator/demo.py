@@ -227,8 +227,7 @@ def _run_job(
     from window_operator.observe.lag import InputLag
     from window_operator.observe.metrics import JobMetrics
     from window_operator.observe.spark_progress import mute_cancel_warnings
-    from window_operator.spark.driver import StreamingJob
-    from window_operator.spark.longrun import LongRunningJob
+    from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
 
     stop = threading.Event()
@@ -238,8 +237,7 @@ def _run_job(
     )
     print("demo: starting Spark (local mode) ...", file=err)
     spark = build_session(app_name="window-operator-demo", master="local[2]")
-    shape = LongRunningJob if config.spark.long_running else StreamingJob
-    job = shape(config, bootstrap_servers=bootstrap, spark=spark)
+    job = job_for(config, bootstrap_servers=bootstrap, spark=spark)
     metrics = JobMetrics(config, lag=InputLag(bootstrap, [config.input.topic]))
     job.add_observer(metrics)
     try:

@@ -90,8 +90,8 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from window_operator.spark.driver import StreamingJob, prepare_topics
-    from window_operator.spark.longrun import LongRunningJob
+    from window_operator.spark.driver import prepare_topics
+    from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
 
     config = load_any_config(args.config)
@@ -116,8 +116,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         master=args.master or config.spark.master,
         conf=conf,
     )
-    shape = LongRunningJob if config.spark.long_running else StreamingJob
-    job = shape(
+    job = job_for(
         config,
         bootstrap_servers=bootstrap,
         spark=spark,

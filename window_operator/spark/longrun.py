@@ -45,10 +45,10 @@ from window_operator.runtime.longrun.progress import record_progress
 from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
 from window_operator.runtime.longrun.worker import Worker, WorkerSpec
 from window_operator.runtime.plans import plan_for
-from window_operator.spark.driver import BatchReport, JobOptions, SparkJob
+from window_operator.spark.driver import BatchReport, JobOptions, SparkJob, StreamingJob
 from window_operator.spark.failures import root_cause
 
-__all__ = ["MAX_RESTARTS", "LongRunningJob", "WorkersFailedError"]
+__all__ = ["MAX_RESTARTS", "LongRunningJob", "WorkersFailedError", "job_for"]
 
 log = logging.getLogger(__name__)
 
@@ -257,3 +257,10 @@ class LongRunningJob(SparkJob):
             record_progress(self.checkpoint_dir, ends, report.clock.watermark)
         except OSError as exc:
             log.warning("could not record progress in %s: %s", self.checkpoint_dir, exc)
+
+
+def job_for(config: AnyJobConfig, **options: Unpack[JobOptions]) -> StreamingJob | LongRunningJob:
+    """The job of ``config`` in the shape its ``spark.mode`` names (not started)."""
+    if config.spark.long_running:
+        return LongRunningJob(config, **options)
+    return StreamingJob(config, **options)

@@ -30,8 +30,8 @@ from jobkit import (
 from joinjobkit import random_join
 
 from window_operator.config import JobConfig, JoinJobConfig
-from window_operator.spark.driver import SparkJob, StreamingJob
-from window_operator.spark.longrun import LongRunningJob
+from window_operator.spark.driver import SparkJob
+from window_operator.spark.longrun import job_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -39,11 +39,7 @@ PARTITIONS = 4
 
 
 def run_available_now(spark: Any, config: JobConfig | JoinJobConfig, bootstrap: str) -> SparkJob:
-    job: SparkJob
-    if config.spark.mode == "long_running":
-        job = LongRunningJob(config, bootstrap_servers=bootstrap, spark=spark)
-    else:
-        job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark)
+    job = job_for(config, bootstrap_servers=bootstrap, spark=spark)
     job.start()
     assert job.await_termination(600), f"the {config.spark.mode} run did not end"
     return job
