@@ -22,12 +22,24 @@ from window_operator.aggregations.base import (
     VectorOp,
 )
 
-__all__ = ["AggregationSet", "BoundAggregation"]
+__all__ = ["AggregationSet", "BoundAggregation", "PendingMessage"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _NO_ROWS: IntArray = np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMessage:
+    """One event's values of the full-state aggregations (:attr:`AggregationSet.full_state`),
+    with its key id and order, waiting to be written to the Message Store."""
+
+    kid: int
+    ts: int
+    partition: int
+    offset: int
+    values: tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)

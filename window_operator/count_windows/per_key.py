@@ -25,7 +25,7 @@ import numpy as np
 
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
-from window_operator.aggset import AggregationSet
+from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, FloatArray, IntArray, one
 from window_operator.config import CountWindow
 from window_operator.count_windows.evaluator import CountEvaluator, WindowValues
@@ -43,7 +43,6 @@ from window_operator.kernel import (
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, EmitPolicy
 from window_operator.results import Kind, ResultBatch
-from window_operator.timewindows.frame_store import PendingMessage
 
 __all__ = ["KeyCountWindows"]
 

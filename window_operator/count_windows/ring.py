@@ -18,11 +18,10 @@ import numpy as np
 from stores.errors import StateCorruptError
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
-from window_operator.aggset import AggregationSet
+from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, FloatArray, IntArray
 from window_operator.count_windows.state import MESSAGES, RING, FrameCodec, MessageCodec
 from window_operator.keytable import KeyTable
-from window_operator.timewindows.frame_store import PendingMessage
 
 __all__ = ["Ring"]
 

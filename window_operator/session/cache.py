@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from window_operator.aggregations.base import Ordering
-from window_operator.aggset import AggregationSet
+from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, IntArray
 from window_operator.kernel import StoredWindow
 from window_operator.session.keys import SessionKeys
@@ -27,7 +27,6 @@ from window_operator.session.state import (
     FLAG_EARLY,
     FLAG_EMITTED,
     FLAG_PENDING,
-    PendingMessage,
     RecordHeads,
     RecordTail,
 )

@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from window_operator.aggregations.base import Ordering
-from window_operator.aggset import AggregationSet
+from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, FloatArray, IntArray
 from window_operator.events import DecodedEvent, EventBatch
-from window_operator.timewindows.frame_store import PendingMessage
 
 __all__ = [
     "BatchCut",

@@ -40,9 +40,8 @@ from stores.keyspace import (
 )
 from stores.rocks import ColumnFamily
 from window_operator.aggregations.base import Ordering
-from window_operator.aggset import AggregationSet
+from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, FloatArray, IntArray
-from window_operator.timewindows.frame_store import PendingMessage
 
 __all__ = [
     "FLAG_CLOSED",
@@ -57,7 +56,6 @@ __all__ = [
     "PENDING",
     "SESSIONS",
     "MessageLayout",
-    "PendingMessage",
     "RecordHeads",
     "RecordTail",
     "SessionRecordCodec",

@@ -29,6 +29,7 @@ import numpy as np
 from stores.keys import MIN_I64
 from stores.keyspace import EncodedKey
 from stores.rocks import StoreBatch
+from window_operator.aggset import PendingMessage
 from window_operator.arrays import BoolArray, IntArray, present_ids
 from window_operator.session.cache import StoredId
 from window_operator.session.loader import SessionLoader
@@ -37,7 +38,6 @@ from window_operator.session.state import (
     INDEX_HEADROOM,
     PENDING,
     SESSIONS,
-    PendingMessage,
     RecordHeads,
 )
 

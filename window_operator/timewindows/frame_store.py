@@ -21,7 +21,6 @@ spilled one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
@@ -30,12 +29,12 @@ import orjson
 
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
-from window_operator.aggset import AggregationSet
+from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, FloatArray, IntArray
 from window_operator.keytable import KeyTable
 from window_operator.timewindows.state import FRAMES, MESSAGES, FrameCodec
 
-__all__ = ["FrameStore", "PendingMessage"]
+__all__ = ["FrameStore"]
 
 #: Estimated bytes of a cached frame besides its float64 row: the slot arrays and its
 #: ``(key id, frame) -> slot`` entry.
@@ -49,17 +48,6 @@ _SPILL_TO = 0.75
 #: key and frame, unless that is more lookups than this or than the frames in memory (then
 #: the range is scanned: it holds more frames than memory, since memory is over budget).
 _EARLY_LOOKUPS = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class PendingMessage:
-    """A message of a full-state aggregation waiting to be written to the Message Store."""
-
-    kid: int
-    ts: int
-    partition: int
-    offset: int
-    values: tuple[Any, ...]
 
 
 class FrameStore:

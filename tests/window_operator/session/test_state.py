@@ -12,11 +12,11 @@ from stores.errors import StateCorruptError
 from stores.keyspace import GroupKeyLayout, encode_key
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
+from window_operator.aggset import PendingMessage
 from window_operator.session.state import (
     INDEX,
     PENDING,
     SESSIONS,
-    PendingMessage,
     RecordHeads,
     SessionRecordCodec,
     message_layout,
