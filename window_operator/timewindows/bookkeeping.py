@@ -46,6 +46,8 @@ class WindowBook:
         self.free: list[int] = list(range(cap - 1, -1, -1))
         #: windows with a LATE update pending, in marking order
         self.pending: dict[WindowId, None] = {}
+        #: the earliest start of a pending window (None: nothing pending)
+        self.first_pending: int | None = None
 
     def __len__(self) -> int:
         return len(self.slot_of)
@@ -134,6 +136,15 @@ class WindowBook:
         self.late[s] = True
         self.dirty[s] = True
         self.pending[w] = None
+        self._note_pending(w[1])
+
+    def _note_pending(self, start: int) -> None:
+        if self.first_pending is None or start < self.first_pending:
+            self.first_pending = start
+
+    def pending_upto(self, upto: int) -> bool:
+        """Whether a window starting at or before ``upto`` has a LATE update pending."""
+        return self.first_pending is not None and self.first_pending <= upto
 
     def take_pending(self, only_upto: int | None = None) -> list[WindowId]:
         """The pending windows (starting at or before ``only_upto``), in (start, key) order."""
@@ -143,6 +154,7 @@ class WindowBook:
             del self.pending[w]
         if due:
             self.late[[self.slot_of[w] for w in due]] = False
+            self.first_pending = min((w[1] for w in self.pending), default=None)
         return due
 
     def _load(self, w: WindowId) -> int | None:
@@ -197,3 +209,5 @@ class WindowBook:
         pairs = list(zip(kids.tolist(), starts[keep].tolist(), strict=True))
         self._allocate(pairs, seqs[keep], late[keep])
         self.pending.update((w, None) for w, p in zip(pairs, late[keep].tolist(), strict=True) if p)
+        if self.pending:
+            self._note_pending(min(w[1] for w in self.pending))

@@ -208,7 +208,7 @@ class WindowedAggregator(EventOperator):
         batch = StoreBatch()
         wm = self.watermark
         cutoff = self.trigger.expiry_cutoff(wm)
-        if cutoff is not None:
+        if cutoff is not None and self.book.pending_upto(cutoff):
             self._emit_late(only_upto=cutoff)
         spilled = self.frames.select_spill(self.trigger.evictable_before(wm))
         self.frames.persist(batch)
@@ -407,11 +407,18 @@ class WindowedAggregator(EventOperator):
 
     def _advance_watermark(self, candidate: int) -> None:
         before = self.kernel.clock.advance(candidate)
-        if before is not None:
-            fired = self.trigger.on_time(before, self.watermark)
-            if fired is not None:
-                self.frames.unspill(fired.lo, fired.hi + self._size - self._step)
-            self.emitter.on_time(before, self.watermark)
+        if before is None:
+            return
+        wm = self.watermark
+        fired = self.trigger.on_time(before, wm)
+        if fired is not None:
+            self.frames.unspill(fired.lo, fired.hi + self._size - self._step)
+        self.emitter.on_time(before, wm)
+        # A window leaving retention sends its pending LATE update now: a later event
+        # may change a frame it shares with younger windows, and must not count in it.
+        cutoff = self.trigger.expiry_cutoff(wm)
+        if cutoff is not None and self.book.pending_upto(cutoff):
+            self._emit_late(only_upto=cutoff)
 
     def _emit_late(self, only_upto: int | None = None) -> None:
         self.emitter.late(only_upto)
