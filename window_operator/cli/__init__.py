@@ -13,6 +13,7 @@ topic), each as one line.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -22,6 +23,7 @@ from window_operator.cli.common import EXIT_CONFIG, CliError
 from window_operator.config import ConfigError
 from window_operator.kafka_admin import KafkaAdminError
 from window_operator.observe.logs import setup_logging
+from window_operator.observe.metrics import MetricsPortError
 from window_operator.spark.topics import TaskCountError, TransactionsUnsupportedError
 
 __all__ = ["main"]
@@ -54,8 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KafkaAdminError, BrokerError, TaskCountError, TransactionsUnsupportedError) as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except MetricsPortError as exc:
+        print(f"window-operator: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader of our output went away (``| head``): stop quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     return code
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "load_runtime",
     "load_simulation_runtime",
     "parse_time",
+    "positive_int",
     "task_settings",
 ]
 
@@ -50,6 +51,17 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_INPUT) -> None:
         super().__init__(message)
         self.code = code
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse reports anything else as a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def add_config_option(parser: argparse.ArgumentParser) -> None:

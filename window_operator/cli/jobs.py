@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from window_operator.cli.common import (
+    EXIT_CONFIG,
     EXIT_UNHEALTHY,
     CliError,
     add_bootstrap_option,
@@ -18,6 +21,7 @@ from window_operator.cli.common import (
     bootstrap_servers,
     load_runtime,
     load_simulation_runtime,
+    positive_int,
 )
 from window_operator.config import JobConfig, load_any_config
 from window_operator.job import build_runtime
@@ -31,13 +35,19 @@ if TYPE_CHECKING:
 __all__ = ["add_parsers"]
 
 
+def _input_file(path: str) -> Path:
+    """``--input``, which must be a readable file."""
+    input_path = Path(path)
+    if not input_path.is_file():
+        raise CliError(f"input file {input_path} does not exist")
+    return input_path
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from window_operator.simulate import simulate
 
     runtime = load_simulation_runtime(args.config)
-    input_path = Path(args.input)
-    if not input_path.is_file():
-        raise CliError(f"input file {input_path} does not exist")
+    input_path = _input_file(args.input)
     out: IO[bytes]
     errors_out: IO[bytes] | None = None
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
@@ -89,12 +99,40 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
     return conf
 
 
+def _starting_offsets(text: str) -> str:
+    """``--starting-offsets`` checked before Spark starts, in its canonical form."""
+    from window_operator.spark.kafka_source.options import parse_starting_offsets
+
+    try:
+        parsed = parse_starting_offsets(text)
+    except ValueError as exc:
+        raise CliError(f"--starting-offsets: {exc}", EXIT_CONFIG) from None
+    return parsed if isinstance(parsed, str) else json.dumps(parsed, sort_keys=True)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail before Spark starts when the metrics port cannot be served."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # as the metrics server will: a port left in TIME_WAIT by an earlier run is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CliError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} (choose "
+                "another --metrics-port / metrics.port, or 0 for any free one)",
+                EXIT_CONFIG,
+            ) from None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from window_operator.spark.driver import prepare_topics
     from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
 
     config = load_any_config(args.config)
+    starting = _starting_offsets(args.starting_offsets)
     if args.mode is not None:
         config = config.model_copy(
             update={"spark": config.spark.model_copy(update={"mode": args.mode})}
@@ -103,11 +141,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         build_runtime(config, source=args.config)  # operation problems are config errors
     else:
         build_join_runtime(config, source=args.config)
+    conf = {**config.spark.conf, **_spark_conf(args.conf)}
+    metrics = config.metrics
+    metrics_port = args.metrics_port if args.metrics_port is not None else metrics.port
+    if metrics_port:
+        _check_port(metrics.host, metrics_port)
     bootstrap = bootstrap_servers(args, config)
     # before Spark starts (seconds): an unreachable broker, a missing input topic or a
     # task count that disagrees with the changelog is reported at once
     prepare_topics(config, bootstrap)
-    conf = {**config.spark.conf, **_spark_conf(args.conf)}
     if os.environ.get("WINDOW_OPERATOR_CRASH_AT"):
         # recovery tests: let the armed task kill this whole job (see runtime.faults)
         os.environ["WINDOW_OPERATOR_CRASH_PGID"] = str(os.getpgid(0))
@@ -122,15 +164,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         spark=spark,
         state_dir=args.state_dir,
         available_now=True if args.available_now else None,
-        starting_offsets=args.starting_offsets,
+        starting_offsets=starting,
     )
     from window_operator.observe.attach import QueryFailedError, run_observed
 
-    metrics = config.metrics
     try:
         run_observed(
             job,
-            metrics_port=args.metrics_port if args.metrics_port is not None else metrics.port,
+            metrics_port=metrics_port,
             metrics_host=metrics.host,
             report_path=args.report,
         )
@@ -160,6 +201,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
     runtime = load_runtime(args.config)
     config = runtime.config
+    input_path = _input_file(args.input)
     bootstrap = bootstrap_servers(args, config)
     topic = config.input.topic
     # retention.ms=-1: sample data carries historical event times
@@ -167,8 +209,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     key_field = config.input.key
     n = 0
-    bar = progress_bar(total=Path(args.input).stat().st_size, desc="produce", unit="B")
-    with open(args.input, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
+    bar = progress_bar(total=input_path.stat().st_size, desc="produce", unit="B")
+    with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
         for line in lines:
             if bar is not None:
                 bar.update(len(line))
@@ -222,7 +264,7 @@ def _add_simulate(sub: Subparsers) -> None:
     sim.add_argument("--state-dir", help="keep the RocksDB state here (default: a temp dir)")
     sim.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=10_000,
         help="events per micro-batch, as the streaming job would see them (1 = per event)",
     )
@@ -268,7 +310,7 @@ def _add_status(sub: Subparsers) -> None:
     add_state_dir_option(st)
     st.add_argument(
         "--max-idle-triggers",
-        type=int,
+        type=positive_int,
         default=3,
         help="unhealthy when input waits and no batch ran for this many triggers (default 3)",
     )
@@ -285,7 +327,9 @@ def _add_produce_and_demo(sub: Subparsers) -> None:
     prod = sub.add_parser("produce", help="produce a JSONL file to a job's input topic")
     add_config_option(prod)
     prod.add_argument("--input", required=True, help="JSONL events")
-    prod.add_argument("--partitions", type=int, default=4, help="partitions if the topic is new")
+    prod.add_argument(
+        "--partitions", type=positive_int, default=4, help="partitions if the topic is new"
+    )
     add_bootstrap_option(prod)
     prod.set_defaults(func=_cmd_produce)
 
@@ -293,7 +337,7 @@ def _add_produce_and_demo(sub: Subparsers) -> None:
         "demo", help="broker + live click stream + the streaming job, printing window results"
     )
     demo.add_argument("--config", help="job YAML (default: config/clicks.yaml)")
-    demo.add_argument("--events", type=int, default=3000, help="clicks to produce")
+    demo.add_argument("--events", type=positive_int, default=3000, help="clicks to produce")
     demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
     demo.add_argument("--chart", help="where to write the PNG chart (default: the run's temp dir)")
     demo.add_argument(

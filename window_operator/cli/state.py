@@ -120,7 +120,7 @@ def _inspect_task(
 def _add_state_commands(sub: Subparsers) -> None:
     rst = sub.add_parser("restore", help="rebuild local task stores from the changelog")
     add_config_option(rst)
-    rst.add_argument("--task", type=int, help="only this task (input partition)")
+    rst.add_argument("--task", type=int, help="only this state task (0 .. tasks - 1)")
     add_bootstrap_option(rst)
     add_state_dir_option(rst)
     rst.set_defaults(func=_cmd_restore)

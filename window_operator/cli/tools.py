@@ -15,6 +15,7 @@ from window_operator.cli.common import (
     add_bootstrap_option,
     bootstrap_servers,
     parse_time,
+    positive_int,
 )
 
 if TYPE_CHECKING:
@@ -96,11 +97,13 @@ def _add_nexmark(sub: Subparsers) -> None:
         "generate",
         help="fill Kafka topics <prefix>persons, <prefix>auctions, <prefix>bids (JSON)",
     )
-    gen.add_argument("--events", type=int, required=True, help="events of all kinds (1:3:46)")
+    gen.add_argument(
+        "--events", type=positive_int, required=True, help="events of all kinds (1:3:46)"
+    )
     add_bootstrap_option(gen)
     gen.add_argument("--rate", type=float, default=10_000.0, help="events per second of event time")
     gen.add_argument("--topic-prefix", default="nexmark-", help="topic name prefix")
-    gen.add_argument("--partitions", type=int, default=4, help="partitions of new topics")
+    gen.add_argument("--partitions", type=positive_int, default=4, help="partitions of new topics")
     gen.add_argument("--seed", type=int, default=0, help="seed of every random draw")
     gen.add_argument(
         "--base-time", help="event time of the first event, ms or ISO-8601 (default: now)"

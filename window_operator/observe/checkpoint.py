@@ -47,6 +47,8 @@ class CheckpointState:
     batch_time_ms: int | None = None
     clock: ClockState | None = None
     last_activity_ms: int | None = None
+    #: what a step of the job is called: a micro-batch, or an epoch of long-running workers
+    unit: str = "batch"
 
     @property
     def exists(self) -> bool:
@@ -92,10 +94,22 @@ def _newest_clock(directory: Path) -> ClockState | None:
 def read_checkpoint(directory: str | Path) -> CheckpointState:
     """The state of the checkpoint at ``directory`` (empty when the job never ran)."""
     root = Path(directory)
+    micro, workers = _micro_batches(root), _long_running(root)
+    # a job may have run in both shapes (``spark.mode`` changed): the newer one is where
+    # it is now
+    if not workers.exists or (
+        micro.exists and (micro.last_activity_ms or 0) >= (workers.last_activity_ms or 0)
+    ):
+        return micro
+    return workers
+
+
+def _micro_batches(root: Path) -> CheckpointState:
+    """What Spark's offset and commit logs and the driver's clock log say."""
     planned = _numbered(root / "offsets")
     committed = _numbered(root / "commits")
     if not planned:
-        return _long_running(root)
+        return CheckpointState(root)
     last_committed = committed[-1] if committed else None
     offsets: dict[TopicPartition, int] = {}
     stamp: int | None = None
@@ -122,7 +136,9 @@ def _long_running(root: Path) -> CheckpointState:
     progress = read_progress(root)
     if progress is None or progress.epochs == 0:
         return CheckpointState(root)
-    clock = None if progress.watermark is None else ClockState(watermark=progress.watermark)
+    clock = None
+    if progress.watermark is not None:
+        clock = ClockState(max_ts=dict(progress.max_ts), watermark=progress.watermark)
     return CheckpointState(
         directory=root,
         last_planned=progress.epochs - 1,
@@ -130,4 +146,5 @@ def _long_running(root: Path) -> CheckpointState:
         committed=progress.positions,
         clock=clock,
         last_activity_ms=progress.last_activity_ms,
+        unit="epoch",
     )

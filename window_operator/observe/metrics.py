@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from window_operator.spark.driver import BatchReport
 
-__all__ = ["PREFIX", "JobMetrics", "MetricsSummary"]
+__all__ = ["PREFIX", "JobMetrics", "MetricsPortError", "MetricsSummary"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,16 @@ class MetricsSummary:
     results: dict[str, int] = field(default_factory=dict)
     batches: int = 0
     lag: int = 0
+
+
+class MetricsPortError(Exception):
+    """The metrics port cannot be served (taken, or not allowed)."""
+
+    def __init__(self, host: str, port: int, cause: OSError) -> None:
+        super().__init__(
+            f"cannot serve metrics on {host}:{port}: {cause.strerror or cause} "
+            "(choose another --metrics-port / metrics.port, or 0 for any free one)"
+        )
 
 
 class JobMetrics:
@@ -230,7 +240,10 @@ class JobMetrics:
         """Serve ``/metrics`` on ``host:port`` (0: any free port); returns the port."""
         from prometheus_client import start_http_server
 
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise MetricsPortError(host, port, exc) from None
         bound = int(self._server.server_port)
         log.info("metrics: serving http://%s:%d/metrics", host, bound)
         return bound

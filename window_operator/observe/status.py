@@ -147,6 +147,7 @@ def job_status(
 ) -> JobStatus:
     """Read the job's status (see module doc); a job that never ran has a problem saying so."""
     admin = KafkaAdmin(bootstrap_servers, client_config=config.kafka.consumer)
+    admin.topics()  # no broker answering is a setup problem, whatever the checkpoint holds
     cp = read_checkpoint(str(config.spark.checkpoint_dir))
     status = JobStatus(config.job, cp, now_ms=int(time.time() * 1000))
     if not cp.exists:
@@ -181,7 +182,8 @@ def _check_idle(config: AnyJobConfig, status: JobStatus, max_idle_triggers: int)
     if idle_s > max_idle_triggers * trigger / 1000.0:
         status.problems.append(
             f"behind: {lag} input records wait, but no batch ran for {idle_s:.0f} s "
-            f"({max_idle_triggers} triggers of {trigger / 1000:g} s): is the job running?"
+            f"({max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} of "
+            f"{trigger / 1000:g} s): is the job running?"
         )
 
 
@@ -210,8 +212,9 @@ def format_status(s: JobStatus) -> str:
     if cp.last_activity_ms is not None:
         ago = f" ({(s.now_ms - cp.last_activity_ms) / 1000:.0f} s ago)"
     wm = cp.clock.watermark if cp.clock is not None else None
+    at = "" if cp.batch_time_ms is None else f" at {_time(cp.batch_time_ms)} UTC"
     lines = [
-        f"job {s.job}: last batch {cp.last_committed} at {_time(cp.batch_time_ms)} UTC, "
+        f"job {s.job}: last {cp.unit} {cp.last_committed}{at}, "
         f"last activity {_time(cp.last_activity_ms)} UTC{ago}, watermark {_time(wm)} UTC",
         f"checkpoint {cp.directory}",
         "",

@@ -254,7 +254,7 @@ class LongRunningJob(SparkJob):
         """Keep the newest read positions and activity where ``status`` finds them."""
         ends = [(m.range.topic, m.range.partition, m.range.end) for m in report.ranges]
         try:
-            record_progress(self.checkpoint_dir, ends, report.clock.watermark)
+            record_progress(self.checkpoint_dir, ends, report.clock)
         except OSError as exc:
             log.warning("could not record progress in %s: %s", self.checkpoint_dir, exc)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -206,3 +207,57 @@ def test_restore_without_a_changelog_exits_2_naming_it(
         "--bootstrap-servers", kafka_bootstrap,
     )  # fmt: skip
     assert_startup_failure(seconds, proc, repr(f"{job}-state-changelog"), "run the job first")
+
+
+def test_argument_mistakes_are_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """No traceback, no broker contacted, no Spark: the line names the argument."""
+    closed = f"127.0.0.1:{free_port()}"  # would take seconds to find unanswered
+    job = str(job_file(tmp_path, "in"))
+    missing = str(tmp_path / "nope.jsonl")
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1}\n')
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()  # another process's server
+        port = str(taken.getsockname()[1])
+        cases = [
+            (["produce", "--config", job, "--input", missing, "--bootstrap-servers", closed],
+             3, "input file"),
+            (["simulate", "--config", job, "--input", str(events), "--batch-size", "0"],
+             2, "--batch-size: must be >= 1, got 0"),
+            (["run", "--config", job, "--starting-offsets", "bogus", "--bootstrap-servers", closed],
+             2, "--starting-offsets: startingOffsets must be 'earliest', 'latest' or JSON"),
+            (["run", "--config", job, "--metrics-port", port, "--bootstrap-servers", closed],
+             2, f"cannot serve metrics on 0.0.0.0:{port}"),
+        ]  # fmt: skip
+        for args, code, message in cases:
+            seconds, proc = timed_cli(*args)
+            assert proc.returncode == code, (args, proc.stderr)
+            assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+            assert seconds < 5.0, (args, seconds)
+
+
+def test_status_without_a_broker_exits_2_even_for_a_job_that_never_ran(tmp_path: Path) -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"
+    seconds, proc = timed_cli(
+        "status", "--config", str(job_file(tmp_path, "in")), "--bootstrap-servers", bootstrap
+    )
+    assert_startup_failure(seconds, proc, bootstrap, "KAFKA_BOOTSTRAP_SERVERS")
+
+
+def test_output_piped_to_a_reader_that_stops_early_ends_quietly(tmp_path: Path) -> None:
+    """``simulate ... | head -1``: no BrokenPipeError traceback."""
+    job = job_file(tmp_path, "in")
+    events = tmp_path / "e.jsonl"
+    events.write_bytes(b"".join(b'{"k": "k%d", "ts": %d}\n' % (i, i) for i in range(20_000)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "window_operator", "simulate", "--config", str(job),
+         "--input", str(events), "--batch-size", "1000"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b'{"key":')
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -30,6 +30,7 @@ from jobkit import (
 from joinjobkit import random_join
 
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.observe.status import job_status
 from window_operator.spark.driver import SparkJob
 from window_operator.spark.longrun import job_for
 
@@ -82,6 +83,11 @@ def test_a_job_restarted_in_the_other_shape_counts_every_event_once(
         behind = i > 0 and mode == "micro_batch" and modes[i - 1] == "long_running"
         assert job.run_totals.totals.get("replayed", 0) == (2_000 if behind else 0)
         assert job.run_totals.totals.get("rejected", 0) == 0, job.run_totals.totals
+        # `status` reads the progress of the shape that ran last
+        status = job_status(run, kafka_bootstrap)
+        assert status.healthy and status.lag == 0, (mode, status.problems)
+        assert status.checkpoint.unit == ("epoch" if mode == "long_running" else "batch")
+        assert all(p.max_event_time is not None for p in status.partitions), status.partitions
     assert applied == len(records) + PARTITIONS, "every event applied once over the 3 runs"
     messages = read_topic(kafka_bootstrap, config.output.topic)
     got = latest_results(config, messages)

@@ -3,8 +3,8 @@
 A long-running job has no Spark offset log: where it is in its input lives in its state
 tasks' checkpoints. So that ``status`` and the lag gauge can tell without the job
 running, the driver keeps one small JSON file up to date with every epoch a worker
-reports: the epochs so far, the next offset read per input partition, the watermark and
-the wall clock of the newest report.
+reports: the epochs so far, the next offset read per input partition, the latest event
+time per input partition, the watermark and the wall clock of the newest report.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from window_operator.kernel import ClockState, InputPosition
 
 __all__ = ["PROGRESS_FILE", "Progress", "read_progress", "record_progress"]
 
@@ -27,6 +29,8 @@ class Progress:
 
     epochs: int = 0
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: per (source index, partition), as the job clock counts them
+    max_ts: dict[InputPosition, int] = field(default_factory=dict)
     watermark: int | None = None
     last_activity_ms: int | None = None
 
@@ -44,23 +48,37 @@ def read_progress(directory: Path) -> Progress | None:
             for t, parts in doc.get("positions", {}).items()
             for p, o in parts.items()
         },
+        max_ts={
+            InputPosition(int(source), int(p)): int(t)
+            for source, parts in doc.get("max_ts", {}).items()
+            for p, t in parts.items()
+        },
         watermark=doc.get("watermark"),
         last_activity_ms=doc.get("last_activity_ms"),
     )
 
 
 def record_progress(
-    directory: Path, ends: Iterable[tuple[str, int, int]], watermark: int
+    directory: Path, ends: Iterable[tuple[str, int, int]], clock: ClockState
 ) -> Progress:
-    """One more epoch that read up to ``(topic, partition, end)``; the new progress."""
+    """One more epoch that read up to ``(topic, partition, end)`` and ended at ``clock``
+    (a worker's: the partitions it reads); the new progress."""
     before = read_progress(directory) or Progress()
     positions = dict(before.positions)
     for topic, partition, end in ends:
         positions[(topic, partition)] = max(end, positions.get((topic, partition), 0))
-    after = Progress(before.epochs + 1, positions, watermark, int(time.time() * 1000))
+    max_ts = dict(before.max_ts)
+    for pos, ts in clock.max_ts.items():
+        max_ts[pos] = max(ts, max_ts.get(pos, ts))
+    now = int(time.time() * 1000)
+    after = Progress(before.epochs + 1, positions, max_ts, clock.watermark, now)
+    by_source: dict[str, dict[str, int]] = {}
+    for pos, ts in sorted(max_ts.items()):
+        by_source.setdefault(str(pos.source), {})[str(pos.partition)] = ts
     doc = {
         "epochs": after.epochs,
         "positions": _nested(after.positions),
+        "max_ts": by_source,
         "watermark": after.watermark,
         "last_activity_ms": after.last_activity_ms,
     }

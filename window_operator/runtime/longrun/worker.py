@@ -172,6 +172,13 @@ class Worker:
         for t, clock in restored.items():
             self.clocks[t] = TaskClock.waiting_for(self.settings, t, clock, waiting)
         self.reader.assign(begin)
+        # the first report says where every partition starts, read or not (the driver's
+        # lag and progress would otherwise keep a position of an earlier run)
+        self._read = {
+            p.position: MapReport(p.span(begin[p.position], begin[p.position]), 0, None)
+            for p in self.assignment.partitions
+            if p.position in begin
+        }
         trace("worker-reading", -1, -1, f"worker {self.index}")
 
     def _gather(self, payload: str) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 from window_operator.spark.kafka_source.schema import EARLIEST
 
 __all__ = [
+    "parse_starting_offsets",
     "DEFAULT_ARROW_BATCH",
     "DEFAULT_POLL_TIMEOUT_MS",
     "SourceOptions",
@@ -128,7 +129,9 @@ def _int_opt(
     return value
 
 
-def _parse_starting_offsets(raw: str | None) -> str | dict[str, dict[str, int]]:
+def parse_starting_offsets(raw: str | None) -> str | dict[str, dict[str, int]]:
+    """``earliest`` / ``latest`` (any case) or ``{"topic": {"partition": offset}}``
+    (-2: earliest, -1: latest); ``ValueError`` says what is wrong."""
     if raw is None or raw.strip().lower() in ("", "earliest"):
         return "earliest"
     text = raw.strip()
@@ -185,7 +188,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "kafka.isolation.level",
         ):
             client[k[len("kafka.") :]] = str(v)
-    starting = _parse_starting_offsets(opt(options, "startingOffsets"))
+    starting = parse_starting_offsets(opt(options, "startingOffsets"))
     if isinstance(starting, dict) and topics:
         unknown = sorted(set(starting) - set(topics))
         if unknown:
