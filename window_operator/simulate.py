@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeGuard
+from typing import IO, Any, Protocol, TypeGuard
 
 import numpy as np
 import orjson
@@ -35,7 +35,7 @@ from window_operator.policies import END_OF_TIME
 from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
 from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder
 
-__all__ = ["SimulationSummary", "simulate"]
+__all__ = ["FinishedStateError", "SimulationSummary", "simulate"]
 
 
 @dataclass
@@ -77,18 +77,27 @@ def simulate(
     state_dir: Path | None = None,
     batch_size: int = 10_000,
     progress: Callable[[int], object] | None = None,
+    final: bool = True,
 ) -> SimulationSummary:
     """Run ``runtime``'s job over ``input_path`` and write JSON lines of results to ``out``.
 
     ``progress`` is called after each micro-batch with the bytes of the file read so far.
+    ``final``: after the last line a timer at +infinity fires every window; without it
+    the state (in ``state_dir``) stays open, and another run over it continues the
+    stream. Raises :class:`FinishedStateError` for a ``state_dir`` whose final timer
+    fired.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     if isinstance(runtime, JoinRuntime):
-        return _simulate_join(runtime, input_path, out, errors_out, state_dir, batch_size, progress)
+        return _simulate_join(
+            runtime, input_path, out, errors_out, state_dir, batch_size, progress, final
+        )
     summary = SimulationSummary()
     with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
-        agg = runtime.open_task(state_dir if state_dir is not None else Path(tmp))
+        path = state_dir if state_dir is not None else Path(tmp)
+        agg = runtime.open_task(path)
+        _refuse_finished(agg, path)
         decoder = LineDecoder(runtime.decoder)
         clock = ArrivalClock(runtime.config.watermark.max_future)
         try:
@@ -100,11 +109,26 @@ def simulate(
                     _drain(agg, rejected, out, errors_out, summary)
                     if progress is not None:
                         progress(stream.tell())
-            agg.timeout(END_OF_TIME)
-            _drain(agg, [], out, errors_out, summary)
+            if final:
+                agg.timeout(END_OF_TIME)
+                _drain(agg, [], out, errors_out, summary)
         finally:
             agg.close()
     return summary
+
+
+class _Opened(Protocol):
+    @property
+    def watermark(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def _refuse_finished(op: _Opened, state_dir: Path) -> None:
+    """Raise :class:`FinishedStateError` (closing ``op``) when its final timer fired."""
+    if op.watermark >= END_OF_TIME:
+        op.close()
+        raise FinishedStateError(state_dir)
 
 
 def _run_chunk(
@@ -195,11 +219,14 @@ def _simulate_join(
     errors_out: IO[bytes] | None,
     state_dir: Path | None,
     batch_size: int,
-    progress: Callable[[int], object] | None = None,
+    progress: Callable[[int], object] | None,
+    final: bool,
 ) -> SimulationSummary:
     summary = SimulationSummary()
     with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
-        op = runtime.open_task(state_dir if state_dir is not None else Path(tmp))
+        path = state_dir if state_dir is not None else Path(tmp)
+        op = runtime.open_task(path)
+        _refuse_finished(op, path)
         clock = ArrivalClock(runtime.config.watermark.max_future)
         try:
             with open(input_path, "rb") as stream:
@@ -211,11 +238,24 @@ def _simulate_join(
                         progress(stream.tell())
                     # as a task does after each micro-batch: a checkpoint, bounded memory
                     op.flush()
-            op.timeout(END_OF_TIME)
-            _drain(op, [], out, errors_out, summary)
+            if final:
+                op.timeout(END_OF_TIME)
+                _drain(op, [], out, errors_out, summary)
         finally:
             op.close()
     return summary
+
+
+class FinishedStateError(Exception):
+    """The state of a run whose final timer fired cannot take more events."""
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(
+            f"the state in {state_dir} is of a finished run: its final timer fired every "
+            "window at +infinity, so every new event would be out of retention. Continue "
+            "a stream from a run made with --keep-open, or use a new --state-dir"
+        )
+        self.state_dir = state_dir
 
 
 @dataclass

@@ -14,7 +14,7 @@ from helpers import runtime_for
 
 from window_operator.config import parse_any_config
 from window_operator.join import build_join_runtime
-from window_operator.simulate import SimulationSummary, simulate
+from window_operator.simulate import FinishedStateError, SimulationSummary, simulate
 
 S = 1_000
 BASE = 1_700_000_000_000
@@ -146,3 +146,43 @@ def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:
     matches = [orjson.loads(x) for x in out.getvalue().splitlines()]
     assert sorted(m["key"]["id"] for m in matches if m["kind"] == "MATCH") == [1, 3]
     assert summary.applied == 4
+
+
+def _latest(out: bytes) -> dict[tuple[str, int], Any]:
+    latest: dict[tuple[str, int], Any] = {}
+    for line in out.splitlines():
+        r = orjson.loads(line)
+        latest[(r["key"], r["window_start"])] = r["values"]
+    return latest
+
+
+@pytest.mark.parametrize("split", [1, 7, 19])
+def test_a_stream_continued_over_a_kept_open_state_ends_as_one_run(
+    tmp_path: Path, split: int
+) -> None:
+    """``--keep-open`` then ``--state-dir`` again: the windows end as in one run, late
+    events included; a state whose final timer fired refuses more events."""
+    runtime = runtime_for(
+        window={"type": "hopping", "size": "20s", "step": "10s"},
+        aggregations=[{"name": "n", "op": "count"}, {"name": "s", "op": "sum", "field": "v"}],
+        emit={"late": "10s"},
+        retention={"time": "30s"},
+    )
+    ts = [3, 14, 8, 25, 31, 12, 44, 39, 52, 47, 61, 58, 18, 70, 66, 83, 79, 91, 88, 99, 40]
+    lines = [orjson.dumps({"k": "ab"[i % 2], "ts": BASE + t * S, "v": i}) for i, t in enumerate(ts)]
+    whole, first, second = tmp_path / "whole.jsonl", tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    whole.write_bytes(b"\n".join(lines) + b"\n")
+    first.write_bytes(b"\n".join(lines[:split]) + b"\n")
+    second.write_bytes(b"\n".join(lines[split:]) + b"\n")
+    state = tmp_path / "state"
+
+    once = io.BytesIO()
+    simulate(runtime, whole, once, batch_size=1)
+    parts = io.BytesIO()
+    simulate(runtime, first, parts, state_dir=state, batch_size=1, final=False)
+    summary = simulate(runtime, second, parts, state_dir=state, batch_size=1)
+    assert summary.applied + summary.rejected == len(lines) - split
+    assert _latest(parts.getvalue()) == _latest(once.getvalue())
+
+    with pytest.raises(FinishedStateError, match="finished run"):
+        simulate(runtime, second, io.BytesIO(), state_dir=state)

@@ -44,7 +44,7 @@ def _input_file(path: str) -> Path:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from window_operator.simulate import simulate
+    from window_operator.simulate import FinishedStateError, simulate
 
     runtime = load_simulation_runtime(args.config)
     input_path = _input_file(args.input)
@@ -64,7 +64,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             state_dir=Path(args.state_dir) if args.state_dir else None,
             batch_size=args.batch_size,
             progress=progress,
+            final=not args.keep_open,
         )
+    except FinishedStateError as exc:
+        raise CliError(str(exc)) from None
     finally:
         if bar is not None:
             bar.close()
@@ -267,6 +270,12 @@ def _add_simulate(sub: Subparsers) -> None:
         type=positive_int,
         default=10_000,
         help="events per micro-batch, as the streaming job would see them (1 = per event)",
+    )
+    sim.add_argument(
+        "--keep-open",
+        action="store_true",
+        help="no final timer at +infinity: windows not yet passed by the watermark stay open, "
+        "and another run with the same --state-dir continues the stream",
     )
     sim.set_defaults(func=_cmd_simulate)
 
