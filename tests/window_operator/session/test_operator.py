@@ -399,3 +399,45 @@ def test_a_store_is_continued_only_by_the_same_session_shape(tmp_path: Path) -> 
         restored = session_runtime(gap="10s").operator(store)
         (w,) = restored.get_windows("a", 0, 100 * S)
         assert (w.window_start, w.window_end) == (0, 10 * S)
+
+
+@pytest.mark.parametrize("one_by_one", [True, False])
+@pytest.mark.parametrize("flush", [True, False])
+def test_an_event_within_gap_before_a_retained_session_joins_it(
+    tmp_path: Path, one_by_one: bool, flush: bool
+) -> None:
+    """Found by fuzzing: the event at 45 s reaches back over the cutoff (its own interval
+    ends at 50 s, at or before 81 s - 30 s of retention) but joins the session [46, 56),
+    which is still updatable; it also reaches the expired session [40, 45), which takes
+    part in nothing. 38 s joins nothing retained: out of retention."""
+    runtime = session_runtime(
+        gap="5s",
+        watermark={"allowed_lateness": 0},
+        retention={"time": "30s"},
+        emit={"late": "per_arrival"},
+    )
+    agg = runtime.open_task(tmp_path)
+    view: dict[Window, dict[str, Any]] = {}
+    stream = [ev("a", 40), ev("a", 46), ev("a", 51), ev("a", 81), ev("a", 45), ev("a", 38)]
+    for offset, event in enumerate(stream):
+        if one_by_one:
+            agg.add_message(event, offset=offset)
+        else:
+            agg.add_batch(
+                EventBatch.from_columns(
+                    [event["k"]], [event["ts"]], numeric={"v": [event["v"]]}, offset=[offset]
+                )
+            )
+        if flush:
+            agg.flush()
+        apply(view, agg.get_result())
+    agg.timeout(END_OF_TIME)
+    apply(view, agg.get_result())
+    assert windows(view) == {
+        ("a", 40 * S, 45 * S): 1,
+        ("a", 45 * S, 56 * S): 3,
+        ("a", 81 * S, 86 * S): 1,
+    }
+    (error,) = agg.get_errors()
+    assert (error.code, error.offset) == (ErrorCode.OUT_OF_RETENTION, 5)
+    agg.close()
