@@ -20,7 +20,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeGuard
 
@@ -29,6 +29,7 @@ import orjson
 
 from window_operator.arrival import ArrivalClock, future_error, future_errors
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
+from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
 from window_operator.policies import END_OF_TIME
@@ -141,13 +142,14 @@ def _run_chunk(
     future = clock.check(batch.ts, lines.walls)
     if future.mask.any():
         rows = np.flatnonzero(future.mask).tolist()
-        raws: list[bytes | None] = [lines.raws[r] for r in rows]
+        future_raws: list[bytes | None] = [lines.raws[r] for r in rows]
         assert clock.max_future is not None
-        rejected += future_errors(batch, rows, future.arrival, clock.max_future, raws)
+        rejected += future_errors(batch, rows, future.arrival, clock.max_future, future_raws)
         keep = np.flatnonzero(~future.mask)
         batch, walls = batch.take(keep), lines.walls[keep]
+        raws = [lines.raws[i] for i in keep.tolist()]
     else:
-        walls = lines.walls
+        walls, raws = lines.walls, lines.raws
     # The default wall clock is the event time: timers advance with the data.
     batch.wall_ms = np.where(walls < 0, batch.ts, walls)
     stats = agg.add_batch(batch)
@@ -159,7 +161,21 @@ def _run_chunk(
             agg.mark_consumed(err.partition, err.offset)
     if len(batch):
         agg.timeout(int(batch.wall_ms.max()))
-    return rejected
+    return rejected + _with_lines(agg.get_errors(), batch, raws)
+
+
+def _with_lines(
+    errors: list[ErrorRecord], batch: EventBatch, raws: list[bytes]
+) -> list[ErrorRecord]:
+    """The operator's errors with their lines as ``raw`` (it only knows key and time)."""
+    if not errors:
+        return errors
+    where = zip(batch.partition.tolist(), batch.offset.tolist(), strict=True)
+    line_at = dict(zip(where, raws, strict=True))
+    return [
+        e if (line := line_at.get((e.partition, e.offset))) is None else replace(e, raw=line)
+        for e in errors
+    ]
 
 
 def _drain(

@@ -186,3 +186,13 @@ def test_a_stream_continued_over_a_kept_open_state_ends_as_one_run(
 
     with pytest.raises(FinishedStateError, match="finished run"):
         simulate(runtime, second, io.BytesIO(), state_dir=state)
+
+
+def test_an_out_of_retention_error_carries_its_line(tmp_path: Path) -> None:
+    """The operator knows only the event's key and time; ``raw`` is the line as read."""
+    old = orjson.dumps({"k": "a", "ts": BASE, "v": 4, "note": "kept"})
+    late = [orjson.dumps({"k": "b", "ts": BASE + 3600 * S + i, "v": 1}) for i in range(2)]
+    lines = [*late, old]
+    for batch_size in (1, 2):  # the old event in a batch after the watermark moved
+        _, errors, _ = run(lines, tmp_path, batch_size)
+        assert [(e["code"], e["raw"]) for e in errors] == [("OUT_OF_RETENTION", old.decode())]

@@ -1,17 +1,52 @@
 """Reading input back from Kafka: a partition range (the map side's read, and a state
 task's re-read of input its state lacks), and single records (the original bytes of a
-row that made the operator raise: the exchange carries decoded columns, not bytes)."""
+row the operator rejected or that made it raise: the exchange carries decoded columns,
+not bytes)."""
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
+from window_operator.kafka_range import KafkaSourceError
+from window_operator.results import ErrorCode, ErrorRecord
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.settings import KafkaConfig
 
-__all__ = ["read_input", "read_records"]
+__all__ = ["read_input", "read_records", "with_originals"]
+
+#: Offsets wanted this close together are read as one range, not looked up one by one.
+_RUN_GAP = 1_000
+
+
+def with_originals(
+    errors: Sequence[ErrorRecord], consumer_config: KafkaConfig, default_topic: str
+) -> list[ErrorRecord]:
+    """``errors`` with the original key and value of each ``OUT_OF_RETENTION`` record
+    (the operator only knows its key and time); one it cannot read back keeps its
+    summary. ``default_topic``: the input of errors that name none."""
+    wanted: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for e in errors:
+        if (
+            e.code is ErrorCode.OUT_OF_RETENTION
+            and e.partition is not None
+            and e.offset is not None
+        ):
+            wanted[(e.topic or default_topic, e.partition)].append(e.offset)
+    if not wanted:
+        return list(errors)
+    found = {
+        tp: read_records(consumer_config, tp[0], tp[1], offsets) for tp, offsets in wanted.items()
+    }
+    out = []
+    for e in errors:
+        topic = e.topic or default_topic
+        got = None
+        if e.code is ErrorCode.OUT_OF_RETENTION and e.partition is not None:
+            got = found.get((topic, e.partition), {}).get(e.offset if e.offset is not None else -1)
+        out.append(e if got is None else replace(e, key=got[0], raw=got[1], topic=topic))
+    return out
 
 
 def read_records(
@@ -22,34 +57,30 @@ def read_records(
     *,
     timeout_s: float = 10.0,
 ) -> dict[int, tuple[bytes | None, bytes | None]]:
-    """``{offset: (key, value)}`` of the records at ``offsets`` (missing ones are left out)."""
-    from confluent_kafka import Consumer, TopicPartition
+    """``{offset: (key, value)}`` of the records at ``offsets`` (missing ones are left out).
 
+    Offsets close together are read as one range (a backfill may reject many records
+    of a batch), far ones each on their own.
+    """
     wanted = sorted(set(offsets))
     found: dict[int, tuple[bytes | None, bytes | None]] = {}
-    if not wanted:
-        return found
-    consumer = Consumer(
-        {
-            **consumer_config,
-            "group.id": f"window-operator-lookup-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        for offset in wanted:
-            consumer.assign([TopicPartition(topic, partition, offset)])
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                if msg.error() is None and msg.offset() == offset:
-                    found[offset] = (msg.key(), msg.value())
-                break
-    finally:
-        consumer.close()
+    runs: list[list[int]] = []
+    for offset in wanted:
+        if runs and offset - runs[-1][-1] <= _RUN_GAP:
+            runs[-1].append(offset)
+        else:
+            runs.append([offset])
+    for run in runs:
+        try:
+            records = read_input(
+                consumer_config, topic, partition, run[0], run[-1] + 1, timeout_s=timeout_s
+            )
+        except KafkaSourceError:
+            continue  # gone (retention) or not delivered: the error keeps its summary
+        at = set(run)
+        for offset, key, value in zip(records.offsets, records.keys, records.values, strict=True):
+            if offset in at:
+                found[offset] = (key, value)
     return found
 
 

@@ -58,7 +58,7 @@ from window_operator.runtime.gaps import (
 )
 from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.runtime.inputs import InputRecords
-from window_operator.runtime.lookup import read_input, read_records
+from window_operator.runtime.lookup import read_input, read_records, with_originals
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import (
     discard_producer,
@@ -397,7 +397,9 @@ class TaskRunner(Generic[B, R]):
         report: TaskReport,
     ) -> None:
         batch = op.flush(commit=False)
-        errors += op.get_errors()
+        errors[:] = with_originals(
+            errors + op.get_errors(), self.settings.consumer_config(), self.plan.sources[0].topic
+        )
         report.rejected += len(errors)
         by_code = Counter(report.rejected_by_code) + Counter(e.code.value for e in errors)
         report.rejected_by_code = dict(by_code)
