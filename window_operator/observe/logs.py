@@ -97,7 +97,8 @@ def _time(ms: int) -> str:
 
 
 class BatchLog:
-    """Writes one concise INFO line per micro-batch (timer passes only when they emit)."""
+    """Writes one concise INFO line per micro-batch or worker epoch that did something
+    (idle ones, and timer passes that emitted nothing, at DEBUG)."""
 
     def __init__(self, metrics: JobMetrics | None = None) -> None:
         self.log = logging.getLogger(BATCH_LOGGER)
@@ -130,6 +131,9 @@ class BatchLog:
         return ", ".join(parts)
 
     def __call__(self, report: BatchReport) -> None:
-        """Log the line (a timer pass that emitted nothing at DEBUG)."""
-        quiet_pass = report.batch_id < 0 and not any(t.results for t in report.tasks)
-        self.log.log(logging.DEBUG if quiet_pass else logging.INFO, "%s", self.line(report))
+        """Log the line (at DEBUG when the batch, epoch or pass did nothing)."""
+        idle = not any(m.records for m in report.ranges) and not any(
+            t.results or t.applied or t.replayed or t.rejected or t.restored_records
+            for t in report.tasks
+        )
+        self.log.log(logging.DEBUG if idle else logging.INFO, "%s", self.line(report))

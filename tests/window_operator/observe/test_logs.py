@@ -1,0 +1,48 @@
+"""The batch log line: what it says, and which reports it keeps at DEBUG."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from window_operator.kernel import ClockState
+from window_operator.observe.logs import BATCH_LOGGER, BatchLog
+from window_operator.runtime.exchange import InputPartition, MapReport
+from window_operator.runtime.runner import TaskReport
+from window_operator.spark.driver import BatchReport
+
+PARTITION = InputPartition(0, "clicks", 0)
+
+
+def report(batch_id: int, read: int = 0, **task: int) -> BatchReport:
+    ranges = [MapReport(PARTITION.span(100, 100 + read), read, None)]
+    return BatchReport(batch_id, [TaskReport(0, batch_id, **task)], ranges, ClockState(), 0.5)
+
+
+@pytest.mark.parametrize(
+    ("made", "level"),
+    [
+        (report(3, read=10, applied=10), logging.INFO),
+        (report(3, rejected=1), logging.INFO),
+        (report(3, replayed=4), logging.INFO),
+        (report(3, restored_records=7), logging.INFO),
+        (report(-1, results=2), logging.INFO),  # a timer pass that emitted
+        (report(3), logging.DEBUG),  # an epoch of a long-running worker that read nothing
+        (report(-1), logging.DEBUG),  # a timer pass that emitted nothing
+    ],
+)
+def test_reports_that_did_nothing_are_logged_at_debug(
+    made: BatchReport, level: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=BATCH_LOGGER)
+    BatchLog()(made)
+    (record,) = caplog.records
+    assert record.levelno == level
+
+
+def test_the_line_names_the_batch_and_its_counts() -> None:
+    line = BatchLog().line(report(7, read=10, applied=9, rejected=1, late=2))
+    assert line == (
+        "batch 7, 10 read, 9 applied, 2 late, 1 rejected, 0 results, watermark -, 0.50 s"
+    )
