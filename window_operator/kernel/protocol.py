@@ -79,6 +79,10 @@ class WindowOperator(Protocol[B_contra, R_co, W_co]):
         """Run wall-clock policies; ``END_OF_TIME`` ends the input."""
         ...
 
+    def end_late_period(self) -> None:
+        """The next :meth:`timeout` sends the batched LATE updates (the run stops)."""
+        ...
+
     def take_result_batches(self) -> Sequence[R_co]:
         """Hand over pending results (columnar)."""
         ...

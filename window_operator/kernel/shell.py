@@ -43,6 +43,11 @@ class KernelForwarding(Generic[B, T]):
 
     kernel: OperatorKernel[B]
 
+    def end_late_period(self) -> None:
+        """End the running LATE period at the next :meth:`timeout`: the run stops, and
+        the LATE updates it batched go out now rather than at its next start."""
+        self.kernel.timers.late_now = True
+
     @property
     def store(self) -> TaskStore:
         """The task's RocksDB store."""

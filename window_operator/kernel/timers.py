@@ -31,6 +31,9 @@ class Timers:
 
     late_since: int | None = None
     last_early: int | None = None
+    #: the running LATE period ends at the next reading (the run stops: what is pending
+    #: goes out now); not checkpointed
+    late_now: bool = False
 
     def late_marked(self, policy: EmitPolicy, now: int) -> None:
         """A window became pending LATE at wall clock ``now``: start the period if idle."""
@@ -59,10 +62,13 @@ def due(policy: EmitPolicy, timers: Timers, now: int, late_pending: bool) -> Tim
     """
     action = TimerAction.NONE
     if late_pending and policy.late_mode is LateMode.PERIOD:
-        if timers.late_since is None:
+        if timers.late_now:
+            action |= TimerAction.LATE
+        elif timers.late_since is None:
             timers.late_since = now
         elif now >= timers.late_since + policy.late_period:
             action |= TimerAction.LATE
+    timers.late_now = False
     if policy.early_period is not None:
         if timers.last_early is None:
             timers.last_early = now

@@ -85,6 +85,8 @@ class BatchContext:
     #: how the most recent batches before this one began, oldest first (a task whose
     #: state lost some runs each one again with its own clock)
     history: tuple[BatchStart, ...] = ()
+    #: the run ends after this pass: batched LATE updates go out (see TaskInput.final)
+    final: bool = False
 
     @property
     def tasks(self) -> int:
@@ -275,6 +277,7 @@ def timer_input(ctx: BatchContext, index: int) -> TaskInput:
         ranges=[r.span(r.end, r.end) for r in ctx.ends],
         origin=_copy(ctx.origin),
         history=ctx.history,
+        final=ctx.final,
     )
 
 

@@ -115,7 +115,8 @@ class TaskInput:
     ``origin``: the job's first offset of every input partition it read before this
     batch (where a task that holds no position for one would have started; ``None``:
     not known, a job whose checkpoint predates the origin);
-    ``history``: the batches before this one, oldest first (the most recent ones).
+    ``history``: the batches before this one, oldest first (the most recent ones);
+    ``final``: the run ends after this batch or pass, so batched LATE updates go out.
     """
 
     task: int
@@ -127,6 +128,7 @@ class TaskInput:
     ranges: list[InputRange] = field(default_factory=list)
     origin: dict[InputPosition, int] | None = field(default_factory=dict)
     history: tuple[BatchStart, ...] = ()
+    final: bool = False
 
     @property
     def now(self) -> int:

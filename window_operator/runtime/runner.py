@@ -333,6 +333,8 @@ class TaskRunner(Generic[B, R]):
             if r.end > r.start:  # a timer pass's empty ranges only check the positions
                 op.mark_consumed(r.partition, r.end - 1, source=r.source)
         op.adopt_clock(inp.clock_after)
+        if inp.final:
+            op.end_late_period()
         op.timeout(inp.now)
         report.watermark = op.watermark
         return op, errors

@@ -181,6 +181,8 @@ class StreamingJob(SparkJob):
         self._last_activity = time.monotonic()
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
+        #: an AvailableNow run sent its last timer pass
+        self._finished = False
         self.query: StreamingQuery | None = None
 
     # -- the job clock -------------------------------------------------------------------
@@ -224,13 +226,14 @@ class StreamingJob(SparkJob):
         self.run_totals.batches += 1
         self.reports.publish(report)
 
-    def tick(self) -> BatchReport:
-        """Run the timers of every state task now (what the timer thread does when idle)."""
+    def tick(self, *, final: bool = False) -> BatchReport:
+        """Run the timers of every state task now (what the timer thread does when idle);
+        ``final``: the run ends, batched LATE updates go out."""
         started = time.perf_counter()
         with self._lock:
             clock = self._advance(self._clock, _now_ms())
             ends, history = tuple(self._ends.values()), self.clocks.history(None, HISTORY)
-            ctx = BatchContext(self.settings, -1, clock, self._origin, ends, history)
+            ctx = BatchContext(self.settings, -1, clock, self._origin, ends, history, final)
             n = self.settings.tasks
             self._describe("timer pass")
             tasks: list[TaskReport] = (
@@ -307,11 +310,16 @@ class StreamingJob(SparkJob):
         return self.query
 
     def await_termination(self, timeout_s: int | None = None) -> bool:
-        """Wait for the query to stop (AvailableNow stops by itself)."""
+        """Wait for the query to stop (AvailableNow stops by itself, then sends the LATE
+        updates it batched: one last timer pass)."""
         if timeout_s is None:
             self.started.awaitTermination()
-            return True
-        return bool(self.started.awaitTermination(timeout_s))
+        elif not self.started.awaitTermination(timeout_s):
+            return False
+        if self.available_now and not self._finished and self.started.exception() is None:
+            self._finished = True
+            self.tick(final=True)
+        return True
 
     def stop(self) -> None:
         """Stop the timer thread and the query."""

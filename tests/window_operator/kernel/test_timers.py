@@ -24,3 +24,14 @@ def test_early_results_every_period_and_checkpointed_readings() -> None:
     restored = Timers()
     restored.load_json(timers.to_json())
     assert restored == timers
+
+
+def test_a_run_that_stops_ends_the_late_period_at_the_next_reading() -> None:
+    policy = EmitPolicy(late_mode=LateMode.PERIOD, late_period=10)
+    timers = Timers()
+    timers.late_now = True  # nothing pending: the flag is only spent
+    assert due(policy, timers, 100, late_pending=False) is TimerAction.NONE
+    assert due(policy, timers, 100, late_pending=True) is TimerAction.NONE  # starts
+    timers.late_now = True
+    assert due(policy, timers, 101, late_pending=True) is TimerAction.LATE
+    assert not timers.late_now and "late_now" not in timers.to_json()

@@ -25,6 +25,7 @@ from jobkit import (
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig
 from window_operator.spark.driver import StreamingJob
+from window_operator.spark.longrun import job_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -254,3 +255,44 @@ def test_timers_fire_without_new_input(
         assert job.run_totals.ticks > 0  # it was a timer-only pass that sent it
     finally:
         job.stop()
+
+
+@pytest.mark.parametrize("mode", ["micro_batch", "long_running"])
+def test_an_available_now_run_sends_its_batched_late_updates_before_it_ends(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    mode: str,
+) -> None:
+    """``emit.late: 1h`` would hold a LATE update until the next run; a run that
+    processes what is there and stops sends it as it ends."""
+    topic = unique_name("clicks-backfill")
+    create_topic(kafka_bootstrap, topic, 1)
+    base = 1_700_000_000_000
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        window={"type": "tumbling", "size": "10s"},
+        watermark={"allowed_lateness": "0s"},
+        emit={"late": "1h"},
+        spark={"mode": mode},
+    )
+    first = [
+        {"page": "/a", "ts": base + 1_000, "latency_ms": 1.0},
+        {"page": "/a", "ts": base + 30_000, "latency_ms": 1.0},  # [base, +10 s) fires
+    ]
+    late = [{"page": "/a", "ts": base + 2_000, "latency_ms": 3.0}]
+    for events in (first, late):
+        produce(kafka_bootstrap, topic, events, partitions=1)
+        job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+        job.start()
+        assert job.await_termination(300)
+    results = [
+        orjson.loads(m.value())
+        for m in read_topic(kafka_bootstrap, config.output.topic)
+        if m.value() is not None
+    ]
+    window = [(r["kind"], r["values"]["clicks"]) for r in results if r["window_start"] == base]
+    assert window == [("ON_TIME", 1), ("LATE", 2)]

@@ -210,7 +210,7 @@ class Worker:
             full = limit is not None and self._epoch_records >= limit
             if ended or full or time.monotonic() >= next_epoch:
                 self._finish_epoch()
-                self._start_epoch()
+                self._start_epoch(final=ended)
                 next_epoch = time.monotonic() + epoch_s
                 if ended:
                     self._finish_epoch()
@@ -249,13 +249,18 @@ class Worker:
 
     # -- state tasks ----------------------------------------------------------------------
 
-    def _start_epoch(self) -> None:
-        """Hand every state task what it got since the last epoch; they run in threads."""
+    def _start_epoch(self, *, final: bool = False) -> None:
+        """Hand every state task what it got since the last epoch; they run in threads.
+
+        ``final``: the workers stop after it, so batched LATE updates go out.
+        """
         t0 = time.perf_counter()
         now = int(time.time() * 1000)
         parts, received = self.inbox.take()
         inputs = {
-            t: replace(self.clocks[t].epoch(self.epoch, parts[t], now), origin=self.spec.first)
+            t: replace(
+                self.clocks[t].epoch(self.epoch, parts[t], now), origin=self.spec.first, final=final
+            )
             for t in self.tasks
         }
         runs = [self._pool.submit(self.runners[t].run, inputs[t]) for t in self.tasks]
