@@ -79,6 +79,11 @@ class WindowOperator(Protocol[B_contra, R_co, W_co]):
         """Run wall-clock policies; ``END_OF_TIME`` ends the input."""
         ...
 
+    @property
+    def late_pending(self) -> bool:
+        """Whether LATE updates wait for the end of a running ``emit.late`` period."""
+        ...
+
     def end_late_period(self) -> None:
         """The next :meth:`timeout` sends the batched LATE updates (the run stops)."""
         ...

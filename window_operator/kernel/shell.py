@@ -43,6 +43,11 @@ class KernelForwarding(Generic[B, T]):
 
     kernel: OperatorKernel[B]
 
+    @property
+    def late_pending(self) -> bool:
+        """Whether LATE updates wait for the end of a running ``emit.late`` period."""
+        return self.kernel.timers.late_since is not None
+
     def end_late_period(self) -> None:
         """End the running LATE period at the next :meth:`timeout`: the run stops, and
         the LATE updates it batched go out now rather than at its next start."""

@@ -127,6 +127,8 @@ class TaskReport:
     #: -1: the operator does not tell (count windows, joins)
     live_keys: int = -1
     live_windows: int = -1
+    #: LATE updates wait for the end of an ``emit.late`` period (a run that ends sends them)
+    late_pending: bool = False
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready fields."""
@@ -337,6 +339,7 @@ class TaskRunner(Generic[B, R]):
             op.end_late_period()
         op.timeout(inp.now)
         report.watermark = op.watermark
+        report.late_pending = op.late_pending
         return op, errors
 
     def _add(

@@ -183,6 +183,8 @@ class StreamingJob(SparkJob):
         self._timer: threading.Thread | None = None
         #: an AvailableNow run sent its last timer pass
         self._finished = False
+        #: a task reported batched LATE updates waiting (in its last batch or pass)
+        self._late_pending: dict[int, bool] = {}
         self.query: StreamingQuery | None = None
 
     # -- the job clock -------------------------------------------------------------------
@@ -222,6 +224,7 @@ class StreamingJob(SparkJob):
             self._clock, self._next_batch = after, batch_id + 1
             self._last_activity = time.monotonic()
         tasks = [o for o in out if isinstance(o, TaskReport)]
+        self._late_pending.update((t.task, t.late_pending) for t in tasks)
         report = BatchReport(batch_id, tasks, ranges, after, time.perf_counter() - started)
         self.run_totals.batches += 1
         self.reports.publish(report)
@@ -244,6 +247,7 @@ class StreamingJob(SparkJob):
             self._clock = clock
             self.clocks.prepare(self._next_batch, clock)
             self._last_activity = time.monotonic()
+        self._late_pending.update((t.task, t.late_pending) for t in tasks)
         report = BatchReport(-1, tasks, [], clock, time.perf_counter() - started)
         self.run_totals.ticks += 1
         self.reports.publish(report)
@@ -318,7 +322,8 @@ class StreamingJob(SparkJob):
             return False
         if self.available_now and not self._finished and self.started.exception() is None:
             self._finished = True
-            self.tick(final=True)
+            if any(self._late_pending.values()):
+                self.tick(final=True)
         return True
 
     def stop(self) -> None:
