@@ -347,9 +347,11 @@ def _join_line(
     part = meta.get("partition", 0)
     off = meta.get("offset", -1)
     if not _is_int(part) or part < 0:
-        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad partition {part!r}", None, None, line)
+        reason = f"the line's partition must be an integer >= 0, got {part!r}"
+        return ErrorRecord(ErrorCode.WRONG_TYPE, reason, None, None, line)
     if not _is_int(off) or ("offset" in meta and off < 0):
-        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad offset {off!r}", part, None, line)
+        reason = f"the line's offset must be an integer >= 0, got {off!r}"
+        return ErrorRecord(ErrorCode.WRONG_TYPE, reason, part, None, line)
     wall = meta.get("wall_ms")
     return source, rec, part, off, wall if _is_int(wall) else -1
 

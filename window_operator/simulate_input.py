@@ -108,12 +108,14 @@ def _split_line(raw: bytes, last: dict[int, int]) -> _Line | ErrorRecord | None:
         meta = {f: record.pop(f) for f in META_FIELDS if f in record}
     part = meta.get("partition", 0)
     if not _is_int(part) or part < 0:
-        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad partition {part!r}", None, None, raw)
+        reason = f"the line's partition must be an integer >= 0, got {part!r}"
+        return ErrorRecord(ErrorCode.WRONG_TYPE, reason, None, None, raw)
     off = meta.get("offset")
     if off is None:
         off = last.get(part, -1) + 1
-    elif not _is_int(off):
-        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, f"bad offset {off!r}", part, None, raw)
+    elif not _is_int(off) or off < 0:
+        reason = f"the line's offset must be an integer >= 0, got {off!r}"
+        return ErrorRecord(ErrorCode.WRONG_TYPE, reason, part, None, raw)
     if off <= last.get(part, -1):
         return None
     last[part] = off

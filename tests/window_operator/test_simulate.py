@@ -196,3 +196,18 @@ def test_an_out_of_retention_error_carries_its_line(tmp_path: Path) -> None:
     for batch_size in (1, 2):  # the old event in a batch after the watermark moved
         _, errors, _ = run(lines, tmp_path, batch_size)
         assert [(e["code"], e["raw"]) for e in errors] == [("OUT_OF_RETENTION", old.decode())]
+
+
+def test_a_line_with_a_bad_partition_or_offset_is_a_wrong_type(tmp_path: Path) -> None:
+    lines = [
+        orjson.dumps({"k": "a", "ts": BASE, "v": 1, "partition": "x"}),
+        orjson.dumps({"k": "a", "ts": BASE, "v": 1, "offset": 1.5}),
+        orjson.dumps({"k": "a", "ts": BASE, "v": 1, "partition": -1}),
+        orjson.dumps({"k": "a", "ts": BASE, "v": 1, "offset": -5}),  # not a replay
+        orjson.dumps({"k": "a", "ts": BASE, "v": 1}),
+    ]
+    for batch_size in (1, 10):
+        _, errors, summary = run(lines, tmp_path, batch_size)
+        assert [e["code"] for e in errors] == ["WRONG_TYPE"] * 4
+        assert "partition must be an integer >= 0" in errors[0]["reason"]
+        assert summary.applied == 1
