@@ -153,17 +153,19 @@ def feed(
         return out
     bounds = sorted({0, len(events), *[s % (len(events) + 1) for s in splits]})
     for lo, hi in zip(bounds, bounds[1:], strict=False):
-        chunk = events[lo:hi]
-        batch = EventBatch.from_columns(
-            [e.key for e in chunk],
-            [e.ts for e in chunk],
-            numeric={"v": [math.nan if e.v is None else e.v for e in chunk]},
-            partition=[e.partition for e in chunk],
-            offset=[e.offset for e in chunk],
-        )
-        agg.add_batch(batch)
+        agg.add_batch(columns(events[lo:hi]))
         out += agg.get_result()
     return out
+
+
+def columns(events: Sequence[Ev]) -> EventBatch:
+    return EventBatch.from_columns(
+        [e.key for e in events],
+        [e.ts for e in events],
+        numeric={"v": [math.nan if e.v is None else e.v for e in events]},
+        partition=[e.partition for e in events],
+        offset=[e.offset for e in events],
+    )
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -363,15 +365,7 @@ def test_a_window_keeps_the_events_that_arrived_within_its_retention(
                 (e,) = batch
                 agg.add_message({"k": e.key, "ts": e.ts, "v": e.v}, partition=0, offset=e.offset)
             else:
-                agg.add_batch(
-                    EventBatch.from_columns(
-                        [e.key for e in batch],
-                        [e.ts for e in batch],
-                        numeric={"v": [math.nan if e.v is None else e.v for e in batch]},
-                        partition=[0] * len(batch),
-                        offset=[e.offset for e in batch],
-                    )
-                )
+                agg.add_batch(columns(batch))
             if n % flush_every == 0:
                 agg.flush()
             results += agg.get_result()
