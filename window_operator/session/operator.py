@@ -233,11 +233,11 @@ class SessionAggregator(EventOperator):
     def _retained(self, kids: IntArray, ts: IntArray, wm_before: int) -> BoolArray:
         """Events within retention (decided with the watermark before the call).
 
-        Kept: events whose own interval closes within retention, and events that join
-        a retained session: inside its span, or within ``gap`` before its start, which
-        they move back (see :meth:`SessionTrigger.event_retained`). A session past
-        retention takes part in nothing, whether or not the store still holds it, so
-        decisions do not depend on when flushes ran.
+        Kept: events whose own interval closes within retention, and events inside the
+        span of a retained session, which they join without moving its bounds (see
+        :meth:`SessionTrigger.event_retained`). A session past retention takes part in
+        nothing, whether or not the store still holds it, so decisions do not depend on
+        when flushes ran.
         """
         trigger = self.trigger
         cutoff = trigger.cutoff(wm_before)
@@ -246,14 +246,12 @@ class SessionAggregator(EventOperator):
         if not len(cand):
             return keep
         c_kid, c_ts = kids[cand], ts[cand]
-        self.sessions.loader.touching(c_kid, c_ts, c_ts + self.gap, cutoff)
+        self.sessions.loader.touching(c_kid, c_ts, c_ts, cutoff)
         sl = self.cache.slots
         slots = self.cache.of_keys(c_kid)
         slots = slots[trigger.retained(sl.last[slots], cutoff)]
-        joins = trigger.inside(
-            c_kid, c_ts, sl.kid[slots], sl.start[slots] - self.gap, sl.last[slots]
-        )
-        keep[cand[joins]] = True
+        inside = trigger.inside(c_kid, c_ts, sl.kid[slots], sl.start[slots], sl.last[slots])
+        keep[cand[inside]] = True
         return keep
 
     def _apply(

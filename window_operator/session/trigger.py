@@ -109,13 +109,14 @@ class SessionTrigger:
     def event_retained(self, ts: IntArray, cutoff: int) -> BoolArray:
         """Events whose own interval closes within retention at ``cutoff``.
 
-        The others are kept only when they join a retained session (:meth:`inside`
-        its span, or within ``gap`` before its start). Either way an accepted event is
-        later than every event of the key's expired sessions: those close (last event
-        + gap) before the retained session starts, or at or before ``cutoff``. So the
-        Message Store ranges of a key's retained and expired sessions never interleave,
-        and expiry can range-delete a key's messages. An expired session takes part in
-        nothing: an event that reaches both it and a retained one joins only the latter.
+        The others are kept only inside the span of a retained session
+        (:meth:`inside`): an event from far behind joins it without moving its bounds,
+        but must not move a session's start back over time whose sessions may be
+        forgotten already. So the Message Store ranges of a key's retained and expired
+        sessions never interleave, and expiry can range-delete a key's messages. (Even
+        "within ``gap`` before a retained session's start" is unsafe: that session may
+        already overlap an expired one, which a later event at the start of a retained
+        session could then reach, or share a start, and so a store key, with.)
         """
         keep: BoolArray = ts + self.gap > cutoff
         return keep
