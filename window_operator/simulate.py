@@ -32,7 +32,8 @@ from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
-from window_operator.policies import END_OF_TIME
+from window_operator.kernel import ClockState
+from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
 from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder
 
@@ -100,7 +101,7 @@ def simulate(
         agg = runtime.open_task(path)
         _refuse_finished(agg, path)
         decoder = LineDecoder(runtime.decoder)
-        clock = ArrivalClock(runtime.config.watermark.max_future)
+        clock = _arrival_clock(runtime, agg)
         try:
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):
@@ -122,7 +123,19 @@ class _Opened(Protocol):
     @property
     def watermark(self) -> int: ...
 
+    def clock_state(self) -> ClockState: ...
+
     def close(self) -> None: ...
+
+
+def _arrival_clock(runtime: JobRuntime | JoinRuntime, op: _Opened) -> ArrivalClock:
+    """The simulated arrival clock, continued from a kept-open state's wall clock (so
+    the first line of a continued run is checked as it would be in one run)."""
+    clock = ArrivalClock(runtime.config.watermark.max_future)
+    now = op.clock_state().now
+    if now > NO_WATERMARK:
+        clock.now = now
+    return clock
 
 
 def _refuse_finished(op: _Opened, state_dir: Path) -> None:
@@ -243,7 +256,7 @@ def _simulate_join(
         path = state_dir if state_dir is not None else Path(tmp)
         op = runtime.open_task(path)
         _refuse_finished(op, path)
-        clock = ArrivalClock(runtime.config.watermark.max_future)
+        clock = _arrival_clock(runtime, op)
         try:
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):

@@ -111,7 +111,7 @@ def _split_line(raw: bytes, last: dict[int, int]) -> _Line | ErrorRecord | None:
         reason = f"the line's partition must be an integer >= 0, got {part!r}"
         return ErrorRecord(ErrorCode.WRONG_TYPE, reason, None, None, raw)
     off = meta.get("offset")
-    if off is None:
+    if "offset" not in meta:
         off = last.get(part, -1) + 1
     elif not _is_int(off) or off < 0:
         reason = f"the line's offset must be an integer >= 0, got {off!r}"

@@ -207,11 +207,13 @@ def test_a_line_with_a_bad_partition_or_offset_is_a_wrong_type(tmp_path: Path) -
         orjson.dumps({"k": "a", "ts": BASE, "v": 1, "offset": 1.5}),
         orjson.dumps({"k": "a", "ts": BASE, "v": 1, "partition": -1}),
         orjson.dumps({"k": "a", "ts": BASE, "v": 1, "offset": -5}),  # not a replay
+        orjson.dumps({"k": "a", "ts": BASE, "v": 1, "partition": None}),  # not partition 0
+        orjson.dumps({"k": "a", "ts": BASE, "v": 1, "offset": None}),  # not the next offset
         orjson.dumps({"k": "a", "ts": BASE, "v": 1}),
     ]
-    for batch_size in (1, 10):
+    for batch_size in (1, 10):  # a chunk of one clean line takes the columnar path
         _, errors, summary = run(lines, tmp_path, batch_size)
-        assert [e["code"] for e in errors] == ["WRONG_TYPE"] * 4
+        assert [e["code"] for e in errors] == ["WRONG_TYPE"] * 6
         assert "partition must be an integer >= 0" in errors[0]["reason"]
         assert summary.applied == 1
 
@@ -362,3 +364,30 @@ def _answers(out: bytes) -> dict[tuple[str, int, int], Any]:
         else:
             view[identity] = r["values"]
     return view
+
+
+def test_a_continued_run_checks_its_first_line_for_a_far_future_time(tmp_path: Path) -> None:
+    """The simulated arrival clock continues from the kept-open state: a year-3000 first
+    line of the second part is FUTURE_TIMESTAMP, as in one run (it would otherwise move
+    the watermark and reject every later event as out of retention)."""
+    runtime = runtime_for(
+        window={"type": "tumbling", "size": "10s"},
+        aggregations=[{"name": "s", "op": "sum", "field": "v"}],
+        emit={"late": "per_arrival"},
+    )
+    first = tmp_path / "a.jsonl"
+    first.write_bytes(orjson.dumps({"k": "a", "ts": BASE, "v": 1}) + b"\n")
+    second = tmp_path / "b.jsonl"
+    second.write_bytes(
+        orjson.dumps({"k": "a", "ts": YEAR_3000, "v": 2})
+        + b"\n"
+        + orjson.dumps({"k": "a", "ts": BASE + 5, "v": 4})
+        + b"\n"
+    )
+    out, errors = io.BytesIO(), io.BytesIO()
+    state = tmp_path / "state"
+    simulate(runtime, first, out, state_dir=state, batch_size=1, final=False)
+    summary = simulate(runtime, second, out, errors_out=errors, state_dir=state, batch_size=1)
+    assert [orjson.loads(e)["code"] for e in errors.getvalue().splitlines()] == ["FUTURE_TIMESTAMP"]
+    assert summary.applied == 1
+    assert _answers(out.getvalue()) == {("a", BASE, BASE + 10_000): {"s": 5.0}}

@@ -112,6 +112,7 @@ class ColumnarJsonDecoder:
         #: Fields that must not appear (e.g. simulate's per-line partition/offset):
         #: a chunk carrying any of them is left to the per-record path.
         self.absent_fields = tuple(absent_fields)
+        self._absent_names = tuple(b'"' + f.encode() + b'"' for f in self.absent_fields)
         self.enabled = not decoder.object_fields and decoder.timestamp_unit != "iso8601"
         self._key_types = [pa.string(), pa.int64()]
 
@@ -136,6 +137,8 @@ class ColumnarJsonDecoder:
         data = b"\n".join(lines)
         if not _framed_clean(lines, data):
             return None
+        if any(name in data for name in self._absent_names):
+            return None  # even as null: the per-record path judges the field
         for key_type in list(self._key_types):
             table = self._read(data, key_type)
             if table is not None:

@@ -3,7 +3,8 @@
 An operator's progress is written in the same WriteBatch as the state it describes (so
 state and offsets never disagree) and is the changelog's commit marker. It holds what
 every operator has (the shape of the state, the input positions, the clock's event
-times, the watermark, the number of flushes) plus the operator's own small fields.
+times, wall clock and watermark, the number of flushes) plus the operator's own small
+fields.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Checkpoint:
     watermark: int = 0
     batches: int = 0
     operator: dict[str, JsonValue] = field(default_factory=dict)
+    #: the clock's wall clock (a checkpoint written before it was kept has none)
+    now: int | None = None
 
     def encode(self) -> bytes:
         """The stored bytes (JSON)."""
@@ -54,6 +57,7 @@ class Checkpoint:
                 "watermark": self.watermark,
                 "batches": self.batches,
                 "operator": self.operator,
+                "now": self.now,
             }
         )
 
@@ -74,6 +78,7 @@ class Checkpoint:
                 watermark=int(doc["watermark"]),
                 batches=int(doc["batches"]),
                 operator=dict(doc["operator"]),
+                now=None if doc.get("now") is None else int(doc["now"]),
             )
         except StateCorruptError:
             raise

@@ -185,6 +185,8 @@ class OperatorKernel(Generic[R]):
         self.positions.last = dict(cp.offsets)
         self.clock.max_ts = dict(cp.max_ts)
         self.clock.watermark = cp.watermark
+        if cp.now is not None:
+            self.clock.now = cp.now
         self.batches = cp.batches
         if self.timed:
             self.timers.load_json(cp.operator)
@@ -205,6 +207,7 @@ class OperatorKernel(Generic[R]):
             watermark=self.clock.watermark,
             batches=self.batches,
             operator=operator,
+            now=self.clock.now,
         )
         batch.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, cp.encode())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from stores.errors import StateCorruptError
@@ -20,8 +21,16 @@ def test_round_trip() -> None:
         watermark=90,
         batches=4,
         operator={"late_since": None, "x": [1, 2]},
+        now=1_700_000_000_000,
     )
     assert Checkpoint.decode(cp.encode()) == cp
+
+
+def test_a_checkpoint_written_before_the_wall_clock_was_kept_has_none() -> None:
+    old = orjson.loads(Checkpoint({"type": "a"}, watermark=5).encode())
+    del old["now"]
+    decoded = Checkpoint.decode(orjson.dumps(old))
+    assert decoded.now is None and decoded.watermark == 5
 
 
 def test_a_store_of_another_shape_or_corrupt_bytes_is_refused(tmp_path: Path) -> None:
