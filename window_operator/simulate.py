@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Protocol, TypeGuard
+from typing import IO, Any, TypeGuard
 
 import numpy as np
 import orjson
@@ -32,7 +32,6 @@ from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
-from window_operator.kernel import ClockState
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
 from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder
@@ -70,6 +69,18 @@ def _chunks(stream: IO[bytes], size: int) -> Iterator[list[bytes]]:
         yield chunk
 
 
+class FinishedStateError(Exception):
+    """The state of a run whose final timer fired cannot take more events."""
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(
+            f"the state in {state_dir} is of a finished run: its final timer fired every "
+            "window at +infinity, so every new event would be out of retention. Continue "
+            "a stream from a run made with --keep-open, or use a new --state-dir"
+        )
+        self.state_dir = state_dir
+
+
 def simulate(
     runtime: JobRuntime | JoinRuntime,
     input_path: Path,
@@ -91,44 +102,53 @@ def simulate(
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
-    if isinstance(runtime, JoinRuntime):
-        return _simulate_join(
-            runtime, input_path, out, errors_out, state_dir, batch_size, progress, final
-        )
     summary = SimulationSummary()
     with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
         path = state_dir if state_dir is not None else Path(tmp)
-        agg = runtime.open_task(path)
-        _refuse_finished(agg, path)
-        decoder = LineDecoder(runtime.decoder)
-        clock = _arrival_clock(runtime, agg)
+        op = runtime.open_task(path)
         try:
+            if op.watermark >= END_OF_TIME:
+                raise FinishedStateError(path)
+            step = _step(runtime, op, _arrival_clock(runtime, op))
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
-                    lines = decoder.decode(chunk, _partition_offsets(agg))
-                    rejected = _run_chunk(agg, lines, clock, summary)
-                    _drain(agg, rejected, out, errors_out, summary)
+                    _drain(op, step(chunk, summary), out, errors_out, summary)
                     if progress is not None:
                         progress(stream.tell())
+                    if isinstance(op, JoinOperator):
+                        # as a task does after each micro-batch: a checkpoint, bounded memory
+                        op.flush()
             if final:
-                agg.timeout(END_OF_TIME)
-                _drain(agg, [], out, errors_out, summary)
+                op.timeout(END_OF_TIME)
+                _drain(op, [], out, errors_out, summary)
         finally:
-            agg.close()
+            op.close()
     return summary
 
 
-class _Opened(Protocol):
-    @property
-    def watermark(self) -> int: ...
-
-    def clock_state(self) -> ClockState: ...
-
-    def close(self) -> None: ...
+Step = Callable[[list[bytes], SimulationSummary], list[ErrorRecord]]
+"""Feeds one micro-batch of lines; returns the records rejected before the operator."""
 
 
-def _arrival_clock(runtime: JobRuntime | JoinRuntime, op: _Opened) -> ArrivalClock:
+def _step(
+    runtime: JobRuntime | JoinRuntime, op: TaskOperator | JoinOperator, clock: ArrivalClock
+) -> Step:
+    """How lines reach the job's operator: decoded by the job's decoder, or split by input."""
+    if isinstance(runtime, JoinRuntime):
+        assert isinstance(op, JoinOperator)
+        join = op
+        return lambda chunk, summary: _run_join_chunk(runtime, join, chunk, clock, summary)
+    assert not isinstance(op, JoinOperator)
+    agg, decoder = op, LineDecoder(runtime.decoder)
+    return lambda chunk, summary: _run_chunk(
+        agg, decoder.decode(chunk, _partition_offsets(agg)), clock, summary
+    )
+
+
+def _arrival_clock(
+    runtime: JobRuntime | JoinRuntime, op: TaskOperator | JoinOperator
+) -> ArrivalClock:
     """The simulated arrival clock, continued from a kept-open state's wall clock (so
     the first line of a continued run is checked as it would be in one run)."""
     clock = ArrivalClock(runtime.config.watermark.max_future)
@@ -136,13 +156,6 @@ def _arrival_clock(runtime: JobRuntime | JoinRuntime, op: _Opened) -> ArrivalClo
     if now > NO_WATERMARK:
         clock.now = now
     return clock
-
-
-def _refuse_finished(op: _Opened, state_dir: Path) -> None:
-    """Raise :class:`FinishedStateError` (closing ``op``) when its final timer fired."""
-    if op.watermark >= END_OF_TIME:
-        op.close()
-        raise FinishedStateError(state_dir)
 
 
 def _run_chunk(
@@ -239,52 +252,6 @@ def _result_lines(batch: ResultBatch) -> bytes:
 # ---------------------------------------------------------------------------------------
 # Join jobs
 # ---------------------------------------------------------------------------------------
-
-
-def _simulate_join(
-    runtime: JoinRuntime,
-    input_path: Path,
-    out: IO[bytes],
-    errors_out: IO[bytes] | None,
-    state_dir: Path | None,
-    batch_size: int,
-    progress: Callable[[int], object] | None,
-    final: bool,
-) -> SimulationSummary:
-    summary = SimulationSummary()
-    with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
-        path = state_dir if state_dir is not None else Path(tmp)
-        op = runtime.open_task(path)
-        _refuse_finished(op, path)
-        clock = _arrival_clock(runtime, op)
-        try:
-            with open(input_path, "rb") as stream:
-                for chunk in _chunks(stream, batch_size):
-                    summary.lines += len(chunk)
-                    rejected = _run_join_chunk(runtime, op, chunk, clock, summary)
-                    _drain(op, rejected, out, errors_out, summary)
-                    if progress is not None:
-                        progress(stream.tell())
-                    # as a task does after each micro-batch: a checkpoint, bounded memory
-                    op.flush()
-            if final:
-                op.timeout(END_OF_TIME)
-                _drain(op, [], out, errors_out, summary)
-        finally:
-            op.close()
-    return summary
-
-
-class FinishedStateError(Exception):
-    """The state of a run whose final timer fired cannot take more events."""
-
-    def __init__(self, state_dir: Path) -> None:
-        super().__init__(
-            f"the state in {state_dir} is of a finished run: its final timer fired every "
-            "window at +infinity, so every new event would be out of retention. Continue "
-            "a stream from a run made with --keep-open, or use a new --state-dir"
-        )
-        self.state_dir = state_dir
 
 
 @dataclass
