@@ -151,14 +151,6 @@ def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:
     assert summary.applied == 4
 
 
-def _latest(out: bytes) -> dict[tuple[str, int], Any]:
-    latest: dict[tuple[str, int], Any] = {}
-    for line in out.splitlines():
-        r = orjson.loads(line)
-        latest[(r["key"], r["window_start"])] = r["values"]
-    return latest
-
-
 @pytest.mark.parametrize("split", [1, 7, 19])
 def test_a_stream_continued_over_a_kept_open_state_ends_as_one_run(
     tmp_path: Path, split: int
@@ -185,7 +177,7 @@ def test_a_stream_continued_over_a_kept_open_state_ends_as_one_run(
     simulate(runtime, first, parts, state_dir=state, batch_size=1, final=False)
     summary = simulate(runtime, second, parts, state_dir=state, batch_size=1)
     assert summary.applied + summary.rejected == len(lines) - split
-    assert _latest(parts.getvalue()) == _latest(once.getvalue())
+    assert _answers(parts.getvalue()) == _answers(once.getvalue())
 
     with pytest.raises(FinishedStateError, match="finished run"):
         simulate(runtime, second, io.BytesIO(), state_dir=state)

@@ -115,6 +115,8 @@ def _starting_offsets(text: str) -> str:
 
 def _check_port(host: str, port: int) -> None:
     """Fail before Spark starts when the metrics port cannot be served."""
+    from window_operator.observe.metrics import MetricsPortError
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # as the metrics server will: a port left in TIME_WAIT by an earlier run is free
@@ -122,11 +124,7 @@ def _check_port(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            raise CliError(
-                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} (choose "
-                "another --metrics-port / metrics.port, or 0 for any free one)",
-                EXIT_CONFIG,
-            ) from None
+            raise MetricsPortError(host, port, exc) from None
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

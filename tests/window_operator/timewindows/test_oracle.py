@@ -112,6 +112,13 @@ def oracle_windows(
     return {kw: {name: ORACLE[name](evs) for name in ORACLE} for kw, evs in by_window.items()}
 
 
+def window_of(size: int, step: int) -> dict[str, Any]:
+    """The window section of a (size, step) shape."""
+    if size == step:
+        return {"type": "tumbling", "size": size}
+    return {"type": "hopping", "size": size, "step": step}
+
+
 SHAPES = [(10 * S, 10 * S), (30 * S, 30 * S), (30 * S, 10 * S), (20 * S, 5 * S), (60 * S, 20 * S)]
 
 
@@ -190,11 +197,7 @@ def test_last_result_per_window_equals_oracle(
     flush_between: bool,
 ) -> None:
     size, step = shape
-    window = (
-        {"type": "tumbling", "size": size}
-        if size == step
-        else {"type": "hopping", "size": size, "step": step}
-    )
+    window = window_of(size, step)
     runtime = runtime_for(
         window=window,
         aggregations=AGGREGATIONS,
@@ -252,11 +255,7 @@ def test_deduct_and_recombine_agree(
 ) -> None:
     """Sliding with deduct (prev - trailing + leading) equals combining every frame."""
     size, step = shape
-    window = (
-        {"type": "tumbling", "size": size}
-        if size == step
-        else {"type": "hopping", "size": size, "step": step}
-    )
+    window = window_of(size, step)
     aggs = [
         a
         for a in AGGREGATIONS
@@ -340,11 +339,7 @@ def test_a_window_keeps_the_events_that_arrived_within_its_retention(
     event that reaches only younger windows of a shared frame does not count in it."""
     events = [Ev("a" if e.partition else e.key, e.ts, 0, i, e.v) for i, e in enumerate(events)]
     size, step = shape
-    window = (
-        {"type": "tumbling", "size": size}
-        if size == step
-        else {"type": "hopping", "size": size, "step": step}
-    )
+    window = window_of(size, step)
     runtime = runtime_for(
         window=window,
         aggregations=[a for a in AGGREGATIONS if a["op"] in ("count", "sum")],
