@@ -20,6 +20,7 @@ import numpy.typing as npt
 import orjson
 
 from window_operator.results import ErrorCode, ErrorRecord
+from window_operator.timeunits import number_to_ms
 
 __all__ = [
     "DecodeResult",
@@ -189,9 +190,6 @@ class DecodedEvent:
     objects: dict[str, Any]
 
 
-_UNIT_DIVISOR = {"ms": 1, "s": 0.001, "us": 1000, "ns": 1_000_000}
-
-
 class RecordDecoder:
     """Turns input records (dicts or JSON bytes) into an :class:`EventBatch`."""
 
@@ -246,16 +244,7 @@ class RecordDecoder:
             )
         if isinstance(raw, float) and not math.isfinite(raw):
             raise RecordRejected(ErrorCode.BAD_TIMESTAMP, f"timestamp field {name!r} is {raw}")
-        ts: int | float
-        if unit == "ms":
-            ts = raw if isinstance(raw, int) else math.floor(raw)
-        elif unit == "s":
-            ts = raw * 1000
-            if isinstance(ts, float) and math.isfinite(ts):  # an infinity is out of range below
-                ts = math.floor(ts)
-        else:
-            div = 1000 if unit == "us" else 1_000_000
-            ts = raw // div if isinstance(raw, int) else math.floor(raw / div)
+        ts = number_to_ms(raw, unit)
         if not -_MAX_ABS_TS < ts < _MAX_ABS_TS:
             raise RecordRejected(
                 ErrorCode.BAD_TIMESTAMP, f"timestamp {raw!r} ({unit}) is out of range"

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.json as paj
 
 from window_operator.events import EventBatch, RecordDecoder
+from window_operator.timeunits import floats_to_ms
 
 __all__ = ["ColumnarJsonDecoder"]
 
@@ -208,11 +209,9 @@ class ColumnarJsonDecoder:
         if unit in _INT_UNITS:
             return np.floor_divide(raw.astype(np.int64), _INT_UNITS[unit])
         values = raw.astype(np.float64)
-        if not np.isfinite(values).all():
+        if unit not in ("ms", "s") or not np.isfinite(values).all():
             return None
-        if unit == "s":
-            values = values * 1000.0
-        ts = np.floor(values)
+        ts = floats_to_ms(values, unit)
         if np.abs(ts).max() >= 2**53:  # beyond exact float integers: let the exact path decide
             return None
         return ts.astype(np.int64)
