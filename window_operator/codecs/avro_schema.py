@@ -4,7 +4,8 @@ and the conversion of what fastavro reads into JSON-native values.
 Values are made JSON-native so that the rest of the pipeline sees what a JSON input
 would give: ``timestamp-millis`` longs stay epoch-millisecond ints (the logical type is
 removed from the parsed schema by :func:`keep_raw_millis`, which is also the fastest
-path), other timestamps become epoch milliseconds (floored), decimals floats, dates and
+path), ``timestamp-nanos`` longs stay epoch-nanosecond ints, other timestamps become
+epoch milliseconds (floored), decimals floats, dates and
 times ISO-8601 strings, UUIDs strings and ``bytes``/``fixed`` strings of code points
 0-255 (the Avro JSON encoding of bytes).
 """
@@ -42,8 +43,11 @@ CONFLUENT_HEADER: Final = 5
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_NAIVE: Final = datetime(1970, 1, 1)
 _ONE_MS: Final = timedelta(milliseconds=1)
-# Logical types whose underlying long already is what the pipeline wants (epoch ms).
-_KEEP_RAW_LOGICAL: Final = frozenset({"timestamp-millis", "local-timestamp-millis"})
+# Logical types whose underlying long is read as is: epoch ms, which is what the pipeline
+# wants, and epoch ns, which fastavro does not convert (read with timestamp_unit ns).
+_KEEP_RAW_LOGICAL: Final = frozenset(
+    {"timestamp-millis", "local-timestamp-millis", "timestamp-nanos", "local-timestamp-nanos"}
+)
 
 
 class AvroSchemaError(ValueError):
@@ -115,7 +119,7 @@ def _schema_children(node: Mapping[str, Any]) -> Iterable[Any]:
 
 
 def keep_raw_millis(schema: Any) -> Any:
-    """A copy of ``schema`` without the millisecond timestamp logical types.
+    """A copy of ``schema`` without the millisecond (and nanosecond) timestamp logical types.
 
     The binary encoding is the same; without the logical type fastavro reads the
     epoch-ms long as an int (instead of a datetime) and writes an int without a check.

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, ClassVar
 
+import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -224,6 +225,36 @@ def check_avro_schema(
     return _resolve_existing_file(value, info)
 
 
+#: Avro logical types of a long that is a point in time, and the unit their values are
+#: read in: milli- and microseconds become epoch ms, nanoseconds stay a count of ns.
+_TIMESTAMP_LOGICAL = {
+    "timestamp-millis": "ms",
+    "local-timestamp-millis": "ms",
+    "timestamp-micros": "ms",
+    "local-timestamp-micros": "ms",
+    "timestamp-nanos": "ns",
+    "local-timestamp-nanos": "ns",
+}
+
+
+def _timestamp_logical_type(schema_path: Path, field: str) -> str | None:
+    """The timestamp logical type of record field ``field`` in the Avro schema (a union
+    member's included); ``None`` when it has none, or the schema does not read (the
+    decoder reports that)."""
+    try:
+        schema = orjson.loads(schema_path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    fields = schema.get("fields") if isinstance(schema, Mapping) else None
+    for fld in fields if isinstance(fields, list) else ():
+        if isinstance(fld, Mapping) and fld.get("name") == field:
+            kinds = fld.get("type")
+            for kind in kinds if isinstance(kinds, list) else [kinds]:
+                if isinstance(kind, Mapping) and kind.get("logicalType") in _TIMESTAMP_LOGICAL:
+                    return str(kind["logicalType"])
+    return None
+
+
 class InputModel(FrozenModel):
     """The base of ``input:`` and of a join side, which decode records alike.
 
@@ -240,3 +271,21 @@ class InputModel(FrozenModel):
     @classmethod
     def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return check_avro_schema(cls.section, value, info, required=True)
+
+    @field_validator("timestamp_unit", check_fields=False)
+    @classmethod
+    def _timestamp_unit(cls, value: str, info: ValidationInfo) -> str:
+        """An Avro timestamp logical type fixes the unit its values are read in."""
+        path, field = info.data.get("avro_schema"), info.data.get("timestamp")
+        if path is None or field is None:
+            return value
+        logical = _timestamp_logical_type(path, field)
+        if logical is None or _TIMESTAMP_LOGICAL[logical] == value:
+            return value
+        unit = _TIMESTAMP_LOGICAL[logical]
+        raise ValueError(
+            f"the Avro schema gives field {field!r} the logical type {logical}, which is "
+            f"read as epoch {'milliseconds' if unit == 'ms' else 'nanoseconds'}: "
+            f"timestamp_unit must be {unit}{' (or left out)' if unit == 'ms' else ''}, "
+            f"not {value}"
+        )

@@ -151,6 +151,7 @@ def test_avro_logical_types_become_json_native_values(tmp_path: Path) -> None:
             {"name": "k", "type": "string"},
             {"name": "micros", "type": {"type": "long", "logicalType": "timestamp-micros"}},
             {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+            {"name": "nanos", "type": {"type": "long", "logicalType": "timestamp-nanos"}},
             {
                 "name": "price",
                 "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
@@ -184,6 +185,7 @@ def test_avro_logical_types_become_json_native_values(tmp_path: Path) -> None:
         "k": "x",
         "micros": datetime(2023, 11, 14, 22, 13, 20, 123999, tzinfo=UTC),
         "local": datetime(2023, 11, 14, 22, 13, 20, 123000),
+        "nanos": T0 * 1_000_000 + 999_999,
         "price": Decimal("12.34"),
         "day": date(2024, 2, 29),
         "id": ident,
@@ -197,6 +199,7 @@ def test_avro_logical_types_become_json_native_values(tmp_path: Path) -> None:
         "k": "x",
         "micros": T0,  # floored to milliseconds
         "local": T0,
+        "nanos": T0 * 1_000_000 + 999_999,  # a count of ns (read with timestamp_unit: ns)
         "price": 12.34,
         "day": "2024-02-29",
         "id": str(ident),

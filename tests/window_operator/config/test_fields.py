@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 from configkit import ROOT, minimal, one_problem, problem_lines, write
 
-from window_operator.config import load_config, parse_config
+from window_operator.config import ConfigError, load_config, parse_any_config, parse_config
 
 
 @pytest.mark.parametrize("name", ["key", "window_start", "window_end", "kind", "update_seq"])
@@ -88,3 +89,49 @@ def test_avro_schema_only_with_avro_format(tmp_path: Path) -> None:
 def test_avro_output_without_schema_is_allowed() -> None:
     cfg = parse_config(minimal() | {"output": {"format": "avro"}}, base_dir=ROOT)
     assert (cfg.output.format, cfg.output.avro_schema) == ("avro", None)
+
+
+def _timestamp_schema(tmp_path: Path, logical: str) -> None:
+    ts_type = {"type": "long", "logicalType": logical}
+    fields = [{"name": "k", "type": "string"}, {"name": "ts", "type": ["null", ts_type]}]
+    schema = {"type": "record", "name": "E", "fields": fields}
+    (tmp_path / "e.avsc").write_bytes(orjson.dumps(schema))
+
+
+@pytest.mark.parametrize(
+    ("logical", "unit", "wrong"),
+    [
+        ("timestamp-micros", "ms", "us"),
+        ("timestamp-millis", "ms", "s"),
+        ("timestamp-nanos", "ns", "ms"),
+    ],
+)
+@pytest.mark.parametrize("section", ["input", "join"])
+def test_an_avro_timestamp_logical_type_fixes_the_unit(
+    tmp_path: Path, logical: str, unit: str, wrong: str, section: str
+) -> None:
+    """Milli- and microseconds are read as epoch ms, nanoseconds as a count of ns: another
+    unit would scale them a second time."""
+    _timestamp_schema(tmp_path, logical)
+    avro = {"format": "avro", "avro_schema": "e.avsc", "timestamp": "ts"}
+    if section == "input":
+        doc = minimal()
+        doc["input"] |= avro | {"timestamp_unit": wrong}
+        where = "input.timestamp_unit"
+    else:
+        side = {"name": "a", "timestamp": "ts"}
+        doc = {"job": "j", "join": {"left": side | avro | {"timestamp_unit": wrong}}}
+        doc["join"] |= {"right": {"name": "b", "timestamp": "t"}, "on": ["k"], "range": "1m"}
+        where = "join.left.timestamp_unit"
+    with pytest.raises(ConfigError) as info:
+        parse_any_config(doc, base_dir=tmp_path, source="job.yaml")
+    lines = [line[4:] for line in str(info.value).splitlines()[1:]]
+    reads = "milliseconds" if unit == "ms" else "nanoseconds"
+    assert lines == [
+        f"{where}: the Avro schema gives field 'ts' the logical type {logical}, which is read "
+        f"as epoch {reads}: timestamp_unit must be {unit}{' (or left out)' if unit == 'ms' else ''}"
+        f", not {wrong}"
+    ]
+    good = minimal()
+    good["input"] |= avro | {"timestamp_unit": unit}
+    assert parse_config(good, base_dir=tmp_path).input.timestamp_unit == unit
