@@ -30,6 +30,12 @@ IntArray = npt.NDArray[np.int64]
 _NO_ROWS: IntArray = np.empty(0, dtype=np.int64)
 
 
+def _overflow_is_null() -> np.errstate:
+    """No warnings for floating overflow: an accumulator beyond the double range gives a
+    null result (a fresh context per call: the state it saves is per thread)."""
+    return np.errstate(over="ignore", invalid="ignore")
+
+
 @dataclass(frozen=True, slots=True)
 class PendingMessage:
     """One event's values of the full-state aggregations (:attr:`AggregationSet.full_state`),
@@ -111,10 +117,12 @@ class AggregationSet:
     ) -> FloatArray:
         """Pre-aggregate a batch into ``(n_groups, width)`` partial accumulators."""
         out = np.empty((n_groups, self.width), dtype=np.float64)
-        for agg, op, sl in self.vector:
-            value = numeric[agg.field] if agg.field is not None else None
-            x = numeric[agg.x_field] if agg.x_field is not None else ts.astype(np.float64)
-            out[:, sl] = op.accumulate(ColumnInputs(value=value, x=x, ts=ts), groups, n_groups)
+        with _overflow_is_null():
+            for agg, op, sl in self.vector:
+                value = numeric[agg.field] if agg.field is not None else None
+                x = numeric[agg.x_field] if agg.x_field is not None else ts.astype(np.float64)
+                inputs = ColumnInputs(value=value, x=x, ts=ts)
+                out[:, sl] = op.accumulate(inputs, groups, n_groups)
         return out
 
     def accumulate_one(self, row: FloatArray, numeric: Mapping[str, float], ts: int) -> None:
@@ -127,15 +135,17 @@ class AggregationSet:
     def combine(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Row-wise combine of two ``(n, width)`` arrays."""
         out = np.empty_like(a)
-        for _, op, sl in self.vector:
-            out[:, sl] = op.combine(a[:, sl], b[:, sl])
+        with _overflow_is_null():
+            for _, op, sl in self.vector:
+                out[:, sl] = op.combine(a[:, sl], b[:, sl])
         return out
 
     def deduct(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Row-wise inverse of :meth:`combine`."""
         out = np.empty_like(a)
-        for _, op, sl in self.vector:
-            out[:, sl] = op.deduct(a[:, sl], b[:, sl])
+        with _overflow_is_null():
+            for _, op, sl in self.vector:
+                out[:, sl] = op.deduct(a[:, sl], b[:, sl])
         return out
 
     def deduct_checked(self, a: FloatArray, b: FloatArray) -> tuple[FloatArray, IntArray]:
@@ -172,7 +182,8 @@ class AggregationSet:
     def finish(self, acc: FloatArray, objs: Sequence[list[Any]] | None) -> dict[str, list[Any]]:
         """Finished values per aggregation name for ``n`` windows (declaration order)."""
         out: dict[str, list[Any]] = {}
-        vec = {agg.name: op.finish(acc[:, sl]) for agg, op, sl in self.vector}
+        with _overflow_is_null():
+            vec = {agg.name: op.finish(acc[:, sl]) for agg, op, sl in self.vector}
         obj: dict[str, list[Any]] = {}
         if self.objects:
             assert objs is not None

@@ -479,6 +479,28 @@ def test_all_equal_values_give_zero_spread() -> None:
     assert linreg.finish(one_group(linreg, [1.0], [2.0])) == [None]
 
 
+@pytest.mark.parametrize(
+    "values", [[1e160, 2e160, 3e160], [1.0, 2.0, 1e308, 4.0], [-1e200, 1e200, 0.0, 5.0]]
+)
+def test_moments_that_overflow_are_null_on_every_path(values: list[float]) -> None:
+    """A sum of squares beyond the double range is a null result, whether the values came
+    in one batch, one by one or as combined parts (a batch once gave a variance of 0)."""
+    for name in ("variance", "stddev", "linreg"):
+        op = resolve_op(name)
+        assert isinstance(op, VectorOp)
+        xs = values if name == "linreg" else None
+        batch = one_group(op, values, xs)
+        folded = op.identity().copy()
+        for i, v in enumerate(values):
+            op.accumulate_one(folded, v, v, 1_700_000_000_000 + i)
+        halves = op.combine(
+            one_group(op, values[:2], xs and xs[:2]), one_group(op, values[2:], xs and xs[2:])
+        )
+        rest = op.deduct(batch, one_group(op, values[:1], xs and xs[:1]))
+        for acc in (batch, folded.reshape(1, -1), halves, rest):
+            assert op.finish(acc) == [None], (name, values, acc)
+
+
 def test_linreg_uses_event_time_without_x() -> None:
     op = resolve_op("linreg")
     assert isinstance(op, VectorOp)

@@ -77,9 +77,10 @@ def _centre(
 
 
 def _clamp_noise(total: FloatArray, correction: FloatArray) -> FloatArray:
-    """``total - correction`` for second moments, with rounding residue set to 0."""
+    """``total - correction`` for second moments, with rounding residue set to 0 (an
+    overflowed moment stays infinite: the result is null, not a variance of 0)."""
     moment = total - correction
-    return np.where(moment <= _NOISE_ULPS * total, 0.0, moment)
+    return np.where((moment <= _NOISE_ULPS * total) & np.isfinite(moment), 0.0, moment)
 
 
 def _mean_diff(h1: FloatArray, l1: FloatArray, h2: FloatArray, l2: FloatArray) -> FloatArray:
@@ -232,7 +233,7 @@ class VarianceOp(VectorOp):
         correction = diff_ca * diff_ca * means.na * means.weight
         m2 = c[..., 3] - a_[..., 3] - correction
         noise = _NOISE_ULPS * (np.abs(c[..., 3]) + np.abs(a_[..., 3]) + correction)
-        m2 = np.where((m2 <= noise) | (means.n <= 1.0), 0.0, m2)
+        m2 = np.where(((m2 <= noise) & np.isfinite(m2)) | (means.n <= 1.0), 0.0, m2)
         return _deducted(c, means, [m2])
 
     def cancelled(self, total: FloatArray, rest: FloatArray) -> BoolArray | None:
@@ -243,10 +244,12 @@ class VarianceOp(VectorOp):
         return _safe_div(m2, n - self.ddof)
 
     def finish(self, acc: FloatArray) -> list[Any]:
-        """``M2 / (n - ddof)``; ``None`` when ``n <= ddof``."""
+        """``M2 / (n - ddof)``; ``None`` when ``n <= ddof`` or ``M2`` overflowed (values of
+        magnitude beyond about 1e154)."""
         rows = _rows(acc)
         n = rows[:, 0]
-        return _results((n > self.ddof) & (n > 0), self._finish_values(n, rows[:, 3]))
+        values = self._finish_values(n, rows[:, 3])
+        return _results((n > self.ddof) & (n > 0) & np.isfinite(values), values)
 
 
 class StddevOp(VarianceOp):
@@ -349,9 +352,9 @@ class LinregOp(VectorOp):
         cxy = c[..., 6] - a_[..., 6] - corr_xy
         noise_xx = _NOISE_ULPS * (np.abs(c[..., 5]) + np.abs(a_[..., 5]) + corr_xx)
         noise_xy = _NOISE_ULPS * (np.abs(c[..., 6]) + np.abs(a_[..., 6]) + np.abs(corr_xy))
-        degenerate = (cxx <= noise_xx) | (means.n <= 1.0)
+        degenerate = ((cxx <= noise_xx) & np.isfinite(cxx)) | (means.n <= 1.0)
         cxx = np.where(degenerate, 0.0, cxx)
-        cxy = np.where(degenerate | (np.abs(cxy) <= noise_xy), 0.0, cxy)
+        cxy = np.where(degenerate | ((np.abs(cxy) <= noise_xy) & np.isfinite(cxy)), 0.0, cxy)
         return _deducted(c, means, [cxx, cxy])
 
     def cancelled(self, total: FloatArray, rest: FloatArray) -> BoolArray | None:
@@ -367,7 +370,7 @@ class LinregOp(VectorOp):
         # genuine Cxx is >= (eps |mean_x| / 2)^2 / 2; smaller values are residue of the
         # double-float means (e.g. all x equal but mean_lo rounded differently).
         floor = (_EPS * rows[:, 1]) ** 2 / 32.0
-        valid = (rows[:, 0] >= 2.0) & (rows[:, 5] > floor)
+        valid = (rows[:, 0] >= 2.0) & (rows[:, 5] > floor) & np.isfinite(rows[:, 5:7]).all(axis=1)
         slope = _safe_div(rows[:, 6], np.where(valid, rows[:, 5], 0.0))
         intercept = (rows[:, 3] - slope * rows[:, 1]) + (rows[:, 4] - slope * rows[:, 2])
         return [
