@@ -225,7 +225,7 @@ class RecordDecoder:
                     f"timestamp field {name!r} must be an ISO-8601 string, got {_show(raw)}",
                 )
             try:
-                dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+                dt = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
             except ValueError:
                 raise RecordRejected(
                     ErrorCode.BAD_TIMESTAMP,

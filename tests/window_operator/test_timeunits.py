@@ -6,11 +6,12 @@ from decimal import ROUND_FLOOR, Decimal
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from window_operator.codecs import ColumnarJsonDecoder
-from window_operator.events import RecordDecoder
+from window_operator.events import RecordDecoder, RecordRejected
 from window_operator.timeunits import NumericUnit, floats_to_ms, number_to_ms
 
 EXPONENT = {"ms": 0, "s": 3, "us": -3, "ns": -6}
@@ -71,3 +72,15 @@ def test_fractional_seconds_are_not_a_millisecond_early_on_either_decode_path() 
     fast = ColumnarJsonDecoder(decoder).decode(payloads)
     assert fast is not None
     assert fast.ts.tolist() == want
+
+
+def test_iso8601_times_need_a_zone_and_take_either_z() -> None:
+    decoder = RecordDecoder(key_field=None, timestamp_field="ts", timestamp_unit="iso8601")
+    t0 = 1_700_000_000_000
+    assert decoder.timestamp_ms("2023-11-14T22:13:20Z") == t0
+    assert decoder.timestamp_ms("2023-11-14t22:13:20.123z") == t0 + 123
+    assert decoder.timestamp_ms("2023-11-14T23:13:20.0005+01:00") == t0
+    with pytest.raises(RecordRejected, match="has no time zone"):
+        decoder.timestamp_ms("2023-11-14T22:13:20")
+    with pytest.raises(RecordRejected, match="not an ISO-8601 time"):
+        decoder.timestamp_ms("14/11/2023 22:13")
