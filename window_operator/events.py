@@ -201,6 +201,7 @@ class RecordDecoder:
         timestamp_unit: TimestampUnit = "ms",
         numeric_fields: Sequence[str] = (),
         object_fields: Sequence[str] = (),
+        counted_fields: Sequence[str] = (),
         max_key_bytes: int = MAX_KEY_BYTES,
     ) -> None:
         self.key_field = key_field
@@ -208,6 +209,13 @@ class RecordDecoder:
         self.timestamp_unit = timestamp_unit
         self.numeric_fields = tuple(dict.fromkeys(numeric_fields))
         self.object_fields = tuple(dict.fromkeys(object_fields))
+        #: Fields only counted (``count`` with a field): any non-null value is 1.0 in its
+        #: column, a null NaN; a field that is also numeric must be a number.
+        self.counted_fields = tuple(
+            f for f in dict.fromkeys(counted_fields) if f not in self.numeric_fields
+        )
+        #: The float columns of a batch: the numeric fields, then the counted ones.
+        self.float_fields = self.numeric_fields + self.counted_fields
         self.max_key_bytes = max_key_bytes
 
     # -- single fields ------------------------------------------------------------------
@@ -325,6 +333,16 @@ class RecordDecoder:
                 raise RecordRejected(
                     ErrorCode.WRONG_TYPE, f"field {f!r} must be a number, got {_show(v)}"
                 )
+        for f in self.counted_fields:
+            v = rec.get(f, _MISSING)
+            if v is None:
+                nums.append(math.nan)
+            elif v is _MISSING:
+                raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
+            elif v.__class__ is float and v - v != 0.0:
+                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(f, v))
+            else:
+                nums.append(1.0)
         objs: list[Any] = []
         for f in self.object_fields:
             v = rec.get(f, _MISSING)
@@ -342,7 +360,7 @@ class RecordDecoder:
         return DecodedEvent(
             key=key,
             ts=ts,
-            numeric=dict(zip(self.numeric_fields, nums, strict=False)),
+            numeric=dict(zip(self.float_fields, nums, strict=False)),
             objects=dict(zip(self.object_fields, objs, strict=False)) if objs else {},
         )
 
@@ -363,9 +381,9 @@ class RecordDecoder:
         tss: list[int] = []
         kept: list[int] = []
         errors: list[ErrorRecord] = []
-        num_cols: dict[str, list[float]] = {f: [] for f in self.numeric_fields}
+        num_cols: dict[str, list[float]] = {f: [] for f in self.float_fields}
         obj_cols: dict[str, list[Any]] = {f: [] for f in self.object_fields}
-        num_items = [(f, num_cols[f]) for f in self.numeric_fields]
+        num_items = [(f, num_cols[f]) for f in self.float_fields]
         obj_items = [(f, obj_cols[f]) for f in self.object_fields]
         decode = self._decode
         for i, rec in enumerate(records):

@@ -18,6 +18,7 @@ from window_operator.aggregations import (
     VectorOp,
     resolve_op,
 )
+from window_operator.aggregations.numeric import CountNonNullOp
 from window_operator.aggset import AggregationSet, BoundAggregation
 from window_operator.config import (
     ConfigError,
@@ -129,11 +130,15 @@ def _bind_aggregations(config: JobConfig, source: str | None) -> list[BoundAggre
 
 
 def _decoder(config: JobConfig, bound: list[BoundAggregation]) -> RecordDecoder:
-    """The input decoder: numeric columns for vector operations, objects for the rest."""
+    """The input decoder: numeric columns for vector operations, objects for the rest,
+    and presence columns for fields only counted (SQL's ``COUNT(field)``)."""
     numeric: list[str] = []
     objects: list[str] = []
+    counted: list[str] = []
     for b in bound:
-        if b.field is not None:
+        if b.field is not None and isinstance(b.op, CountNonNullOp):
+            counted.append(b.field)
+        elif b.field is not None:
             wants_number = isinstance(b.op, VectorOp) or (
                 isinstance(b.op, ObjectOp) and b.op.numeric
             )
@@ -147,6 +152,7 @@ def _decoder(config: JobConfig, bound: list[BoundAggregation]) -> RecordDecoder:
         timestamp_unit=inp.timestamp_unit,
         numeric_fields=numeric,
         object_fields=objects,
+        counted_fields=counted,
     )
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
+import orjson
 import pytest
 from helpers import BASE_CONFIG, runtime_for
 
+from window_operator.codecs import ColumnarJsonDecoder, JsonPayloadDecoder, decode_payloads
 from window_operator.config import ConfigError, parse_config
 from window_operator.count_windows import CountWindowAggregator
 from window_operator.job import build_runtime
+from window_operator.policies import END_OF_TIME
 from window_operator.session import SessionAggregator
 from window_operator.timewindows import WindowedAggregator
 
@@ -41,3 +46,46 @@ def test_operation_problems_are_config_errors_naming_the_field() -> None:
     doc = {**BASE_CONFIG, "aggregations": [{"name": "x", "op": "nonesuch"}]}
     with pytest.raises(ConfigError, match=r"aggregations\.0\.op"):
         build_runtime(parse_config(doc, base_dir=Path(".")))
+
+
+def test_count_of_a_field_counts_its_non_null_values_of_any_type(tmp_path: Path) -> None:
+    """SQL's ``COUNT(field)``: a string, boolean or object counts, a null does not; a
+    field that also feeds a numeric operation must still be a number."""
+    rt = runtime_for(
+        aggregations=[
+            {"name": "users", "op": "count", "field": "user"},
+            {"name": "n_v", "op": "count", "field": "v"},
+            {"name": "s", "op": "sum", "field": "v"},
+        ]
+    )
+    assert rt.decoder.counted_fields == ("user",)
+    users = ["u1", None, True, {"id": 7}, 3.5, "", [None]]
+    lines = [
+        orjson.dumps({"k": "a", "ts": 1000 + i, "user": u, "v": i}) for i, u in enumerate(users)
+    ]
+    bad = [
+        orjson.dumps({"k": "a", "ts": 1, "v": 1}),  # no user: MISSING_FIELD
+        b'{"k":"a","ts":1,"user":NaN,"v":1}',
+        orjson.dumps({"k": "a", "ts": 1, "user": "u", "v": "1"}),  # sum needs a number
+    ]
+    exact = decode_payloads(lines + bad, JsonPayloadDecoder(), rt.decoder)
+    assert [e.code.value for e in exact.errors] == [
+        "MISSING_FIELD",
+        "NON_FINITE_VALUE",
+        "WRONG_TYPE",
+    ]
+    user = exact.batch.numeric["user"]
+    assert np.isnan(user).tolist() == [False, True] + [False] * 5
+    assert not math.isnan(user[0]) and set(user[~np.isnan(user)].tolist()) == {1.0}
+    numbers = [orjson.dumps({"k": "a", "ts": 1000 + i, "user": i, "v": i}) for i in range(3)]
+    fast = ColumnarJsonDecoder(rt.decoder).decode(numbers)
+    assert fast is not None and fast.numeric["user"].tolist() == [1.0, 1.0, 1.0]
+    assert ColumnarJsonDecoder(rt.decoder).decode(lines[:1]) is None  # a string: exact path
+    op = rt.open_task(tmp_path / "t")
+    try:
+        op.add_batch(exact.batch)
+        op.timeout(END_OF_TIME)
+        (result,) = [r for batch in op.take_result_batches() for r in batch.to_results()]
+        assert result.values == {"users": 6, "n_v": 7, "s": 21.0}
+    finally:
+        op.close()

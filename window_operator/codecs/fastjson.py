@@ -124,7 +124,7 @@ class ColumnarJsonDecoder:
             fields.append(pa.field(d.key_field, key_type))
         ts_type = pa.int64() if d.timestamp_unit in _INT_UNITS else pa.float64()
         fields.append(pa.field(d.timestamp_field, ts_type))
-        fields += [pa.field(f, pa.float64()) for f in d.numeric_fields]
+        fields += [pa.field(f, pa.float64()) for f in d.float_fields]
         fields += [pa.field(f, pa.int64()) for f in self.absent_fields]
         names = [f.name for f in fields]
         if len(set(names)) != len(names):
@@ -170,7 +170,7 @@ class ColumnarJsonDecoder:
         for f in self.absent_fields:
             if table.column(f).null_count != n:
                 return None
-        cols = [d.timestamp_field, *d.numeric_fields]
+        cols = [d.timestamp_field, *d.float_fields]
         if d.key_field is not None:
             cols.append(d.key_field)
         if any(table.column(c).null_count for c in cols):
@@ -190,6 +190,8 @@ class ColumnarJsonDecoder:
         if ts is None:
             return None
         numeric = {f: _values(table.column(f)).astype(np.float64) for f in d.numeric_fields}
+        # a counted field is a number here (a string declines the chunk), and present
+        numeric |= {f: np.ones(n, dtype=np.float64) for f in d.counted_fields}
         if any(np.any(np.signbit(c) & (c == 0.0)) for c in numeric.values()):
             # Arrow reads the integer -0 as -0.0, orjson as 0 (a float 0.0 here)
             if _has_literal(data, 2):

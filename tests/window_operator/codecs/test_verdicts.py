@@ -35,6 +35,8 @@ DECODERS = {
     "s": RecordDecoder(
         key_field="k", timestamp_field="ts", timestamp_unit="s", numeric_fields=["v"]
     ),
+    # count with a field: any non-null value is counted (its column holds 1.0)
+    "count": RecordDecoder(key_field="k", timestamp_field="ts", counted_fields=["v"]),
 }
 Verdict = tuple[Any, ...]
 
