@@ -290,6 +290,7 @@ def _run_join_chunk(
         run.partitions.append(part)
         run.offsets.append(off)
         run.walls.append(wall)
+    op.begin_batch()  # retention and lateness: the watermark before the batch, as on Kafka
     for run in runs:
         bad += _reject_future_rows(runtime.decoder(run.source), run, clock)
         stats = op.add_records(
@@ -301,6 +302,7 @@ def _run_join_chunk(
         )
         summary.applied += stats.applied
         summary.replayed += stats.replayed
+    op.end_batch()
     return bad
 
 

@@ -137,6 +137,10 @@ class CountWindowAggregator(EventOperator):
         """Offsets windows take the records of one partition only."""
         self.engine.check_partition(partition)
 
+    def end_batch(self) -> None:
+        """End a micro-batch (nothing fires on event time here: see :meth:`adopt_clock`)."""
+        self.kernel.holding = False
+
     def adopt_clock(self, state: ClockState) -> None:
         """Take the job's wall clock (EARLY timers) and nothing else.
 

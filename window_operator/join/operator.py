@@ -183,7 +183,8 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         if rows.wall_ms is not None and fresh.any():
             wall = np.where(rows.wall_ms < 0, ts, rows.wall_ms)
             kernel.clock.note_wall(side, part[fresh], wall[fresh])
-        self._advance_watermark(kernel.clock.coalesced())
+        if not kernel.holding:
+            self._advance_watermark(kernel.clock.coalesced())
         rejected = int(fresh.sum()) - len(idx)
         return StepStats(len(idx), adm.replayed, rejected, late, matches)
 

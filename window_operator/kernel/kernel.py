@@ -89,6 +89,9 @@ class OperatorKernel(Generic[R]):
         self.outputs: OutputBuffer[R] = OutputBuffer()
         #: How many flushes the store has seen (the changelog batch number).
         self.batches = 0
+        #: Inside a micro-batch of several ``add_batch`` calls: the watermark stays where
+        #: the batch began until it ends (see ``KernelForwarding.begin_batch``).
+        self.holding = False
 
     # -- progress -----------------------------------------------------------------------
 

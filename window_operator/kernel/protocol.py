@@ -63,6 +63,15 @@ class WindowOperator(Protocol[B_contra, R_co, W_co]):
         """Add decoded records; replays are no-ops."""
         ...
 
+    def begin_batch(self) -> None:
+        """Start a micro-batch of several ``add_batch`` calls, all decided with the
+        watermark as it stands now."""
+        ...
+
+    def end_batch(self) -> None:
+        """End the micro-batch: the watermark moves with its rows."""
+        ...
+
     def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` was handled outside the operator (e.g. rejected)."""
         ...

@@ -86,6 +86,17 @@ class KernelForwarding(Generic[B, T]):
         """Take the clock of the whole job (Spark driver) and fire what it passed."""
         self._advance_watermark(self.kernel.clock.adopt(state))
 
+    def begin_batch(self) -> None:
+        """Start one micro-batch of several ``add_batch`` calls (a join's two inputs):
+        until :meth:`end_batch` each call decides lateness and retention with the
+        watermark as it stands now, whatever the calls before it in the batch brought."""
+        self.kernel.holding = True
+
+    def end_batch(self) -> None:
+        """End the batch :meth:`begin_batch` started: the watermark moves with its rows."""
+        self.kernel.holding = False
+        self._advance_watermark(self.kernel.clock.coalesced())
+
     def _advance_watermark(self, candidate: int) -> None:
         """Move the watermark to ``candidate`` if that is further; fire what it passed."""
         raise NotImplementedError

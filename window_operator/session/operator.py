@@ -358,8 +358,10 @@ class SessionAggregator(EventOperator):
     # ------------------------------------------------------------------ emission
 
     def _after_step(self) -> None:
-        """Advance the watermark after a step; tuple sessions fire by offsets."""
-        self._advance_watermark(self.kernel.clock.coalesced())
+        """Advance the watermark after a step (not inside a batch: see ``begin_batch``);
+        tuple sessions fire by offsets."""
+        if not self.kernel.holding:
+            self._advance_watermark(self.kernel.clock.coalesced())
         if self.by_offsets:
             self._fire()
 

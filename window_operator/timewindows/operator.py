@@ -308,7 +308,8 @@ class WindowedAggregator(EventOperator):
         if len(idx):
             late = self._apply(batch, idx, frames[idx], off, wm_before)
         self.kernel.applied_events(batch, adm, idx)
-        self._advance_watermark(self.kernel.clock.coalesced())
+        if not self.kernel.holding:
+            self._advance_watermark(self.kernel.clock.coalesced())
         if self.policy.late_mode is LateMode.PER_ARRIVAL:
             self._emit_late()
         return StepStats(applied=len(idx), replayed=adm.replayed, rejected=rejected, late=late)
