@@ -273,7 +273,7 @@ def _run_join_chunk(
     clock: ArrivalClock,
     summary: SimulationSummary,
 ) -> list[ErrorRecord]:
-    """Feed one micro-batch; return the records rejected before reaching the operator."""
+    """Feed one micro-batch; return its error records (the lines as their ``raw``)."""
     bad: list[ErrorRecord] = []
     runs: list[_JoinRun] = []
     for line in lines:
@@ -290,9 +290,22 @@ def _run_join_chunk(
         run.partitions.append(part)
         run.offsets.append(off)
         run.walls.append(wall)
+    line_at: dict[tuple[str | None, int | None, int | None], bytes] = {}
     op.begin_batch()  # retention and lateness: the watermark before the batch, as on Kafka
     for run in runs:
-        bad += _reject_future_rows(runtime.decoder(run.source), run, clock)
+        side = op.side_of(run.source)
+        decoder = runtime.decoder(run.source)
+        parts = np.asarray(run.partitions, dtype=np.int64)
+        # the offsets the operator gives lines without one, so errors find their lines
+        run.offsets = op.kernel.positions.assign(
+            side, parts, np.asarray(run.offsets, dtype=np.int64)
+        ).tolist()
+        line_at.update(
+            ((decoder.topic, p, o), raw)
+            for p, o, raw in zip(run.partitions, run.offsets, run.raws, strict=True)
+        )
+        fresh = op.kernel.positions.fresh(side, parts, np.asarray(run.offsets, dtype=np.int64))
+        future = _reject_future_rows(decoder, run, fresh.tolist(), clock)
         stats = op.add_records(
             run.source,
             run.records,
@@ -302,8 +315,16 @@ def _run_join_chunk(
         )
         summary.applied += stats.applied
         summary.replayed += stats.replayed
+        # rejected before the operator, but handled: a replay must not reject them again
+        for err in future:
+            assert err.partition is not None and err.offset is not None
+            op.mark_consumed(err.partition, err.offset, source=side)
+        bad += future
     op.end_batch()
-    return bad
+    return [replace(e, raw=line_at.get((e.topic, e.partition, e.offset), e.raw)) for e in bad] + [
+        replace(e, raw=line_at.get((e.topic, e.partition, e.offset), e.raw))
+        for e in op.get_errors()
+    ]
 
 
 def _join_line(
@@ -339,15 +360,16 @@ def _join_line(
 
 
 def _reject_future_rows(
-    decoder: JoinDecoder, run: _JoinRun, clock: ArrivalClock
+    decoder: JoinDecoder, run: _JoinRun, fresh: list[bool], clock: ArrivalClock
 ) -> list[ErrorRecord]:
-    """Remove the run's far-future records (see :mod:`window_operator.arrival`).
+    """Remove the run's far-future records (see :mod:`window_operator.arrival`); replays
+    (not ``fresh``) stay for the operator to recognise.
 
     Records without a valid event time are left to the operator, which rejects them.
     """
     if clock.max_future is None:
         return []
-    times = [decoder.event_time(r) for r in run.records]
+    times = [decoder.event_time(r) if f else None for r, f in zip(run.records, fresh, strict=True)]
     timed = [i for i, t in enumerate(times) if t is not None]
     if not timed:
         return []
@@ -360,11 +382,9 @@ def _reject_future_rows(
     for j in np.flatnonzero(check.mask).tolist():
         i = timed[j]
         code, reason = future_error(int(ts[j]), int(check.arrival[j]), clock.max_future)
-        off = run.offsets[i]
-        raw = orjson.dumps({"source": run.source, **run.records[i]})
         errors.append(
             ErrorRecord(
-                code, reason, run.partitions[i], off if off >= 0 else None, raw, decoder.topic
+                code, reason, run.partitions[i], run.offsets[i], run.raws[i], decoder.topic
             )
         )
         rejected.add(i)
@@ -373,6 +393,7 @@ def _reject_future_rows(
     run.partitions = [run.partitions[i] for i in keep]
     run.offsets = [run.offsets[i] for i in keep]
     run.walls = [run.walls[i] for i in keep]
+    run.raws = [run.raws[i] for i in keep]
     return errors
 
 

@@ -89,7 +89,8 @@ class KernelForwarding(Generic[B, T]):
     def begin_batch(self) -> None:
         """Start one micro-batch of several ``add_batch`` calls (a join's two inputs):
         until :meth:`end_batch` each call decides lateness and retention with the
-        watermark as it stands now, whatever the calls before it in the batch brought."""
+        watermark as it stands now, whatever the calls before it in the batch brought
+        (a rows join, which follows arrival order across its inputs, moves it per call)."""
         self.kernel.holding = True
 
     def end_batch(self) -> None:

@@ -162,3 +162,33 @@ def test_the_order_of_the_two_inputs_within_a_batch_changes_nothing(
     assert _simulated(runtime, lines, tmp / "file.jsonl", batch) == _simulated(
         runtime, grouped, tmp / "grouped.jsonl", batch
     )
+
+
+def test_join_error_records_carry_their_lines_and_offsets(tmp_path: Path) -> None:
+    """As in an aggregation: ``raw`` is the line as read, a rejected line without an
+    offset takes the next one of its partition, and its replay is not reported again."""
+    config = parse_any_config(JOIN_DOC, base_dir=Path("."))
+    assert isinstance(config, JoinJobConfig)
+    runtime = build_join_runtime(config)
+    t0 = 1_795_560_000_000
+    year_3000 = 32_503_680_000_000
+    lines = [
+        b'{"source":"L","id":1,"ts":%d}' % t0,
+        b'{"source":"L","id":1,"ts":%d}' % year_3000,
+        b'{"source":"L","id":1,"ts":"soon"}',
+        b'{"source":"L","id":2, "ts":%d}' % (t0 + 1),
+        b'{"source":"L","id":1,"ts":%d,"offset":1}' % year_3000,  # a replay of offset 1
+        b'{"source":"R","id":2,"ts":%d,"partition":3}' % (t0 + 2),
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    out, errors = io.BytesIO(), io.BytesIO()
+    summary = simulate(runtime, path, out, errors_out=errors, batch_size=2)
+    got = [orjson.loads(e) for e in errors.getvalue().splitlines()]
+    assert [(e["code"], e["partition"], e["offset"], e["raw"].encode()) for e in got] == [
+        ("FUTURE_TIMESTAMP", 0, 1, lines[1]),
+        ("BAD_TIMESTAMP", 0, 2, lines[2]),
+    ]
+    assert (summary.applied, summary.replayed) == (3, 1)
+    pairs = [orjson.loads(r) for r in out.getvalue().splitlines()]
+    assert [(p["kind"], p["key"]) for p in pairs] == [("MATCH", {"id": 2})]
