@@ -183,8 +183,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         if rows.wall_ms is not None and fresh.any():
             wall = np.where(rows.wall_ms < 0, ts, rows.wall_ms)
             kernel.clock.note_wall(side, part[fresh], wall[fresh])
-        if not kernel.holding or self.spec.rows is not None:
-            # a rows join follows arrival order across its inputs, the watermark too
+        if not kernel.holding:
             self._advance_watermark(kernel.clock.coalesced())
         rejected = int(fresh.sum()) - len(idx)
         return StepStats(len(idx), adm.replayed, rejected, late, matches)

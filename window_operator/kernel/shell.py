@@ -90,7 +90,7 @@ class KernelForwarding(Generic[B, T]):
         """Start one micro-batch of several ``add_batch`` calls (a join's two inputs):
         until :meth:`end_batch` each call decides lateness and retention with the
         watermark as it stands now, whatever the calls before it in the batch brought
-        (a rows join, which follows arrival order across its inputs, moves it per call)."""
+        (as a task does under the job's clock, which moves only between batches)."""
         self.kernel.holding = True
 
     def end_batch(self) -> None:

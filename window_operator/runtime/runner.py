@@ -324,7 +324,6 @@ class TaskRunner(Generic[B, R]):
         offsets = op.offsets
         errors = [e for e in inp.errors if not _replayed(e, offsets, self.plan)]
         op.adopt_clock(inp.clock_before)
-        op.begin_batch()
         by_source: dict[int, list[pa.RecordBatch]] = defaultdict(list)
         for rows in inp.rows:
             by_source[rows.source].append(from_ipc(rows.data))
@@ -332,7 +331,6 @@ class TaskRunner(Generic[B, R]):
         for batch in self.plan.arrange(dict(by_source)):
             op, kept = self._add(state, op, inp, batch, applied, errors, report)
             applied.append(kept)
-        op.end_batch()
         for r in inp.ranges:
             if r.end > r.start:  # a timer pass's empty ranges only check the positions
                 op.mark_consumed(r.partition, r.end - 1, source=r.source)
@@ -360,7 +358,6 @@ class TaskRunner(Generic[B, R]):
         def reopen() -> WindowOperator[B, R, object]:
             fresh = self.plan.operator(state.store)
             fresh.adopt_clock(inp.clock_before)
-            fresh.begin_batch()
             for earlier in applied:
                 fresh.add_batch(earlier)
             return fresh
