@@ -479,6 +479,7 @@ def test_all_equal_values_give_zero_spread() -> None:
     assert linreg.finish(one_group(linreg, [1.0], [2.0])) == [None]
 
 
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning", "ignore:invalid:RuntimeWarning")
 @pytest.mark.parametrize(
     "values", [[1e160, 2e160, 3e160], [1.0, 2.0, 1e308, 4.0], [-1e200, 1e200, 0.0, 5.0]]
 )
