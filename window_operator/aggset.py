@@ -8,7 +8,7 @@ whole rows at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,18 +134,20 @@ class AggregationSet:
 
     def combine(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Row-wise combine of two ``(n, width)`` arrays."""
-        out = np.empty_like(a)
-        with _overflow_is_null():
-            for _, op, sl in self.vector:
-                out[:, sl] = op.combine(a[:, sl], b[:, sl])
-        return out
+        return self._rowwise(a, b, lambda op, x, y: op.combine(x, y))
 
     def deduct(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Row-wise inverse of :meth:`combine`."""
+        return self._rowwise(a, b, lambda op, x, y: op.deduct(x, y))
+
+    def _rowwise(
+        self, a: FloatArray, b: FloatArray, step: Callable[[VectorOp, FloatArray, FloatArray], Any]
+    ) -> FloatArray:
+        """``step`` of each vector operation over its columns of ``a`` and ``b``."""
         out = np.empty_like(a)
         with _overflow_is_null():
             for _, op, sl in self.vector:
-                out[:, sl] = op.deduct(a[:, sl], b[:, sl])
+                out[:, sl] = step(op, a[:, sl], b[:, sl])
         return out
 
     def deduct_checked(self, a: FloatArray, b: FloatArray) -> tuple[FloatArray, IntArray]:
