@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import numpy as np
@@ -41,6 +41,8 @@ TimestampUnit = Literal["ms", "s", "us", "ns", "iso8601"]
 MAX_KEY_BYTES = 4096
 #: Event times must fit comfortably in a signed 64-bit millisecond count.
 _MAX_ABS_TS = 2**61
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 #: Values of object-valued fields (``first``, ``collect``, ...) nested deeper than this
 #: are rejected: they could not be stored or written as results.
 MAX_VALUE_DEPTH = 64
@@ -240,11 +242,14 @@ class RecordDecoder:
                     f"timestamp field {name!r} is not an ISO-8601 time: {_show(raw)}",
                 ) from None
             if dt.tzinfo is None:
+                date_only = raw[10:11] in ("", "Z", "z", "+", "-")
                 raise RecordRejected(
                     ErrorCode.BAD_TIMESTAMP,
-                    f"timestamp {raw!r} has no time zone (add Z or an offset like +00:00)",
+                    f"timestamp {raw!r} is a date without a time of day"
+                    if date_only
+                    else f"timestamp {raw!r} has no time zone (add Z or an offset like +00:00)",
                 )
-            return math.floor(dt.timestamp() * 1000)
+            return (dt - _EPOCH) // _ONE_MS  # exact: no float seconds
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             raise RecordRejected(
                 ErrorCode.BAD_TIMESTAMP,

@@ -82,5 +82,8 @@ def test_iso8601_times_need_a_zone_and_take_either_z() -> None:
     assert decoder.timestamp_ms("2023-11-14T23:13:20.0005+01:00") == t0
     with pytest.raises(RecordRejected, match="has no time zone"):
         decoder.timestamp_ms("2023-11-14T22:13:20")
+    with pytest.raises(RecordRejected, match="is a date without a time of day"):
+        decoder.timestamp_ms("2023-11-14Z")
+    assert decoder.timestamp_ms("0001-01-01T00:00:00.001Z") == -62_135_596_799_999
     with pytest.raises(RecordRejected, match="not an ISO-8601 time"):
         decoder.timestamp_ms("14/11/2023 22:13")
