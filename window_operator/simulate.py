@@ -321,9 +321,9 @@ def _run_join_chunk(
             op.mark_consumed(err.partition, err.offset, source=side)
         bad += future
     op.end_batch()
-    return [replace(e, raw=line_at.get((e.topic, e.partition, e.offset), e.raw)) for e in bad] + [
+    return [
         replace(e, raw=line_at.get((e.topic, e.partition, e.offset), e.raw))
-        for e in op.get_errors()
+        for e in bad + op.get_errors()
     ]
 
 
