@@ -44,6 +44,7 @@ def _input_file(path: str) -> Path:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    from window_operator.count_windows.offsets import OffsetsPartitionError
     from window_operator.simulate import FinishedStateError, simulate
 
     runtime = load_simulation_runtime(args.config)
@@ -68,6 +69,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         )
     except FinishedStateError as exc:
         raise CliError(str(exc)) from None
+    except OffsetsPartitionError as exc:
+        raise CliError(f"{exc} (simulate the lines of one partition per run)") from None
     finally:
         if bar is not None:
             bar.close()

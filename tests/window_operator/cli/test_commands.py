@@ -115,6 +115,27 @@ def test_simulate_meta_fields_partitions_offsets_and_replays(tmp_path: Path) -> 
     assert "1 replayed" in proc.stderr
 
 
+def test_simulate_of_offsets_windows_over_two_partitions_is_one_line(tmp_path: Path) -> None:
+    """Offsets windows cover one partition (a task per partition on Spark): a file of two
+    partitions is an input mistake, said in one line, not a traceback."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: x\ninput: {key: k, timestamp: ts}\n"
+        "window: {type: offsets, size: 2}\naggregations: [{name: n, op: count}]\n"
+    )
+    events = tmp_path / "e.jsonl"
+    lines = [{"k": "a", "ts": 1, "partition": 0}, {"k": "a", "ts": 2, "partition": 1}]
+    events.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    proc = cli("simulate", "--config", str(job), "--input", str(events))
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "window-operator: offsets windows cover one input partition: this operator holds "
+        "partition 0 and got records of partition 1. Run one operator (task) per partition, "
+        "as the Spark job does (simulate the lines of one partition per run)"
+    ]
+
+
 # ---------------------------------------------------------------------------------------
 # startup failures: exit 2 in seconds, one line naming the topic or the brokers
 
