@@ -12,10 +12,9 @@ import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from joinkit import ROOT, hms
+from joinkit import ROOT, hms, join_runtime
 
-from window_operator.config import JoinJobConfig, parse_any_config
-from window_operator.join import JoinRuntime, build_join_runtime
+from window_operator.join import JoinRuntime
 from window_operator.simulate import simulate
 
 
@@ -94,19 +93,6 @@ def test_simulate_join_errors_and_outer_rows(tmp_path: Path) -> None:
     assert b"1 replayed" in proc.stderr
 
 
-JOIN_DOC = {
-    "job": "j",
-    "join": {
-        "left": {"name": "L", "timestamp": "ts"},
-        "right": {"name": "R", "timestamp": "ts"},
-        "on": ["id"],
-        "range": "2m",
-    },
-    "watermark": {"allowed_lateness": "0s"},
-    "retention": {"time": "3m"},
-}
-
-
 def _simulated(runtime: JoinRuntime, lines: list[bytes], path: Path, batch: int) -> tuple[Any, ...]:
     path.write_bytes(b"\n".join(lines) + b"\n")
     out, errors = io.BytesIO(), io.BytesIO()
@@ -142,16 +128,13 @@ def test_the_order_of_the_two_inputs_within_a_batch_changes_nothing(
     """On Kafka a batch adds one input's rows, then the other's; a simulated batch takes
     its lines in file order. Both decide retention with the watermark before the batch, so
     pairs, unmatched rows and error records are the same (fuzzed against Spark)."""
-    doc = {**JOIN_DOC, "join": {**JOIN_DOC["join"], "kind": kind}}
-    config = parse_any_config(doc, base_dir=Path("."))
-    assert isinstance(config, JoinJobConfig)
-    runtime = build_join_runtime(config)
+    runtime = join_runtime({"range": "2m", "kind": kind}, retention="3m")
     t0 = 1_795_560_000_000
     offsets = {"L": 0, "R": 0}
     lines = []
     for left, key, dt in events:
         source = "L" if left else "R"
-        line = {"source": source, "id": key, "ts": t0 + dt, "offset": offsets[source]}
+        line = {"source": source, "k": key, "ts": t0 + dt, "offset": offsets[source]}
         offsets[source] += 1
         lines.append(orjson.dumps(line))
     grouped = []
@@ -167,18 +150,16 @@ def test_the_order_of_the_two_inputs_within_a_batch_changes_nothing(
 def test_join_error_records_carry_their_lines_and_offsets(tmp_path: Path) -> None:
     """As in an aggregation: ``raw`` is the line as read, a rejected line without an
     offset takes the next one of its partition, and its replay is not reported again."""
-    config = parse_any_config(JOIN_DOC, base_dir=Path("."))
-    assert isinstance(config, JoinJobConfig)
-    runtime = build_join_runtime(config)
+    runtime = join_runtime({"range": "2m"}, retention="3m")
     t0 = 1_795_560_000_000
     year_3000 = 32_503_680_000_000
     lines = [
-        b'{"source":"L","id":1,"ts":%d}' % t0,
-        b'{"source":"L","id":1,"ts":%d}' % year_3000,
-        b'{"source":"L","id":1,"ts":"soon"}',
-        b'{"source":"L","id":2, "ts":%d}' % (t0 + 1),
-        b'{"source":"L","id":1,"ts":%d,"offset":1}' % year_3000,  # a replay of offset 1
-        b'{"source":"R","id":2,"ts":%d,"partition":3}' % (t0 + 2),
+        b'{"source":"L","k":1,"ts":%d}' % t0,
+        b'{"source":"L","k":1,"ts":%d}' % year_3000,
+        b'{"source":"L","k":1,"ts":"soon"}',
+        b'{"source":"L","k":2, "ts":%d}' % (t0 + 1),
+        b'{"source":"L","k":1,"ts":%d,"offset":1}' % year_3000,  # a replay of offset 1
+        b'{"source":"R","k":2,"ts":%d,"partition":3}' % (t0 + 2),
     ]
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -191,4 +172,4 @@ def test_join_error_records_carry_their_lines_and_offsets(tmp_path: Path) -> Non
     ]
     assert (summary.applied, summary.replayed) == (3, 1)
     pairs = [orjson.loads(r) for r in out.getvalue().splitlines()]
-    assert [(p["kind"], p["key"]) for p in pairs] == [("MATCH", {"id": 2})]
+    assert [(p["kind"], p["key"]) for p in pairs] == [("MATCH", {"k": 2})]
