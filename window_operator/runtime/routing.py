@@ -20,7 +20,13 @@ import numpy as np
 
 from window_operator.arrays import IntArray
 
-__all__ = ["error_lane", "task_of_bytes", "task_of_keys", "task_of_partitions"]
+__all__ = [
+    "error_lane",
+    "task_of_bytes",
+    "task_of_keys",
+    "task_of_partition",
+    "task_of_partitions",
+]
 
 
 def task_of_bytes(keys: Sequence[bytes], n_tasks: int) -> IntArray:
@@ -59,6 +65,12 @@ def task_of_partitions(partitions: IntArray, n_tasks: int) -> IntArray:
     return out
 
 
-def error_lane(partition: int, n_tasks: int) -> int:
-    """The state task that sends the rejected records of an input partition."""
+def task_of_partition(partition: int, n_tasks: int) -> int:
+    """The state task that owns an input partition when state is keyed by partition."""
     return partition % n_tasks
+
+
+def error_lane(partition: int, n_tasks: int) -> int:
+    """The state task that sends the rejected records of an input partition (the owner
+    of the partition when state is keyed by it)."""
+    return task_of_partition(partition, n_tasks)

@@ -66,7 +66,7 @@ from window_operator.runtime.producers import (
     transactional_id,
     transactional_producer,
 )
-from window_operator.runtime.routing import error_lane
+from window_operator.runtime.routing import error_lane, task_of_partition
 from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
 from window_operator.runtime.state_gauge import StateFigures, StateGauge
@@ -214,6 +214,7 @@ class TaskRunner(Generic[B, R]):
 
     def _run_once(self, inp: TaskInput) -> TaskReport:
         t0 = time.perf_counter()
+        inp = self._owned(inp)
         report = TaskReport(task=self.task, batch_id=inp.batch_id)
         report.location = f"{socket.gethostname()}:{self.settings.task_path(self.task)}"
         opened = self._open
@@ -235,6 +236,20 @@ class TaskRunner(Generic[B, R]):
             self.close()
         report.seconds = time.perf_counter() - t0
         return report
+
+    def _owned(self, inp: TaskInput) -> TaskInput:
+        """``inp`` with only the ranges this task's state keeps positions of.
+
+        State keyed by the operator's key sees every partition, so every range is its to
+        check and mark handled. State keyed by input partition (offset windows, tuple
+        sessions) owns only the partitions routed to it: another partition's range is
+        neither its to mark (an offsets operator holds one partition) nor a gap of it.
+        """
+        if not self.plan.partition_keyed:
+            return inp
+        n = self.settings.tasks
+        mine = [r for r in inp.ranges if task_of_partition(r.partition, n) == self.task]
+        return inp if len(mine) == len(inp.ranges) else replace(inp, ranges=mine)
 
     def _process(self, opened: OpenTask[B, R], inp: TaskInput, report: TaskReport) -> None:
         """Steps 3 and 4 for one input: apply it, send, log and commit."""

@@ -76,3 +76,36 @@ def test_replayed_batches_are_not_counted_twice(
     runner.run_batch([records(topic, 3, [{"k": "a", "ts": 30 * S}])], 3_000)
     results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
     assert [(r["window_start"], r["values"]["n"]) for r in results] == [(0, 3)]
+
+
+def test_offsets_windows_run_one_partition_per_task_across_batches(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Each task keeps only its partition's offsets: it neither claims the other
+    partition nor reads it back as a gap."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 2)
+    config = runtime_for(
+        job=unique_name("job"),
+        input={"topic": topic, "key": "k", "timestamp": "ts"},
+        window={"type": "offsets", "size": 2},
+    ).config
+    tasks = prepare_topics(config, kafka_bootstrap)
+    assert tasks == 2
+    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+
+    def part(partition: int, first: int, keys: str) -> InputRecords:
+        events = [{"k": k, "ts": S} for k in keys]
+        got = records(topic, first, events)
+        return InputRecords(topic, partition, got.offsets, got.keys, got.values)
+
+    first = runner.run_batch([part(0, 0, "aab"), part(1, 0, "bb")], 1_000)
+    second = runner.run_batch([part(0, 3, "a"), part(1, 2, "bbb")], 2_000)
+    assert [t.applied for t in first.tasks] == [3, 2]
+    assert [t.applied for t in second.tasks] == [1, 3]
+    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    got = sorted((r["key"], r["window_start"], r["values"]["n"]) for r in results)
+    # partition 0: a a | b a      partition 1: b b | b b | b
+    # a window fires once its partition delivered an offset past its end: [2, 4) of
+    # partition 0 and [4, 6) of partition 1 are still open
+    assert got == [("a", 0, 2), ("b", 0, 2), ("b", 2, 2)]
