@@ -24,7 +24,12 @@ class Kind(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class WindowResult:
-    """One window result; the latest record per ``(key, window_start)`` is the answer."""
+    """One window result; the latest record per window is the answer.
+
+    A window is ``(key, window_start)``; windows bounded by offsets (``offsets`` windows,
+    tuple sessions) belong to one input partition, which ``partition`` names (``None``
+    for every other window).
+    """
 
     key: str
     window_start: int
@@ -32,24 +37,31 @@ class WindowResult:
     kind: Kind
     update_seq: int
     values: dict[str, Any]
+    partition: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form used by ``simulate`` and the output topic."""
-        return {
+        """The JSON form used by ``simulate`` and the output topic (``partition`` after
+        ``window_end``, only for windows of one partition)."""
+        doc: dict[str, Any] = {
             "key": self.key,
             "window_start": self.window_start,
             "window_end": self.window_end,
-            "kind": self.kind.value,
-            "update_seq": self.update_seq,
-            "values": self.values,
         }
+        if self.partition is not None:
+            doc["partition"] = self.partition
+        doc["kind"] = self.kind.value
+        doc["update_seq"] = self.update_seq
+        doc["values"] = self.values
+        return doc
 
 
 @dataclass(slots=True)
 class ResultBatch:
     """Columnar window results of one kind, as produced on the hot path.
 
-    ``values`` maps each aggregation name to a list aligned with ``keys``.
+    ``values`` maps each aggregation name to a list aligned with ``keys``;
+    ``partition`` is every row's input partition for windows bounded by offsets, and
+    ``None`` for every other window (see :class:`WindowResult`).
     """
 
     kind: Kind
@@ -58,6 +70,7 @@ class ResultBatch:
     window_end: npt.NDArray[np.int64]
     update_seq: npt.NDArray[np.int64]
     values: dict[str, list[Any]] = field(default_factory=dict)
+    partition: npt.NDArray[np.int64] | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -69,6 +82,7 @@ class ResultBatch:
         starts = self.window_start.tolist()
         ends = self.window_end.tolist()
         seqs = self.update_seq.tolist()
+        parts = [None] * len(self) if self.partition is None else self.partition.tolist()
         return [
             WindowResult(
                 key=k,
@@ -77,6 +91,7 @@ class ResultBatch:
                 kind=self.kind,
                 update_seq=seqs[i],
                 values={n: c[i] for n, c in zip(names, cols, strict=True)},
+                partition=parts[i],
             )
             for i, k in enumerate(self.keys)
         ]

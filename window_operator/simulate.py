@@ -226,6 +226,9 @@ def _drain(
 
 def _result_lines(batch: ResultBatch) -> bytes:
     dumps = orjson.dumps
+    if batch.partition is not None:
+        # windows of one partition name it, as on Kafka (WindowResult.to_dict)
+        return b"".join(dumps(r.to_dict()) + b"\n" for r in batch.to_results())
     names = list(batch.values)
     cols = [batch.values[n] for n in names]
     starts = batch.window_start.tolist()

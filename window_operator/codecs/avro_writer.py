@@ -129,9 +129,12 @@ class ColumnarAvroWriter:
     write for the same record, several times faster.
     """
 
-    def __init__(self, aggregations: Sequence[AggregationConfig]) -> None:
+    def __init__(
+        self, aggregations: Sequence[AggregationConfig], *, per_partition: bool = False
+    ) -> None:
         self.columns: list[tuple[str, Column]] = [(a.name, column_of(a)) for a in aggregations]
         self.kinds = {kind: _zigzag_varint(i) for i, kind in enumerate(Kind)}
+        self.per_partition = per_partition
 
     def encode(self, batch: ResultBatch, prefix: bytes) -> list[bytes]:
         """One Avro value per row of ``batch``, each preceded by ``prefix``."""
@@ -145,6 +148,10 @@ class ColumnarAvroWriter:
         parts.append([_avro_string(k) for k in batch.keys])
         parts.append(_avro_longs(batch.window_start))
         parts.append(_avro_longs(batch.window_end))
+        if self.per_partition:
+            if batch.partition is None:
+                raise ValueError("the result batch names no partition for its windows")
+            parts.append(_avro_longs(batch.partition))
         parts.append(repeat(self.kinds[batch.kind], n))
         parts.append(_avro_longs(batch.update_seq))
         for name, column in self.columns:

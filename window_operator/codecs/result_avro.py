@@ -70,12 +70,15 @@ class AvroResultEncoder:
             self.json_text_fields = frozenset(check_user_schema(self.schema, config, source))
             self._columnar: ColumnarAvroWriter | None = None
         else:
-            self.schema = derive_result_schema(config.aggregations, job=config.job)
+            per_partition = config.windows_per_partition
+            self.schema = derive_result_schema(
+                config.aggregations, job=config.job, per_partition=per_partition
+            )
             source = f"derived result schema of job {config.job}"
             self.json_text_fields = frozenset(
                 agg.name for agg in config.aggregations if column_of(agg) == "text"
             )
-            self._columnar = ColumnarAvroWriter(config.aggregations)
+            self._columnar = ColumnarAvroWriter(config.aggregations, per_partition=per_partition)
         self._parsed = parse_schema(keep_raw_millis(self.schema), source)
         self.schema_id = confluent_schema_id
         self._prefix = b"" if confluent_schema_id is None else confluent_header(confluent_schema_id)
@@ -116,26 +119,21 @@ class AvroResultEncoder:
         schema = self._parsed
         tell = buffer.tell
         ends: list[int] = []
-        for key, start, end, seq, row in zip(
+        parts = [None] * len(batch) if batch.partition is None else batch.partition.tolist()
+        for key, start, end, part, seq, row in zip(
             batch.keys,
             batch.window_start.tolist(),
             batch.window_end.tolist(),
+            parts,
             batch.update_seq.tolist(),
             rows,
             strict=True,
         ):
-            write(
-                buffer,
-                schema,
-                {
-                    "key": key,
-                    "window_start": start,
-                    "window_end": end,
-                    "kind": kind,
-                    "update_seq": seq,
-                    "values": dict(zip(names, row, strict=True)),
-                },
-            )
+            record: dict[str, Any] = {"key": key, "window_start": start, "window_end": end}
+            if part is not None:
+                record["partition"] = part
+            record.update(kind=kind, update_seq=seq, values=dict(zip(names, row, strict=True)))
+            write(buffer, schema, record)
             ends.append(tell())
         data = buffer.getvalue()
         prefix = self._prefix

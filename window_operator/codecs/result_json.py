@@ -2,11 +2,12 @@
 
 Every output record is keyed by the window: the Kafka key is the JSON text
 ``{"key":...,"window_start":...,"window_end":...}`` with exactly that field order (see
-:func:`result_key`) for both output formats, so the key bytes of a window are stable and
-equal across EARLY/ON_TIME/LATE updates and the output topic can be compacted (the latest
-record per key is the answer). A ``RETRACT`` result is a tombstone: the key with a null
-value. The key stays JSON even with Avro values so that it needs no schema registry and
-is readable by every consumer.
+:func:`result_key`; a window bounded by offsets adds ``"partition":...`` last, as two
+partitions can hold windows of one key with the same bounds) for both output formats,
+so the key bytes of a window are stable and equal across EARLY/ON_TIME/LATE updates and
+the output topic can be compacted (the latest record per key is the answer). A
+``RETRACT`` result is a tombstone: the key with a null value. The key stays JSON even
+with Avro values so that it needs no schema registry and is readable by every consumer.
 """
 
 from __future__ import annotations
@@ -35,13 +36,20 @@ __all__ = [
 JSON_OPTS: Final = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
-def result_key(key: str, window_start: int, window_end: int) -> bytes:
-    """The Kafka key of a window: ``{"key":...,"window_start":...,"window_end":...}``."""
-    return orjson.dumps({"key": key, "window_start": window_start, "window_end": window_end})
+def result_key(
+    key: str, window_start: int, window_end: int, partition: int | None = None
+) -> bytes:
+    """The Kafka key of a window: ``{"key":...,"window_start":...,"window_end":...}``,
+    then ``"partition":...`` for a window of one input partition."""
+    doc: dict[str, str | int] = {"key": key, "window_start": window_start, "window_end": window_end}
+    if partition is not None:
+        doc["partition"] = partition
+    return orjson.dumps(doc)
 
 
 def decode_result_key(data: bytes) -> tuple[str, int, int]:
-    """``(key, window_start, window_end)`` of a Kafka key made by :func:`result_key`."""
+    """``(key, window_start, window_end)`` of a Kafka key made by :func:`result_key` (the
+    partition of a window bounded by offsets is in the value as well)."""
     doc = orjson.loads(data)
     return doc["key"], doc["window_start"], doc["window_end"]
 
@@ -54,12 +62,17 @@ def batch_keys(batch: ResultBatch) -> list[bytes]:
     """
     dumps = orjson.dumps
     quoted = {k: dumps(k) for k in set(batch.keys)}
+    starts, ends = batch.window_start.tolist(), batch.window_end.tolist()
+    if batch.partition is not None:
+        template = b'{"key":%b,"window_start":%d,"window_end":%d,"partition":%d}'
+        parts = batch.partition.tolist()
+        return [
+            template % (quoted[k], s, e, p)
+            for k, s, e, p in zip(batch.keys, starts, ends, parts, strict=True)
+        ]
     template = b'{"key":%b,"window_start":%d,"window_end":%d}'
     return [
-        template % (quoted[k], s, e)
-        for k, s, e in zip(
-            batch.keys, batch.window_start.tolist(), batch.window_end.tolist(), strict=True
-        )
+        template % (quoted[k], s, e) for k, s, e in zip(batch.keys, starts, ends, strict=True)
     ]
 
 

@@ -65,12 +65,17 @@ def _avro_type_of(column: Column, defined: set[str]) -> Any:
 
 
 def derive_result_schema(
-    aggregations: Sequence[AggregationConfig], *, job: str | None = None
+    aggregations: Sequence[AggregationConfig],
+    *,
+    job: str | None = None,
+    per_partition: bool = False,
 ) -> dict[str, Any]:
     """The Avro schema of the window results of a job with these aggregations.
 
     A ``WindowResult`` record (namespace ``window_operator``) with ``key``,
-    ``window_start``/``window_end`` (``long``, ``timestamp-millis``), ``kind`` (enum),
+    ``window_start``/``window_end`` (``long``, ``timestamp-millis``), for windows of one
+    input partition (``per_partition``: ``offsets`` windows, tuple sessions, whose bounds
+    are offsets, then plain ``long``s) ``partition`` (``long``), ``kind`` (enum),
     ``update_seq`` and ``values``, a ``Values`` record with one field per aggregation in
     declaration order: ``count``/``count_distinct`` ``long``; the numeric statistics
     ``["null", "double"]``; ``percentile`` with a list ``q`` a nullable map of doubles
@@ -94,15 +99,22 @@ def derive_result_schema(
         if column == "text":
             fld["doc"] = f"JSON text of the {agg.op} value"
         fields.append(fld)
-    timestamp = {"type": "long", "logicalType": "timestamp-millis"}
+    bound: dict[str, Any] = {"type": "long"}
+    if not per_partition:
+        bound["logicalType"] = "timestamp-millis"
+    window = [
+        {"name": "key", "type": "string"},
+        {"name": "window_start", "type": bound},
+        {"name": "window_end", "type": dict(bound)},
+    ]
+    if per_partition:
+        window.append({"name": "partition", "type": "long"})
     schema: dict[str, Any] = {
         "type": "record",
         "name": "WindowResult",
         "namespace": _NAMESPACE,
         "fields": [
-            {"name": "key", "type": "string"},
-            {"name": "window_start", "type": timestamp},
-            {"name": "window_end", "type": dict(timestamp)},
+            *window,
             {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": _KIND_SYMBOLS}},
             {"name": "update_seq", "type": "long"},
             {"name": "values", "type": {"type": "record", "name": "Values", "fields": fields}},
@@ -144,6 +156,8 @@ def check_user_schema(schema: Any, config: JobConfig, source: str) -> set[str]:
     if not top:
         raise AvroSchemaError(f"{source}: the output schema must be an Avro record")
     produced = {"key", "window_start", "window_end", "kind", "update_seq", "values"}
+    if config.windows_per_partition:
+        produced.add("partition")
     missing = [f["name"] for f in top if f.get("name") not in produced and "default" not in f]
     values_field = next((f for f in top if f.get("name") == "values"), None)
     json_text: set[str] = set()

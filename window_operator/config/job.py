@@ -17,7 +17,7 @@ from window_operator.config.fields import (
     none_to_empty_mapping,
 )
 from window_operator.config.sections import JobSections
-from window_operator.config.windows import WindowConfig
+from window_operator.config.windows import OffsetsWindow, SessionWindow, WindowConfig
 
 __all__ = ["AggregationConfig", "InputConfig", "JobConfig"]
 
@@ -119,6 +119,15 @@ class JobConfig(JobSections):
         if problems:
             raise FieldProblems(problems)
         return self
+
+    @property
+    def windows_per_partition(self) -> bool:
+        """Whether a window is bounded by one input partition's offsets (``offsets``
+        windows, tuple sessions): state is keyed by partition and results name it."""
+        window = self.window
+        if isinstance(window, OffsetsWindow):
+            return True
+        return isinstance(window, SessionWindow) and window.max_idle_messages is not None
 
     def value_fields(self) -> tuple[str, ...]:
         """The value fields to decode from each event, in declaration order, without repeats.

@@ -131,8 +131,15 @@ class OffsetWindows:
         self.inner.timeout(now_ms)
 
     def take_result_batches(self) -> list[ResultBatch]:
-        """Hand over the pending results (windows starting at offset >= 0)."""
-        return [b for b in map(from_offset_zero, self.inner.take_result_batches()) if len(b)]
+        """Hand over the pending results (windows starting at offset >= 0), each naming
+        the partition whose offsets bound it."""
+        out = []
+        for batch in map(from_offset_zero, self.inner.take_result_batches()):
+            if len(batch):
+                assert self._partition is not None  # a result needs a record
+                batch.partition = np.full(len(batch), self._partition, dtype=np.int64)
+                out.append(batch)
+        return out
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Frames and checkpoint in one batch; fired windows expire."""

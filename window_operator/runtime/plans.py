@@ -18,7 +18,7 @@ from window_operator.arrays import IntArray
 from window_operator.arrival import reject_future
 from window_operator.codecs import ResultEncoder, result_encoder_for
 from window_operator.codecs.inputs import InputDecoder
-from window_operator.config import JobConfig, JoinJobConfig, OffsetsWindow, SessionWindow
+from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.events import DecodeResult, EventBatch
 from window_operator.job import JobRuntime, build_runtime
 from window_operator.kernel import StoredWindow, WindowOperator
@@ -84,10 +84,7 @@ class AggregationPlan:
     @property
     def partition_keyed(self) -> bool:
         """Offset windows and tuple sessions are defined per input partition."""
-        window = self.runtime.config.window
-        if isinstance(window, OffsetsWindow):
-            return True
-        return isinstance(window, SessionWindow) and window.max_idle_messages is not None
+        return self.runtime.config.windows_per_partition
 
     def decode(self, source: int, records: InputRecords) -> DecodedInput[EventBatch]:
         """Decode a range; far-future events (by Kafka timestamp) are rejected."""

@@ -1,6 +1,7 @@
 """Result batches of sessions: RETRACTs of superseded identities, then the results.
 
-A result is identified by ``(key, window_start, window_end)``. A session emitted under
+A result is identified by ``(key, window_start, window_end)`` (and the partition, for
+tuple sessions, whose bounds are that partition's offsets). A session emitted under
 bounds that differ from an identity emitted for it (or for the sessions merged into it)
 before is preceded, in the same step, by a RETRACT with empty ``values`` for each such
 identity, carrying the ``update_seq`` of the result that replaces it. Within a step
@@ -47,6 +48,7 @@ class SessionEmitter:
         if sl.extra:
             stale |= np.isin(slots, list(sl.extra))
         names = keys.name
+        r_kids: list[int] = []
         r_keys: list[str] = []
         r_start: list[int] = []
         r_end: list[int] = []
@@ -55,6 +57,7 @@ class SessionEmitter:
         for j in np.flatnonzero(stale).tolist():
             s = int(slots[j])
             for a, b in trigger.retracted(sl.emitted_bounds(s), int(starts[j]), int(ends[j])):
+                r_kids.append(int(kids[j]))
                 r_keys.append(names[int(kids[j])])
                 r_start.append(a)
                 r_end.append(b)
@@ -69,6 +72,7 @@ class SessionEmitter:
                     window_end=np.asarray(r_end, dtype=np.int64),
                     update_seq=np.asarray(r_seq, dtype=np.int64),
                     values={},
+                    partition=self._partitions(np.asarray(r_kids, dtype=np.int64)),
                 )
             )
         self.outputs.emit(
@@ -79,6 +83,12 @@ class SessionEmitter:
                 window_end=ends,
                 update_seq=seqs,
                 values=cache.aggs.finish(sl.acc[slots], cache.objs_of(slots)),
+                partition=self._partitions(kids),
             )
         )
         cache.emitted(slots, starts, ends, retracted, dirty)
+
+    def _partitions(self, kids: IntArray) -> IntArray | None:
+        """The partition of each session key (tuple sessions; ``None`` for time sessions)."""
+        keys = self.cache.keys
+        return keys.part_arr[kids] if keys.per_partition else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +306,67 @@ def test_json_result_value_document(tmp_path: Path) -> None:
         b'"values":{"n":2,"avg":null,"tags":[{"z":1},null]}}'
     )
     assert decode_result_value(value) == orjson.loads(value)
+
+
+def offsets_config(tmp_path: Path, **output: Any) -> JobConfig:
+    window = {"type": "offsets", "size": 100}
+    doc = {**SMALL_JOB, "window": window, "output": output or None}
+    return parse_config(doc, base_dir=tmp_path)
+
+
+def test_windows_of_one_partition_name_it_in_key_and_value(tmp_path: Path) -> None:
+    """Two partitions give key ``a`` a window [0, 100): two windows, two Kafka keys."""
+    batch = result_batch(Kind.ON_TIME, ["a", "a"], [0, 0], n=[3, 1], avg=[1.0, 2.0], tags=[[], []])
+    batch.window_end = batch.window_start + 100
+    batch.partition = np.asarray([0, 7], dtype=np.int64)
+    results = batch.to_results()
+    assert [r.partition for r in results] == [0, 7]
+    assert list(results[1].to_dict()) == [
+        "key", "window_start", "window_end", "partition", "kind", "update_seq", "values"
+    ]  # fmt: skip
+    json_records = JsonResultEncoder().encode_batch(batch)
+    assert [k for k, _ in json_records] == [
+        b'{"key":"a","window_start":0,"window_end":100,"partition":0}',
+        b'{"key":"a","window_start":0,"window_end":100,"partition":7}',
+    ]
+    assert [k for k, _ in json_records] == [result_key("a", 0, 100, p) for p in (0, 7)]
+    assert [v for _, v in json_records] == [orjson.dumps(r.to_dict()) for r in results]
+    avro = AvroResultEncoder(offsets_config(tmp_path, format="avro"))
+    fields = [f["name"] for f in avro.schema["fields"]]
+    assert fields[:4] == ["key", "window_start", "window_end", "partition"]
+    assert avro.schema["fields"][1]["type"] == {"type": "long"}  # offsets, not times
+    avro_records = avro.encode_batch(batch)
+    assert [k for k, _ in avro_records] == [k for k, _ in json_records]
+    decoder = avro.decoder()
+    assert [decoder.decode(v) for _, v in avro_records] == [r.to_dict() for r in results]
+    parsed = fastavro.parse_schema(avro.schema)
+    for (_, value), r in zip(avro_records, results, strict=True):
+        row = r.to_dict()
+        row["values"]["tags"] = orjson.dumps(row["values"]["tags"]).decode()
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, row)
+        assert value == out.getvalue()  # the columnar writer, byte for byte
+    retract = replace(batch, kind=Kind.RETRACT)
+    assert avro.encode_batch(retract) == [(k, None) for k, _ in json_records]
+    batch.partition = None
+    with pytest.raises(ValueError, match="names no partition"):
+        avro.encode_batch(batch)
+
+
+def test_a_user_schema_may_carry_the_partition(tmp_path: Path) -> None:
+    schema = derive_result_schema(offsets_config(tmp_path).aggregations, per_partition=True)
+    schema["fields"].append({"name": "note", "type": "string", "default": ""})
+    path = write_schema(tmp_path, schema)
+    config = offsets_config(tmp_path, format="avro", avro_schema=str(path))
+    encoder = AvroResultEncoder(config)
+    batch = result_batch(Kind.ON_TIME, ["a"], [0], n=[3], avg=[1.0], tags=[["x"]])
+    batch.partition = np.asarray([4], dtype=np.int64)
+    ((_, value),) = encoder.encode_batch(batch)
+    got = encoder.decoder().decode(value)
+    assert got is not None and got["partition"] == 4 and got["note"] == ""
+    # a time-window job produces no partition: a schema that requires one does not fit
+    with pytest.raises(AvroSchemaError, match="partition"):
+        AvroResultEncoder(small_config(tmp_path, format="avro", avro_schema=str(path)))
 
 
 def test_avro_confluent_result_values(tmp_path: Path) -> None:

@@ -52,6 +52,17 @@ def test_offsets_windows_fire_when_the_partition_passes_their_end(op: Any) -> No
     ]
 
 
+def test_offsets_windows_name_their_partition(op: Any) -> None:
+    """Two partitions give one key windows of the same bounds: the partition tells them
+    apart (in the result, and in its Kafka key)."""
+    agg = op(runtime({"type": "offsets", "size": 2}, [{"name": "n", "op": "count"}]))
+    for off in range(5):
+        agg.add_message({"k": "a", "ts": 0}, partition=3, offset=off)
+    agg.timeout(END_OF_TIME)
+    got = [(r.window_start, r.values["n"], r.partition) for r in agg.get_result()]
+    assert sorted(got) == [(0, 2, 3), (2, 2, 3), (4, 1, 3)]
+
+
 def test_offsets_windows_refuse_a_second_partition(op: Any) -> None:
     agg = op(runtime({"type": "offsets", "size": 2}, DEDUCTIBLE))
     agg.add_message({"k": "a", "ts": 0, "v": 1}, partition=3, offset=0)

@@ -78,7 +78,7 @@ def test_replayed_batches_are_not_counted_twice(
     assert [(r["window_start"], r["values"]["n"]) for r in results] == [(0, 3)]
 
 
-def test_offsets_windows_run_one_partition_per_task_across_batches(
+def test_offsets_windows_run_one_partition_per_task_and_name_it(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     """Each task keeps only its partition's offsets: it neither claims the other
@@ -109,3 +109,15 @@ def test_offsets_windows_run_one_partition_per_task_across_batches(
     # a window fires once its partition delivered an offset past its end: [2, 4) of
     # partition 0 and [4, 6) of partition 1 are still open
     assert got == [("a", 0, 2), ("b", 0, 2), ("b", 2, 2)]
+    # offset 4 of partition 0 fires its [2, 4): b's window there has the bounds of b's
+    # [2, 4) in partition 1, and the output (an upsert log) keeps both
+    runner.run_batch([part(0, 4, "b")], 3_000)
+    latest = {
+        m.key(): orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)
+    }
+    answers = sorted(
+        (r["key"], r["partition"], r["window_start"], r["values"]["n"]) for r in latest.values()
+    )
+    assert answers == [
+        ("a", 0, 0, 2), ("a", 0, 2, 1), ("b", 0, 2, 1), ("b", 1, 0, 2), ("b", 1, 2, 2)
+    ]  # fmt: skip

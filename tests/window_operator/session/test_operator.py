@@ -343,14 +343,18 @@ def test_tuple_sessions_of_several_partitions_keep_offsets_per_input_position(
     assert agg.offsets == {(0, 0): 5, (0, 1): 7}
     assert agg.get_result() == []
     agg.mark_consumed(1, 9, source=0)
-    assert [(r.key, r.window_start, r.window_end) for r in agg.get_result()] == [("b", 7, 8)]
+    ended = agg.get_result()
+    assert [(r.key, r.window_start, r.window_end) for r in ended] == [("b", 7, 8)]
+    assert [r.partition for r in ended] == [1]  # its bounds are offsets of partition 1
     assert agg.offsets[InputPosition(0, 1)] == 9
     agg.add_message({"k": "a", "ts": 0, "v": 4}, partition=0, offset=6)
     agg.mark_consumed(0, 8)  # 6 + 2: a's session [4, 7) ends
-    ((key, start, end, n),) = [
-        (r.key, r.window_start, r.window_end, r.values["n"]) for r in agg.get_result()
+    ((key, start, end, n, part),) = [
+        (r.key, r.window_start, r.window_end, r.values["n"], r.partition)
+        for r in agg.get_result()
     ]
     assert (key, start, end, n) == ("a", 4, 7, 3)
+    assert part == 0
 
 
 # max_idle_messages 2: a record that does not decode counts as a message without any key,

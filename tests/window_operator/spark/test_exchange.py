@@ -173,3 +173,44 @@ def test_count_windows_of_unkeyed_input_follow_the_batch_order(
         ).items()
     }
     assert got == expected
+
+
+def test_offsets_windows_of_unkeyed_input_name_their_partition(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Every partition has its own offsets windows, each on the state task of its
+    partition; the windows of one key in two partitions share bounds, and both stay in
+    the output (the partition is part of the window's Kafka key)."""
+    topic = unique_name("offsets")
+    stream = make_stream(2_000, keys=6, seed=27)
+    records = stream.records()
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    produce(kafka_bootstrap, topic, records, round_robin=True, partitions=PARTITIONS)
+    size, step = 10, 5
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        window={"type": "offsets", "size": size, "step": step},
+        spark={"max_offsets_per_trigger": 600},
+    )
+    _, reports = run_job(spark, config, kafka_bootstrap)
+    assert len(reports) > 1 and {len(r.tasks) for r in reports} == {PARTITIONS}
+    # record i is offset i // 4 of partition i % 4; a window fires once its partition
+    # delivered an offset past its end
+    last = (len(records) - 1) // PARTITIONS
+    expected: dict[tuple[int, str, int], int] = defaultdict(int)
+    for i, rec in enumerate(records):
+        part, offset = i % PARTITIONS, i // PARTITIONS
+        first = max(-(-(offset - size + 1) // step) * step, 0)  # ceil to a step
+        for start in range(first, offset + 1, step):
+            if start + size <= last:
+                expected[(part, rec["page"], start)] += 1
+    table: dict[bytes, dict[str, Any]] = {}
+    for m in read_topic(kafka_bootstrap, config.output.topic):
+        table[m.key()] = orjson.loads(m.value())
+    got = {
+        (r["partition"], r["key"], r["window_start"]): r["values"]["clicks"] for r in table.values()
+    }
+    assert len(got) == len(table)
+    assert got == expected
