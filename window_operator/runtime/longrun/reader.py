@@ -93,12 +93,13 @@ class InputReader:
         """Read no more."""
         self.reading.clear()
 
-    def read(self, timeout_s: float) -> list[Chunked]:
-        """One read: a chunk per partition that had records (waits up to ``timeout_s``)."""
+    def read(self, timeout_s: float, max_records: int = CHUNK_RECORDS) -> list[Chunked]:
+        """One read of at most ``max_records``: a chunk per partition that had records
+        (waits up to ``timeout_s``)."""
         if self.consumer is None or not self.reading:
             return []
         t0 = time.perf_counter()
-        msgs: list[Message] = self.consumer.consume(CHUNK_RECORDS, timeout=timeout_s)
+        msgs: list[Message] = self.consumer.consume(max_records, timeout=timeout_s)
         if not msgs:
             return []
         failed = [m for m in msgs if m.error() is not None]  # end-of-partition events mostly

@@ -48,7 +48,7 @@ from window_operator.runtime.longrun.assignment import Assignment, WorkerStart, 
 from window_operator.runtime.longrun.control import ControlClient
 from window_operator.runtime.longrun.inbox import Inbox, TaskClock, merge_reports
 from window_operator.runtime.longrun.mesh import Mesh
-from window_operator.runtime.longrun.reader import Chunked, InputReader
+from window_operator.runtime.longrun.reader import CHUNK_RECORDS, Chunked, InputReader
 from window_operator.runtime.longrun.wire import Chunk, End, EpochReport, Kind, WorkerSummary
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.runner import TaskReport, TaskRunner
@@ -202,7 +202,7 @@ class Worker:
                 self._send_end()
             wait = max(0.0, min(_IDLE_WAIT_S, next_epoch - time.monotonic()))
             if self.reader.reading and not self.mesh.throttled:
-                for chunk in self.reader.read(wait):
+                for chunk in self.reader.read(wait, self._read_budget(limit)):
                     self._map(chunk)
             elif wait > 0:
                 time.sleep(min(wait, 0.005 if self.reader.reading else wait))
@@ -215,6 +215,12 @@ class Worker:
                 if ended:
                     self._finish_epoch()
                     return
+
+    def _read_budget(self, limit: int | None) -> int:
+        """The most records the next read may take: an epoch reads at most ``limit``."""
+        if limit is None:
+            return CHUNK_RECORDS
+        return max(1, min(CHUNK_RECORDS, limit - self._epoch_records))
 
     def _stop_requested(self) -> bool:
         return self.control is not None and self.control.stop_requested.is_set()
