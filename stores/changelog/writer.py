@@ -149,27 +149,7 @@ class ChangelogWriter:
         marker's offset from the returned delivery.
         """
         delivery = ChangelogDelivery(self.topic, self.partition)
-        records = [{"key": CF_TAGS[cf] + key, "value": value} for cf, key, value in extra]
-        marker: Mutation | None = None
-        for i, e in enumerate(batch.entries):
-            if isinstance(e, BulkPut):
-                tag = CF_TAGS[e.cf]
-                records += [
-                    {"key": tag + k, "value": v} for k, v in zip(e.keys, e.values, strict=True)
-                ]
-            elif e.kind is MutationKind.PUT and is_marker(e.cf, e.key):
-                marker = e  # the checkpoint is the commit marker: send it last
-            elif e.kind is MutationKind.PUT:
-                records.append({"key": CF_TAGS[e.cf] + e.key, "value": e.value})
-            elif e.kind is MutationKind.DELETE:
-                records.append({"key": CF_TAGS[e.cf] + e.key, "value": None})
-            else:
-                assert e.value is not None
-                tag = CF_TAGS[e.cf]
-                doomed = _doomed(store, batch.entries[:i], e.cf, e.key, e.value)
-                records += [{"key": tag + k, "value": None} for k in doomed]
-        if marker is None:
-            raise ChangelogError("a logged batch must contain the task checkpoint (its marker)")
+        records, marker = _records(batch, store, extra)
         offsets = [[s, p, o] for (s, p), o in sorted(source_offsets)]
         headers = [
             *self._headers[marker.cf],
@@ -215,3 +195,33 @@ def _doomed(
         elif e.kind is MutationKind.PUT and lo <= e.key < hi:
             doomed.add(e.key)
     return sorted(doomed)
+
+
+def _records(
+    batch: StoreBatch,
+    store: TaskStore,
+    extra: Sequence[tuple[ColumnFamily, bytes, bytes | None]],
+) -> tuple[list[dict[str, bytes | None]], Mutation]:
+    """The changelog records of ``extra`` then ``batch`` but its marker, and the marker."""
+    records: list[dict[str, bytes | None]] = [
+        {"key": CF_TAGS[cf] + key, "value": value} for cf, key, value in extra
+    ]
+    marker: Mutation | None = None
+    for i, e in enumerate(batch.entries):
+        if isinstance(e, BulkPut):
+            tag = CF_TAGS[e.cf]
+            records += [{"key": tag + k, "value": v} for k, v in zip(e.keys, e.values, strict=True)]
+        elif e.kind is MutationKind.PUT and is_marker(e.cf, e.key):
+            marker = e  # the checkpoint is the commit marker: send it last
+        elif e.kind is MutationKind.PUT:
+            records.append({"key": CF_TAGS[e.cf] + e.key, "value": e.value})
+        elif e.kind is MutationKind.DELETE:
+            records.append({"key": CF_TAGS[e.cf] + e.key, "value": None})
+        else:
+            assert e.value is not None
+            tag = CF_TAGS[e.cf]
+            doomed = _doomed(store, batch.entries[:i], e.cf, e.key, e.value)
+            records += [{"key": tag + k, "value": None} for k in doomed]
+    if marker is None:
+        raise ChangelogError("a logged batch must contain the task checkpoint (its marker)")
+    return records, marker
