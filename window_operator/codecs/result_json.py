@@ -49,7 +49,7 @@ def result_key(
 
 def decode_result_key(data: bytes) -> tuple[str, int, int]:
     """``(key, window_start, window_end)`` of a Kafka key made by :func:`result_key` (the
-    partition of a window bounded by offsets is in the value as well)."""
+    key of a window bounded by offsets names its partition too, under ``"partition"``)."""
     doc = orjson.loads(data)
     return doc["key"], doc["window_start"], doc["window_end"]
 

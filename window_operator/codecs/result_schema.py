@@ -73,9 +73,9 @@ def derive_result_schema(
     """The Avro schema of the window results of a job with these aggregations.
 
     A ``WindowResult`` record (namespace ``window_operator``) with ``key``,
-    ``window_start``/``window_end`` (``long``, ``timestamp-millis``), for windows of one
-    input partition (``per_partition``: ``offsets`` windows, tuple sessions, whose bounds
-    are offsets, then plain ``long``s) ``partition`` (``long``), ``kind`` (enum),
+    ``window_start``/``window_end`` (``long``, ``timestamp-millis``; with
+    ``per_partition``, for windows bounded by one input partition's offsets, plain
+    ``long`` offsets followed by ``partition``, a ``long``), ``kind`` (enum),
     ``update_seq`` and ``values``, a ``Values`` record with one field per aggregation in
     declaration order: ``count``/``count_distinct`` ``long``; the numeric statistics
     ``["null", "double"]``; ``percentile`` with a list ``q`` a nullable map of doubles
