@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "IncompatibleStateError",
+    "JobSetupError",
     "OutputSendError",
     "UnknownSourceError",
     "WindowOperatorError",
@@ -23,6 +24,11 @@ class WindowOperatorError(Exception):
 
 class IncompatibleStateError(WindowOperatorError, ValueError):
     """A store holds state of another window shape or job: it cannot be continued."""
+
+
+class JobSetupError(WindowOperatorError):
+    """The job cannot run as it is set up, whatever the records: an operator raising it
+    fails its task instead of sending the records it was given to the error output."""
 
 
 class UnknownSourceError(WindowOperatorError, ValueError):

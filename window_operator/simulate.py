@@ -4,15 +4,16 @@ Each input line is one event in arrival order. Besides the event's own fields a 
 may carry ``partition`` (default 0), ``offset`` (default: the next offset of its
 partition) and ``wall_ms`` (the arrival wall clock; default: the event time, so timers
 advance with the data). Lines are processed in micro-batches of ``batch_size`` (as the
-streaming job does; ``1`` gives per-event semantics), a timer tick follows each batch,
-and a final tick at the end of time fires every window. The output is deterministic:
-the same input gives byte-identical output.
+streaming job does; ``1`` gives per-event semantics), a timer tick and a flush follow
+each batch, and a final tick at the end of time fires every window. A line that makes
+the operator raise is an ``INTERNAL_ERROR``, as in a state task. The output is
+deterministic: the same input gives byte-identical output.
 
 Join jobs (a config with ``join:``) read the same kind of file, except that every line
 names its input in ``source`` (``join.left.name`` or ``join.right.name``; any other
 value is an ``UNKNOWN_SOURCE`` error); partitions and offsets are per input. Each run
-of consecutive lines of one input is one batch, the state is flushed after every
-chunk, and the output has one line per join result (see :mod:`window_operator.join`).
+of consecutive lines of one input is one batch, and the output has one line per join
+result (see :mod:`window_operator.join`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
+from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder
 
 __all__ = ["FinishedStateError", "SimulationSummary", "simulate"]
@@ -105,45 +107,57 @@ def simulate(
     summary = SimulationSummary()
     with tempfile.TemporaryDirectory(prefix="window-operator-sim-") as tmp:
         path = state_dir if state_dir is not None else Path(tmp)
-        op = runtime.open_task(path)
+        running = _Running(runtime.open_task(path))
         try:
-            if op.watermark >= END_OF_TIME:
+            if running.op.watermark >= END_OF_TIME:
                 raise FinishedStateError(path)
-            step = _step(runtime, op, _arrival_clock(runtime, op))
+            step = _step(runtime, running, _arrival_clock(runtime, running.op))
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
-                    _drain(op, step(chunk, summary), out, errors_out, summary)
+                    _drain(running.op, step(chunk, summary), out, errors_out, summary)
                     if progress is not None:
                         progress(stream.tell())
-                    if isinstance(op, JoinOperator):
-                        # as a task does after each micro-batch: a checkpoint, bounded memory
-                        op.flush()
+                    # as a task does after each micro-batch: a checkpoint (the state a
+                    # batch that makes the operator raise starts again from), bounded memory
+                    running.op.flush()
             if final:
-                op.timeout(END_OF_TIME)
-                _drain(op, [], out, errors_out, summary)
+                running.op.timeout(END_OF_TIME)
+                _drain(running.op, [], out, errors_out, summary)
         finally:
-            op.close()
+            running.op.close()
     return summary
+
+
+@dataclass(eq=False)
+class _Running:
+    """The operator of a simulation. A batch that makes an aggregation raise replaces it
+    with one restored from the last flush, as a state task does
+    (:func:`~window_operator.runtime.guard.add_guarded`)."""
+
+    op: TaskOperator | JoinOperator
 
 
 Step = Callable[[list[bytes], SimulationSummary], list[ErrorRecord]]
 """Feeds one micro-batch of lines; returns the records rejected before the operator."""
 
 
-def _step(
-    runtime: JobRuntime | JoinRuntime, op: TaskOperator | JoinOperator, clock: ArrivalClock
-) -> Step:
+def _step(runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalClock) -> Step:
     """How lines reach the job's operator: decoded by the job's decoder, or split by input."""
     if isinstance(runtime, JoinRuntime):
-        assert isinstance(op, JoinOperator)
-        join = op
+        join = running.op
+        assert isinstance(join, JoinOperator)
         return lambda chunk, summary: _run_join_chunk(runtime, join, chunk, clock, summary)
-    assert not isinstance(op, JoinOperator)
-    agg, decoder = op, LineDecoder(runtime.decoder)
-    return lambda chunk, summary: _run_chunk(
-        agg, decoder.decode(chunk, _partition_offsets(agg)), clock, summary
-    )
+    decoder = LineDecoder(runtime.decoder)
+
+    def step(chunk: list[bytes], summary: SimulationSummary) -> list[ErrorRecord]:
+        agg = running.op
+        assert not isinstance(agg, JoinOperator)
+        lines = decoder.decode(chunk, _partition_offsets(agg))
+        running.op, rejected = _run_chunk(runtime, agg, lines, clock, summary)
+        return rejected
+
+    return step
 
 
 def _arrival_clock(
@@ -159,9 +173,14 @@ def _arrival_clock(
 
 
 def _run_chunk(
-    agg: TaskOperator, lines: DecodedLines, clock: ArrivalClock, summary: SimulationSummary
-) -> list[ErrorRecord]:
-    """Feed one decoded micro-batch; return the records rejected before the aggregator."""
+    runtime: JobRuntime,
+    agg: TaskOperator,
+    lines: DecodedLines,
+    clock: ArrivalClock,
+    summary: SimulationSummary,
+) -> tuple[TaskOperator, list[ErrorRecord]]:
+    """Feed one decoded micro-batch; return the operator holding it (a fresh one when the
+    batch made it raise) and the batch's error records."""
     batch = lines.batch
     rejected = list(lines.errors)
     summary.replayed += lines.replayed
@@ -178,16 +197,47 @@ def _run_chunk(
         walls, raws = lines.walls, lines.raws
     # The default wall clock is the event time: timers advance with the data.
     batch.wall_ms = np.where(walls < 0, batch.ts, walls)
-    stats = agg.add_batch(batch)
-    summary.applied += stats.applied
-    summary.replayed += stats.replayed
+    agg, failed = _add_guarded(runtime, agg, batch, summary)
+    if failed:
+        rejected += [
+            internal_error(
+                "the operator",
+                exc,
+                topic=None,
+                partition=int(batch.partition[row]),
+                offset=int(batch.offset[row]),
+                raw=raws[row],
+            )
+            for row, exc in failed
+        ]
+        keep = np.setdiff1d(np.arange(len(batch)), [row for row, _ in failed])
+        batch, raws = batch.take(keep), [raws[i] for i in keep.tolist()]
     # Rejected records were handled too: a replay must not reject them again.
     for err in rejected:
         if err.partition is not None and err.offset is not None:
             agg.mark_consumed(err.partition, err.offset)
     if len(batch):
+        assert batch.wall_ms is not None  # set above, kept by take
         agg.timeout(int(batch.wall_ms.max()))
-    return rejected + _with_lines(agg.get_errors(), batch, raws)
+    return agg, rejected + _with_lines(agg.get_errors(), batch, raws)
+
+
+def _add_guarded(
+    runtime: JobRuntime, agg: TaskOperator, batch: EventBatch, summary: SimulationSummary
+) -> tuple[TaskOperator, list[tuple[int, Exception]]]:
+    """``agg.add_batch(batch)``; rows that make it raise (a user-defined operation that
+    fails on a value) are found and left out, as a state task does: the operator holding
+    the other rows, and the rows that raised."""
+    reopened: list[TaskOperator] = []
+
+    def reopen() -> TaskOperator:
+        reopened.append(runtime.operator(agg.store))  # as the last flush left it
+        return reopened[-1]
+
+    result = add_guarded(reopen, agg, batch, EventBatch.take, len(batch))
+    summary.applied += result.stats.applied
+    summary.replayed += result.stats.replayed
+    return (reopened[-1] if reopened else agg), result.failed
 
 
 def _with_lines(

@@ -4,6 +4,7 @@ far-future guard (a year-3000 event must not block its partition)."""
 from __future__ import annotations
 
 import io
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -18,6 +19,11 @@ from hypothesis import strategies as st
 from window_operator.config import parse_any_config
 from window_operator.join import build_join_runtime
 from window_operator.simulate import FinishedStateError, SimulationSummary, simulate
+
+# the failing operation is imported by dotted path ("udf_example:...")
+_UDF_DIR = str(Path(__file__).resolve().parent)
+if _UDF_DIR not in sys.path:
+    sys.path.insert(0, _UDF_DIR)
 
 S = 1_000
 BASE = 1_700_000_000_000
@@ -115,6 +121,32 @@ def test_an_event_within_max_future_of_its_wall_clock_is_applied(tmp_path: Path)
     ]
     _, errors, summary = run(lines, tmp_path, 10)
     assert errors == [] and summary.applied == 2
+
+
+@pytest.mark.parametrize(
+    "window", [{"type": "tumbling", "size": "10s"}, {"type": "session", "gap": "2s"}]
+)
+@pytest.mark.parametrize("batch_size", [1, 4, 10_000])
+def test_a_line_that_makes_a_user_operation_raise_is_an_internal_error(
+    tmp_path: Path, batch_size: int, window: dict[str, Any]
+) -> None:
+    """As on Kafka: the line goes to the errors with its line, and every other line is
+    applied once (the operator starts the batch again from the last flush)."""
+    values = [1, 2, 13, 4, 5, 13, 7, 8]
+    lines = [orjson.dumps({"k": "a", "ts": BASE + i * 500, "v": v}) for i, v in enumerate(values)]
+    aggs = [
+        {"name": "n", "op": "count"},
+        {"name": "s", "op": "udf_example:FailsOnThirteenOp", "field": "v"},
+    ]
+    results, errors, summary = run(lines, tmp_path, batch_size, window=window, aggregations=aggs)
+    assert [(e["code"], e["offset"]) for e in errors] == [
+        ("INTERNAL_ERROR", 2),
+        ("INTERNAL_ERROR", 5),
+    ]
+    assert "13 is not supported" in errors[0]["reason"]
+    assert errors[0]["raw"] == lines[2].decode()
+    assert summary.applied == 6
+    assert [r["values"] for r in results if r["kind"] == "ON_TIME"] == [{"n": 6, "s": 27.0}]
 
 
 def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:

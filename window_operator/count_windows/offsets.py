@@ -24,7 +24,7 @@ from window_operator.aggregations.base import VectorOp
 from window_operator.aggset import AggregationSet
 from window_operator.arrays import distinct
 from window_operator.config import OffsetsWindow
-from window_operator.errors import IncompatibleStateError, WindowOperatorError
+from window_operator.errors import IncompatibleStateError, JobSetupError
 from window_operator.events import EventBatch
 from window_operator.kernel import (
     LiveState,
@@ -44,7 +44,7 @@ __all__ = ["OffsetWindows", "OffsetsPartitionError"]
 EVENT_TIME = "\x00event_time"
 
 
-class OffsetsPartitionError(WindowOperatorError, ValueError):
+class OffsetsPartitionError(JobSetupError, ValueError):
     """An offsets-window operator received records of a second input partition."""
 
 

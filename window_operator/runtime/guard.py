@@ -18,8 +18,9 @@ its source position, and processes the rest:
 
 Both searches are deterministic, so a replay of the batch gives the same verdicts and
 state. Failures that are not about a record propagate: ``MemoryError``, ``OSError``, a
-store failure, and a batch of several rows in which every row fails on its own (the
-operator fails whatever it is given).
+store failure, a :class:`~window_operator.errors.JobSetupError` (e.g. an offsets window
+given a second partition), and a batch of several rows in which every row fails on its
+own (the operator fails whatever it is given).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 from stores.errors import StoreError
 from window_operator.arrays import IntArray
 from window_operator.codecs.inputs import InputDecoder
+from window_operator.errors import JobSetupError
 from window_operator.events import DecodeResult, EventBatch
 from window_operator.kernel import StepStats, WindowOperator
 from window_operator.results import ErrorCode, ErrorRecord
@@ -43,7 +45,7 @@ __all__ = ["FATAL_ERRORS", "Applied", "add_guarded", "decode_guarded", "internal
 _log = logging.getLogger(__name__)
 
 #: Exceptions never blamed on a record: the task fails and Spark retries it.
-FATAL_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, StoreError)
+FATAL_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, StoreError, JobSetupError)
 
 
 def internal_error(
