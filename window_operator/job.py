@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Union
 from stores.rocks import TaskStore
 from window_operator.aggregations import (
     ObjectOp,
+    OpLoadError,
     OpParamError,
     UnknownOpError,
     VectorOp,
@@ -92,9 +93,25 @@ def task_state_dir(state_dir: Path, job: str, task: int) -> Path:
 
 
 def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime:
-    """Resolve operations, decoder and policies; op problems raise :class:`ConfigError`."""
+    """Resolve operations, decoder and policies; op problems and an Avro output schema that
+    does not fit the job raise :class:`ConfigError`."""
     bound = _bind_aggregations(config, source)
+    _check_output(config, source)
     return JobRuntime(config, AggregationSet(bound), _emit_policy(config), _decoder(config, bound))
+
+
+def _check_output(config: JobConfig, source: str | None) -> None:
+    """An Avro output schema (derived or the user's) that cannot hold the job's results is
+    a config error, found before the job runs rather than at its first result."""
+    if config.output.format != "avro":
+        return
+    from window_operator.codecs import AvroResultEncoder, AvroSchemaError
+
+    try:
+        AvroResultEncoder(config)
+    except AvroSchemaError as exc:
+        where = "output.avro_schema" if config.output.avro_schema else "output.format"
+        raise ConfigError(source, [ConfigProblem(where, str(exc))]) from exc
 
 
 def _bind_aggregations(config: JobConfig, source: str | None) -> list[BoundAggregation]:
@@ -112,7 +129,7 @@ def _bind_aggregations(config: JobConfig, source: str | None) -> list[BoundAggre
             x_field = x
         try:
             op = resolve_op(agg.op, params, has_field=agg.field is not None)
-        except UnknownOpError as exc:
+        except (UnknownOpError, OpLoadError) as exc:
             problems.append(ConfigProblem(f"aggregations.{i}.op", str(exc)))
             continue
         except OpParamError as exc:

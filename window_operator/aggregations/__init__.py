@@ -10,6 +10,7 @@ from window_operator.aggregations.base import (
 )
 from window_operator.aggregations.registry import (
     BUILTIN_OPS,
+    OpLoadError,
     OpParamError,
     UnknownOpError,
     UserObjectOp,
@@ -22,6 +23,7 @@ __all__ = [
     "ColumnInputs",
     "NotDeductibleError",
     "ObjectOp",
+    "OpLoadError",
     "OpParamError",
     "Ordering",
     "UnknownOpError",

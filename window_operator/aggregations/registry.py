@@ -43,6 +43,7 @@ from window_operator.aggregations.objects import (
 
 __all__ = [
     "BUILTIN_OPS",
+    "OpLoadError",
     "OpParamError",
     "UnknownOpError",
     "UserObjectOp",
@@ -79,6 +80,10 @@ class UnknownOpError(ValueError):
 
 class OpParamError(ValueError):
     """The params of an op are invalid, or a user-defined op cannot be loaded."""
+
+
+class OpLoadError(OpParamError):
+    """A user-defined op's dotted path does not lead to an aggregate op class."""
 
 
 class UserObjectOp(ObjectOp):
@@ -211,21 +216,21 @@ def _import_target(path: str) -> Any:
     else:
         module_name, _, attr_path = path.rpartition(".")
     if not module_name or not attr_path:
-        raise OpParamError(
+        raise OpLoadError(
             f"op {path!r}: a user-defined op must be 'package.module:ClassName' or "
             "'package.module.ClassName'"
         )
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # user code may fail with anything while importing
-        raise OpParamError(
+        raise OpLoadError(
             f"op {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
         ) from exc
     for attr in attr_path.split("."):
         try:
             target = getattr(target, attr)
         except AttributeError as exc:
-            raise OpParamError(
+            raise OpLoadError(
                 f"op {path!r}: module {module_name!r} has no attribute {attr_path!r}"
             ) from exc
     return target
@@ -242,7 +247,7 @@ def _resolve_user_op(path: str, params: Mapping[str, Any]) -> AggregateOp:
             has_dumps = callable(getattr(target, "dumps", None))
             has_loads = callable(getattr(target, "loads", None))
             if has_dumps != has_loads:
-                raise OpParamError(
+                raise OpLoadError(
                     f"op {path!r}: define both 'dumps' and 'loads' or neither "
                     "(the default codec is JSON)"
                 )
@@ -251,7 +256,7 @@ def _resolve_user_op(path: str, params: Mapping[str, Any]) -> AggregateOp:
         detail = f"it lacks {', '.join(missing)}"
     else:
         detail = f"it is a {type(target).__name__}, not a class"
-    raise OpParamError(
+    raise OpLoadError(
         f"op {path!r} is not an aggregate op ({detail}): expected a VectorOp/ObjectOp "
         "subclass or a class with create/accumulate/combine/finish methods"
     )

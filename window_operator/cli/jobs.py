@@ -8,8 +8,9 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from window_operator.cli.common import (
     EXIT_CONFIG,
@@ -36,10 +37,12 @@ __all__ = ["add_parsers"]
 
 
 def _input_file(path: str) -> Path:
-    """``--input``, which must be a readable file."""
+    """``--input``, which must be a readable file (or a device or pipe to read)."""
     input_path = Path(path)
-    if not input_path.is_file():
+    if not input_path.exists():
         raise CliError(f"input file {input_path} does not exist")
+    if input_path.is_dir():
+        raise CliError(f"input {input_path} is a directory, not a file of JSON lines")
     return input_path
 
 
@@ -212,7 +215,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     KafkaAdmin(bootstrap).create_topic(topic, args.partitions, {"retention.ms": "-1"})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     key_field = config.input.key
-    n = 0
+    encode = _input_encoder(config)
+    n = unfit = 0
     bar = progress_bar(total=input_path.stat().st_size, desc="produce", unit="B")
     with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
         for line in lines:
@@ -221,24 +225,52 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             line = line.strip()
             if not line:
                 continue
-            key = None
-            if key_field is not None:
-                try:
-                    value = orjson.loads(line).get(key_field)
-                    key = None if value is None else str(value).encode()
-                except (orjson.JSONDecodeError, AttributeError):
-                    key = None  # produced as is: the job routes it to the error topic
+            key, value = None, line
+            try:
+                record = orjson.loads(line)
+                if key_field is not None:
+                    field = record.get(key_field)
+                    key = None if field is None else str(field).encode()
+                if encode is not None:
+                    value = encode(record)
+            except (ValueError, TypeError, AttributeError, OverflowError):  # JSON or Avro
+                unfit += encode is not None  # produced as is: the job routes it to the errors
             while True:
                 try:
-                    producer.produce(topic, key=key, value=line)
+                    producer.produce(topic, key=key, value=value)
                     break
                 except BufferError:
                     producer.poll(0.1)
             n += 1
     if producer.flush(60):
         raise CliError("some records were not acknowledged by the broker")
-    print(f"produced {n} records to {topic}", file=sys.stderr)
+    as_is = f" ({unfit} lines did not fit the Avro schema: produced as they are)" if unfit else ""
+    print(f"produced {n} records to {topic}{as_is}", file=sys.stderr)
     return 0
+
+
+def _input_encoder(config: JobConfig) -> Callable[[Any], bytes] | None:
+    """How ``produce`` writes a JSON line as the job reads its input: ``None`` for JSON,
+    else an Avro body with the input schema (framed with schema id 0 for ``confluent``)."""
+    inp = config.input
+    if inp.format != "avro":
+        return None
+    import io
+
+    import fastavro
+
+    from window_operator.codecs.avro_schema import confluent_header, load_schema_file
+
+    assert inp.avro_schema is not None  # required with format avro
+    schema = fastavro.parse_schema(load_schema_file(inp.avro_schema))
+    prefix = confluent_header(0) if inp.avro_wire == "confluent" else b""
+
+    def encode(record: Any) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, schema, record)
+        return prefix + out.getvalue()
+
+    return encode
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -72,7 +72,10 @@ class AvroResultEncoder:
         else:
             per_partition = config.windows_per_partition
             self.schema = derive_result_schema(
-                config.aggregations, job=config.job, per_partition=per_partition
+                config.aggregations,
+                job=config.job,
+                per_partition=per_partition,
+                time_bounds=config.bounds_in_event_time,
             )
             source = f"derived result schema of job {config.job}"
             self.json_text_fields = frozenset(

@@ -6,6 +6,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
+import fastavro
+import orjson
+from fastavro.validation import validate
+
 from window_operator.codecs.avro_schema import AvroSchemaError
 from window_operator.config import AggregationConfig, JobConfig
 from window_operator.results import Kind
@@ -69,13 +73,15 @@ def derive_result_schema(
     *,
     job: str | None = None,
     per_partition: bool = False,
+    time_bounds: bool = True,
 ) -> dict[str, Any]:
     """The Avro schema of the window results of a job with these aggregations.
 
     A ``WindowResult`` record (namespace ``window_operator``) with ``key``,
-    ``window_start``/``window_end`` (``long``, ``timestamp-millis``; with
-    ``per_partition``, for windows bounded by one input partition's offsets, plain
-    ``long`` offsets followed by ``partition``, a ``long``), ``kind`` (enum),
+    ``window_start``/``window_end`` (``long``, ``timestamp-millis``; plain ``long``
+    without ``time_bounds``, for count windows and windows bounded by offsets), with
+    ``per_partition`` (windows bounded by one input partition's offsets) ``partition``
+    (``long``), ``kind`` (enum),
     ``update_seq`` and ``values``, a ``Values`` record with one field per aggregation in
     declaration order: ``count``/``count_distinct`` ``long``; the numeric statistics
     ``["null", "double"]``; ``percentile`` with a list ``q`` a nullable map of doubles
@@ -100,7 +106,7 @@ def derive_result_schema(
             fld["doc"] = f"JSON text of the {agg.op} value"
         fields.append(fld)
     bound: dict[str, Any] = {"type": "long"}
-    if not per_partition:
+    if time_bounds and not per_partition:
         bound["logicalType"] = "timestamp-millis"
     window = [
         {"name": "key", "type": "string"},
@@ -179,8 +185,54 @@ def check_user_schema(schema: Any, config: JobConfig, source: str) -> set[str]:
         for agg in config.aggregations:
             if column_of(agg) == "text" and _is_string_type(types.get(agg.name)):
                 json_text.add(agg.name)
+    problems += _type_problems(schema, config)
     if problems:
         raise AvroSchemaError(
             f"{source}: the output schema does not fit the job: " + "; ".join(problems)
         )
     return json_text
+
+
+#: Values each field of a window result takes (``None``: the value may be null), to
+#: check a user schema's types against: a field whose type cannot hold one of them would
+#: fail the job at its first result of that kind.
+_RESULT_SAMPLES: Final[dict[str, list[Any]]] = {
+    "key": ["k"],
+    "window_start": [0, -(2**62)],
+    "window_end": [0, 2**62],
+    "partition": [0],
+    "kind": [Kind.EARLY.value, Kind.ON_TIME.value, Kind.LATE.value],
+    "update_seq": [0],
+}
+_VALUE_SAMPLES: Final[dict[Column, list[Any]]] = {
+    "long": [0],
+    "double": [0.5, None],
+    "map": [{"p50": 0.5}, None],
+    "fit": [{"slope": 0.5, "intercept": 1.0}, None],
+}
+
+
+def _type_problems(schema: Any, config: JobConfig) -> list[str]:
+    """The fields of a user result schema whose type cannot hold what the job writes
+    there (open-typed values, ``first``, ``collect`` and user ops, are not checked)."""
+    try:
+        expanded = fastavro.parse_schema(schema, expand=True)
+    except Exception:  # noqa: BLE001 - an invalid schema is reported when it is parsed
+        return []
+    top = {f.get("name"): f.get("type") for f in _fields_of(expanded)}
+    checks: list[tuple[str, Any, list[Any]]] = [
+        (name, top[name], _RESULT_SAMPLES[name]) for name in _RESULT_SAMPLES if name in top
+    ]
+    inner = {f.get("name"): f.get("type") for f in _fields_of(_record_in(top.get("values")))}
+    for agg in config.aggregations:
+        samples = _VALUE_SAMPLES.get(column_of(agg))
+        if samples is not None and agg.name in inner:
+            checks.append((f"values.{agg.name}", inner[agg.name], samples))
+    problems = []
+    for name, avro_type, values in checks:
+        bad = [v for v in values if not validate(v, avro_type, raise_errors=False)]
+        if bad:
+            what = "null" if bad[0] is None else repr(bad[0])
+            shown = orjson.dumps(avro_type).decode()
+            problems.append(f"{name} cannot hold {what} (its type: {shown})")
+    return problems

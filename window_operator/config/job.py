@@ -17,7 +17,12 @@ from window_operator.config.fields import (
     none_to_empty_mapping,
 )
 from window_operator.config.sections import JobSections
-from window_operator.config.windows import OffsetsWindow, SessionWindow, WindowConfig
+from window_operator.config.windows import (
+    CountWindow,
+    OffsetsWindow,
+    SessionWindow,
+    WindowConfig,
+)
 
 __all__ = ["AggregationConfig", "InputConfig", "JobConfig"]
 
@@ -128,6 +133,12 @@ class JobConfig(JobSections):
         if isinstance(window, OffsetsWindow):
             return True
         return isinstance(window, SessionWindow) and window.max_idle_messages is not None
+
+    @property
+    def bounds_in_event_time(self) -> bool:
+        """Whether ``window_start`` / ``window_end`` are event times (epoch ms): not for
+        ``count`` windows (message numbers) nor windows bounded by offsets."""
+        return not (isinstance(self.window, CountWindow) or self.windows_per_partition)
 
     def value_fields(self) -> tuple[str, ...]:
         """The value fields to decode from each event, in declaration order, without repeats.

@@ -123,3 +123,17 @@ class JoinJobConfig(JobSections):
     """The root of a join job file: ``join:`` instead of ``input``/``window``/``aggregations``."""
 
     join: JoinConfig
+
+    @model_validator(mode="after")
+    def _json_results(self) -> Self:
+        # a join result carries its inputs' records, whose fields no schema fixes
+        if self.output.format != "json":
+            problems: list[tuple[Location, str]] = [
+                (
+                    ("output", "format"),
+                    "a join writes its results as JSON (each carries its input records as "
+                    "they are): use json, or leave it out",
+                )
+            ]
+            raise FieldProblems(problems)
+        return self

@@ -63,6 +63,71 @@ def test_unknown_op_is_a_config_error_listing_the_builtins(tmp_path: Path) -> No
     assert "aggregations.0.op" in proc.stderr and "count" in proc.stderr
 
 
+KINDS = ("EARLY", "ON_TIME", "LATE")
+AVRO_RESULT_MISFIT = {
+    # the derived schema needs Avro names
+    "aggregations: [{name: p95-latency, op: count}]\noutput: {format: avro}\n": (
+        "output.format",
+        "'p95-latency'",
+    ),
+    # a user schema whose types cannot hold the results (found before the first result)
+    "aggregations: [{name: n, op: count}, {name: m, op: mean, field: v}]\n"
+    "output: {format: avro, avro_schema: out.avsc}\n": (
+        "output.avro_schema",
+        "values.n cannot hold 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("aggregations_and_output", list(AVRO_RESULT_MISFIT))
+def test_an_avro_output_that_cannot_hold_the_results_is_a_config_error(
+    tmp_path: Path, aggregations_and_output: str
+) -> None:
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "key", "type": "string"},
+            {"name": "window_start", "type": "long"},
+            {"name": "window_end", "type": "long"},
+            {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": list(KINDS)}},
+            {"name": "update_seq", "type": "long"},
+            {"name": "values", "type": {"type": "record", "name": "V", "fields": [
+                {"name": "n", "type": "string"}, {"name": "m", "type": "double"},
+            ]}},
+        ],
+    }  # fmt: skip
+    (tmp_path / "out.avsc").write_bytes(orjson.dumps(schema))
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: x\ninput: {key: k, timestamp: ts}\nwindow: {type: tumbling, size: 10s}\n"
+        + aggregations_and_output
+    )
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1, "v": 1}\n')
+    for command in (["simulate", "--input", str(events)], ["run"]):
+        proc = cli(*command, "--config", str(job))
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        where, what = AVRO_RESULT_MISFIT[aggregations_and_output]
+        assert f"  - {where}: " in proc.stderr and what in proc.stderr
+    if "avro_schema" in aggregations_and_output:
+        assert "values.m cannot hold null" in proc.stderr  # a mean of nothing is null
+
+
+def test_a_join_with_avro_output_is_a_config_error(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: j\njoin: {left: {name: l, timestamp: ts}, right: {name: r, timestamp: ts}, "
+        "on: [id], range: 1m}\noutput: {format: avro}\n"
+    )
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"source": "l", "id": 1, "ts": 1}\n')
+    proc = cli("simulate", "--config", str(job), "--input", str(events))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "output.format: a join writes its results as JSON" in proc.stderr
+
+
 def test_simulate_is_deterministic_and_reports_errors(tmp_path: Path) -> None:
     outs = []
     for i in range(2):
@@ -282,3 +347,49 @@ def test_output_piped_to_a_reader_that_stops_early_ends_quietly(tmp_path: Path) 
     err = proc.stderr.read().decode()
     assert proc.wait(120) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("wire", ["schemaless", "confluent"])
+def test_produce_writes_the_lines_of_an_avro_job_as_avro(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], wire: str
+) -> None:
+    """The job reads what ``produce`` wrote; a line that does not fit the schema is
+    produced as it is (the job rejects it as BAD_AVRO), and counted."""
+    import io
+
+    import fastavro
+    from jobkit import read_topic
+
+    schema = {
+        "type": "record",
+        "name": "Click",
+        "fields": [{"name": "k", "type": "string"}, {"name": "ts", "type": "long"}],
+    }
+    (tmp_path / "click.avsc").write_bytes(orjson.dumps(schema))
+    topic = unique_name("avro-in")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: {unique_name('job')}\n"
+        f"input: {{topic: {topic}, key: k, timestamp: ts, format: avro, "
+        f"avro_schema: click.avsc, avro_wire: {wire}}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1}\n{"k": "b", "ts": 2}\n{"k": "c", "ts": "late"}\n')
+    proc = cli(
+        "produce", "--config", str(job), "--input", str(events),
+        "--bootstrap-servers", kafka_bootstrap,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "produced 3 records" in proc.stderr and "1 lines did not fit" in proc.stderr
+    got = read_topic(kafka_bootstrap, topic)
+    assert sorted(m.key() for m in got) == [b"a", b"b", b"c"]
+    parsed = fastavro.parse_schema(schema)
+    header = b"\x00\x00\x00\x00\x00" if wire == "confluent" else b""
+    values = {m.key(): m.value() for m in got}
+    for key, ts in ((b"a", 1), (b"b", 2)):
+        assert values[key].startswith(header)
+        body = io.BytesIO(values[key][len(header) :])
+        assert fastavro.schemaless_reader(body, parsed, None) == {"k": key.decode(), "ts": ts}
+    assert values[b"c"] == b'{"k": "c", "ts": "late"}'

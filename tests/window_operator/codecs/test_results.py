@@ -353,6 +353,25 @@ def test_windows_of_one_partition_name_it_in_key_and_value(tmp_path: Path) -> No
         avro.encode_batch(batch)
 
 
+@pytest.mark.parametrize(
+    ("window", "bounds"),
+    [
+        ({"type": "tumbling", "size": "10s"}, {"type": "long", "logicalType": "timestamp-millis"}),
+        ({"type": "session", "gap": "10s"}, {"type": "long", "logicalType": "timestamp-millis"}),
+        ({"type": "count", "size": 10}, {"type": "long"}),  # message numbers, not times
+        ({"type": "session", "max_idle_messages": 3}, {"type": "long"}),  # offsets
+    ],
+)
+def test_derived_window_bounds_are_times_only_for_time_windows(
+    tmp_path: Path, window: dict[str, Any], bounds: dict[str, str]
+) -> None:
+    doc = {**SMALL_JOB, "window": window, "output": {"format": "avro"}}
+    schema = AvroResultEncoder(parse_config(doc, base_dir=tmp_path)).schema
+    fields = {f["name"]: f["type"] for f in schema["fields"]}
+    assert fields["window_start"] == fields["window_end"] == bounds
+    assert ("partition" in fields) == ("max_idle_messages" in window)
+
+
 def test_a_user_schema_may_carry_the_partition(tmp_path: Path) -> None:
     schema = derive_result_schema(offsets_config(tmp_path).aggregations, per_partition=True)
     schema["fields"].append({"name": "note", "type": "string", "default": ""})
