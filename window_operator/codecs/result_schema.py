@@ -105,22 +105,12 @@ def derive_result_schema(
         if column == "text":
             fld["doc"] = f"JSON text of the {agg.op} value"
         fields.append(fld)
-    bound: dict[str, Any] = {"type": "long"}
-    if time_bounds and not per_partition:
-        bound["logicalType"] = "timestamp-millis"
-    window = [
-        {"name": "key", "type": "string"},
-        {"name": "window_start", "type": bound},
-        {"name": "window_end", "type": dict(bound)},
-    ]
-    if per_partition:
-        window.append({"name": "partition", "type": "long"})
     schema: dict[str, Any] = {
         "type": "record",
         "name": "WindowResult",
         "namespace": _NAMESPACE,
         "fields": [
-            *window,
+            *_window_fields(per_partition=per_partition, time_bounds=time_bounds),
             {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": _KIND_SYMBOLS}},
             {"name": "update_seq", "type": "long"},
             {"name": "values", "type": {"type": "record", "name": "Values", "fields": fields}},
@@ -129,6 +119,21 @@ def derive_result_schema(
     if job is not None:
         schema["doc"] = f"Window results of job {job}"
     return schema
+
+
+def _window_fields(*, per_partition: bool, time_bounds: bool) -> list[dict[str, Any]]:
+    """``key``, the window's bounds and, for windows of one partition, ``partition``."""
+    bound: dict[str, Any] = {"type": "long"}
+    if time_bounds and not per_partition:
+        bound["logicalType"] = "timestamp-millis"
+    fields: list[dict[str, Any]] = [
+        {"name": "key", "type": "string"},
+        {"name": "window_start", "type": bound},
+        {"name": "window_end", "type": dict(bound)},
+    ]
+    if per_partition:
+        fields.append({"name": "partition", "type": "long"})
+    return fields
 
 
 def _fields_of(record: Any) -> list[Mapping[str, Any]]:

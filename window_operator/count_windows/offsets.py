@@ -101,8 +101,9 @@ class OffsetWindows:
         if other:
             raise OffsetsPartitionError(
                 f"offsets windows cover one input partition: this operator holds partition "
-                f"{held} and got records of partition {other[0]}. Run one operator (task) "
-                "per partition, as the Spark job does"
+                f"{held} and got records of partition {other[0]}. A job runs one state task "
+                "per partition (state.tasks at least the input's partition count, fixed "
+                "when the job first starts)"
             )
         self._partition = held
 
@@ -125,6 +126,12 @@ class OffsetWindows:
                 wall_ms=batch.wall_ms,
             )
         )
+
+    def note_handled(self) -> None:
+        """A record of the partition was handled outside (rejected): it is an offset the
+        partition delivered, so the windows ending at or before it fire."""
+        if self._partition is not None:
+            self.inner.observe(self._partition, self.kernel.positions.get(0, self._partition))
 
     def timeout(self, now_ms: int) -> None:
         """EARLY timers; ``END_OF_TIME`` fires the remaining windows."""

@@ -57,6 +57,10 @@ class _Engine(Protocol):
         """Add decoded events; replays are no-ops."""
         ...
 
+    def note_handled(self) -> None:
+        """A record was handled without reaching a key (rejected, or marked consumed)."""
+        ...
+
     def timeout(self, now_ms: int) -> None:
         """EARLY results; ``END_OF_TIME`` emits what is still open."""
         ...
@@ -136,6 +140,11 @@ class CountWindowAggregator(EventOperator):
     def _claim_partition(self, partition: int) -> None:
         """Offsets windows take the records of one partition only."""
         self.engine.check_partition(partition)
+
+    def _counted_without_key(self) -> None:
+        """A rejected record is an offset its partition delivered: offsets windows it
+        passes fire (count windows count a key's messages only)."""
+        self.engine.note_handled()
 
     def end_batch(self) -> None:
         """End a micro-batch (nothing fires on event time here: see :meth:`adopt_clock`)."""

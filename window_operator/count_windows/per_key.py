@@ -83,6 +83,9 @@ class KeyCountWindows:
     def check_partition(self, partition: int) -> None:
         """Any partition is welcome: a key's messages are numbered across partitions."""
 
+    def note_handled(self) -> None:
+        """A record handled without its key (rejected) counts in no key's windows."""
+
     def add_batch(self, batch: EventBatch) -> StepStats:
         """Number, accumulate and fire; replays are skipped."""
         if not len(batch):

@@ -70,16 +70,8 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
             "changelog topic, the Spark checkpoint and the state directory)"
         )
     tasks = existing or wanted or widest
-    if (
-        isinstance(config, JobConfig)
-        and isinstance(config.window, OffsetsWindow)
-        and (tasks < widest)
-    ):
-        raise TaskCountError(
-            f"offsets windows keep one input partition per state task, but the job has "
-            f"{tasks} tasks for {widest} input partitions: set state.tasks to at least "
-            f"{widest} (or leave it out)"
-        )
+    if isinstance(config, JobConfig) and isinstance(config.window, OffsetsWindow):
+        _check_offsets_tasks(tasks, widest, existing, changelog)
     admin.create_topics(
         [
             TopicSpec(changelog, tasks, _COMPACTED),
@@ -90,6 +82,25 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
     if config.processing.exactly_once:
         _check_transactions(bootstrap, config.job, timeout_s)
     return tasks
+
+
+def _check_offsets_tasks(tasks: int, widest: int, existing: int | None, changelog: str) -> None:
+    """Offsets windows keep one input partition per state task."""
+    if tasks >= widest:
+        return
+    if existing is not None:
+        raise TaskCountError(
+            f"offsets windows keep one input partition per state task, but the input has "
+            f"{widest} partitions now and the changelog topic {changelog!r} fixes the job "
+            f"at {existing} tasks: its state cannot take the new partitions. Start the "
+            "job afresh (delete the changelog topic, the Spark checkpoint and the state "
+            f"directory) with state.tasks at least {widest}, or left out"
+        )
+    raise TaskCountError(
+        f"offsets windows keep one input partition per state task, but the job has "
+        f"{tasks} tasks for {widest} input partitions: set state.tasks to at least "
+        f"{widest} (or leave it out)"
+    )
 
 
 #: Brokers this process found to support transactions (a probe costs a round trip or two).

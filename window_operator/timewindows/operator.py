@@ -179,6 +179,14 @@ class WindowedAggregator(EventOperator):
             self.mark_consumed(0, offsets[-1])
         return stats + StepStats(rejected=len(decoded.errors))
 
+    def observe(self, partition: int, ts: int) -> None:
+        """``partition`` reached event time ``ts`` without an event here (the offsets
+        engine: a record handled outside); the windows the watermark then passes fire,
+        unless a batch holds the watermark."""
+        self.kernel.clock.observe_one(0, partition, ts)
+        if not self.kernel.holding:
+            self._advance_watermark(self.kernel.clock.coalesced())
+
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` fires everything."""
         clock = self.kernel.clock

@@ -196,8 +196,9 @@ def test_simulate_of_offsets_windows_over_two_partitions_is_one_line(tmp_path: P
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "window-operator: offsets windows cover one input partition: this operator holds "
-        "partition 0 and got records of partition 1. Run one operator (task) per partition, "
-        "as the Spark job does (simulate the lines of one partition per run)"
+        "partition 0 and got records of partition 1. A job runs one state task per partition "
+        "(state.tasks at least the input's partition count, fixed when the job first starts) "
+        "(simulate the lines of one partition per run)"
     ]
 
 

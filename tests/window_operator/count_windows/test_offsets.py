@@ -63,6 +63,25 @@ def test_offsets_windows_name_their_partition(op: Any) -> None:
     assert sorted(got) == [(0, 2, 3), (2, 2, 3), (4, 1, 3)]
 
 
+# size 4, step 4, partition 0:   offsets 0 1 2 3 are events of a; 4 is rejected (or handled
+# outside): the partition delivered offset 4, so [0, 4) fires; 5..7 rejected, 8 fires [4, 8)
+def test_a_rejected_record_past_a_window_fires_it(op: Any) -> None:
+    agg = op(runtime({"type": "offsets", "size": 4, "step": 4}, [{"name": "n", "op": "count"}]))
+    for off in range(4):
+        agg.add_message({"k": "a", "ts": 0}, offset=off)
+    assert agg.get_result() == []
+    agg.add_message({"k": "a"}, offset=4)  # no timestamp: MISSING_TIMESTAMP
+    assert [e.code.value for e in agg.get_errors()] == ["MISSING_TIMESTAMP"]
+    assert [(r.window_start, r.values["n"]) for r in agg.get_result()] == [(0, 4)]
+    agg.add_message({"k": "a", "ts": 0}, offset=6)
+    agg.mark_consumed(0, 7)
+    assert agg.get_result() == []
+    agg.mark_consumed(0, 8)  # handled outside (e.g. rejected by the map side)
+    assert [(r.window_start, r.values["n"]) for r in agg.get_result()] == [(4, 1)]
+    agg.mark_consumed(0, 8)  # a replay fires nothing again
+    assert agg.get_result() == []
+
+
 def test_offsets_windows_refuse_a_second_partition(op: Any) -> None:
     agg = op(runtime({"type": "offsets", "size": 2}, DEDUCTIBLE))
     agg.add_message({"k": "a", "ts": 0, "v": 1}, partition=3, offset=0)
