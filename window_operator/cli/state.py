@@ -110,6 +110,7 @@ def _inspect_task(
             "key": w.key,
             "window_start": w.window_start,
             "window_end": w.window_end,
+            **({} if w.partition is None else {"partition": w.partition}),
             "fired": w.fired,
             "values": w.values,
         }

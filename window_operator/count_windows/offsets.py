@@ -158,8 +158,13 @@ class OffsetWindows:
         return self.inner.live_state(first_start=0)
 
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
-        """Stored windows of ``key`` overlapping offsets ``[start, end)``."""
-        return [w for w in self.inner.get_windows(key, start, end) if w.window_start >= 0]
+        """Stored windows of ``key`` overlapping offsets ``[start, end)`` (of the partition
+        this operator holds)."""
+        return [
+            replace(w, partition=self._partition)
+            for w in self.inner.get_windows(key, start, end)
+            if w.window_start >= 0
+        ]
 
 
 def event_time_as_x(aggs: AggregationSet) -> AggregationSet:

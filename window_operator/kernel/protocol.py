@@ -27,13 +27,15 @@ W_co = TypeVar("W_co", covariant=True)
 
 @dataclass(frozen=True, slots=True)
 class StoredWindow:
-    """A window as currently stored (the query API's answer)."""
+    """A window as currently stored (the query API's answer); ``partition`` names the
+    input partition of a window bounded by offsets (``None`` for every other window)."""
 
     key: str
     window_start: int
     window_end: int
     values: dict[str, object]
     fired: bool
+    partition: int | None = None
 
 
 class WindowOperator(Protocol[B_contra, R_co, W_co]):

@@ -146,6 +146,7 @@ class SessionCache:
                 window_end=int(sl.last[s]) + pad,
                 values={n: col[j] for n, col in values.items()},
                 fired=bool(sl.closed[s]),
+                partition=int(keys.part_arr[sl.kid[s]]) if keys.per_partition else None,
             )
             for j, s in enumerate(found)
         ]

@@ -58,6 +58,8 @@ def test_offsets_windows_name_their_partition(op: Any) -> None:
     agg = op(runtime({"type": "offsets", "size": 2}, [{"name": "n", "op": "count"}]))
     for off in range(5):
         agg.add_message({"k": "a", "ts": 0}, partition=3, offset=off)
+    stored = [(w.window_start, w.fired, w.partition) for w in agg.get_windows("a", 0, 10)]
+    assert stored == [(0, True, 3), (2, True, 3), (4, False, 3)]
     agg.timeout(END_OF_TIME)
     got = [(r.window_start, r.values["n"], r.partition) for r in agg.get_result()]
     assert sorted(got) == [(0, 2, 3), (2, 2, 3), (4, 1, 3)]
@@ -85,7 +87,7 @@ def test_a_rejected_record_past_a_window_fires_it(op: Any) -> None:
 def test_offsets_windows_refuse_a_second_partition(op: Any) -> None:
     agg = op(runtime({"type": "offsets", "size": 2}, DEDUCTIBLE))
     agg.add_message({"k": "a", "ts": 0, "v": 1}, partition=3, offset=0)
-    with pytest.raises(OffsetsPartitionError, match="one operator .task. per partition"):
+    with pytest.raises(OffsetsPartitionError, match="one state task per partition"):
         agg.add_batch(
             EventBatch.from_columns(
                 ["a", "a"], [0, 0], numeric={"v": [1, 1]}, partition=[3, 4], offset=[1, 0]

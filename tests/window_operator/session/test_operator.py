@@ -342,6 +342,8 @@ def test_tuple_sessions_of_several_partitions_keep_offsets_per_input_position(
     assert agg.offsets == {InputPosition(0, 0): 5, InputPosition(0, 1): 7}
     assert agg.offsets == {(0, 0): 5, (0, 1): 7}
     assert agg.get_result() == []
+    stored = [(w.key, w.window_start, w.partition) for w in agg.get_windows("b", 0, 100)]
+    assert stored == [("b", 7, 1)]
     agg.mark_consumed(1, 9, source=0)
     ended = agg.get_result()
     assert [(r.key, r.window_start, r.window_end) for r in ended] == [("b", 7, 8)]
