@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from stores.rocks import TaskStore
 from window_operator.aggregations import (
+    BUILTIN_OPS,
     ObjectOp,
     OpLoadError,
     OpParamError,
@@ -53,6 +54,12 @@ class JobRuntime:
     aggregations: AggregationSet
     policy: EmitPolicy
     decoder: RecordDecoder
+
+    @property
+    def user_operations(self) -> bool:
+        """Whether an aggregation runs a user-defined operation (code that may raise on
+        some value, where a record then becomes an ``INTERNAL_ERROR``)."""
+        return any(agg.op not in BUILTIN_OPS for agg in self.config.aggregations)
 
     def open_task(
         self, state_dir: Path, task: int = 0, *, use_deduct: bool | None = None

@@ -4,16 +4,16 @@ Each input line is one event in arrival order. Besides the event's own fields a 
 may carry ``partition`` (default 0), ``offset`` (default: the next offset of its
 partition) and ``wall_ms`` (the arrival wall clock; default: the event time, so timers
 advance with the data). Lines are processed in micro-batches of ``batch_size`` (as the
-streaming job does; ``1`` gives per-event semantics), a timer tick and a flush follow
-each batch, and a final tick at the end of time fires every window. A line that makes
-the operator raise is an ``INTERNAL_ERROR``, as in a state task. The output is
+streaming job does; ``1`` gives per-event semantics), a timer tick follows each batch,
+and a final tick at the end of time fires every window. A line that makes a user-defined
+operation raise is an ``INTERNAL_ERROR``, as in a state task. The output is
 deterministic: the same input gives byte-identical output.
 
 Join jobs (a config with ``join:``) read the same kind of file, except that every line
 names its input in ``source`` (``join.left.name`` or ``join.right.name``; any other
 value is an ``UNKNOWN_SOURCE`` error); partitions and offsets are per input. Each run
-of consecutive lines of one input is one batch, and the output has one line per join
-result (see :mod:`window_operator.join`).
+of consecutive lines of one input is one batch, the state is flushed after every
+chunk, and the output has one line per join result (see :mod:`window_operator.join`).
 """
 
 from __future__ import annotations
@@ -118,9 +118,8 @@ def simulate(
                     _drain(running.op, step(chunk, summary), out, errors_out, summary)
                     if progress is not None:
                         progress(stream.tell())
-                    # as a task does after each micro-batch: a checkpoint (the state a
-                    # batch that makes the operator raise starts again from), bounded memory
-                    running.op.flush()
+                    if _flush_each_batch(runtime):
+                        running.op.flush()
             if final:
                 running.op.timeout(END_OF_TIME)
                 _drain(running.op, [], out, errors_out, summary)
@@ -129,10 +128,18 @@ def simulate(
     return summary
 
 
+def _flush_each_batch(runtime: JobRuntime | JoinRuntime) -> bool:
+    """Whether to flush after each micro-batch, as a task commits it: a join (its
+    checkpoint bounds its memory), and a job with user-defined operations (the flush is
+    the state a batch that makes one raise starts again from). Other jobs keep their
+    state in memory within ``state.cache_mb``: the output is the same, sooner."""
+    return isinstance(runtime, JoinRuntime) or runtime.user_operations
+
+
 @dataclass(eq=False)
 class _Running:
-    """The operator of a simulation. A batch that makes an aggregation raise replaces it
-    with one restored from the last flush, as a state task does
+    """The operator of a simulation. A batch that makes a user-defined operation raise
+    replaces it with one restored from the last flush, as a state task does
     (:func:`~window_operator.runtime.guard.add_guarded`)."""
 
     op: TaskOperator | JoinOperator
@@ -227,7 +234,14 @@ def _add_guarded(
 ) -> tuple[TaskOperator, list[tuple[int, Exception]]]:
     """``agg.add_batch(batch)``; rows that make it raise (a user-defined operation that
     fails on a value) are found and left out, as a state task does: the operator holding
-    the other rows, and the rows that raised."""
+    the other rows, and the rows that raised. Without user-defined operations an
+    exception is a bug, and the state of the last flush is not the batch's start: it
+    propagates."""
+    if not runtime.user_operations:
+        stats = agg.add_batch(batch)
+        summary.applied += stats.applied
+        summary.replayed += stats.replayed
+        return agg, []
     reopened: list[TaskOperator] = []
 
     def reopen() -> TaskOperator:
