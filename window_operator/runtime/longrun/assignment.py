@@ -9,14 +9,15 @@ the workers start, each tells every other its address and the input positions it
 restored (:class:`WorkerStart`, through Spark's ``allGather``). Every input partition is
 then read from the lowest position any task holds for it, plus one; a task that holds
 none for it (no batch of it committed yet) counts the job's starting offset, resolved
-once when the job first started and kept with its checkpoint. A task whose position is
+once when the job first started and kept with its checkpoint. When state is keyed by
+input partition, only the task that owns a partition counts. A task whose position is
 further on recognises the records in between as replays, so nothing is applied twice
 and nothing is skipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -102,16 +103,20 @@ def start_offsets(
     partitions: Sequence[InputPartition],
     starts: Sequence[WorkerStart],
     first: Mapping[InputPosition, int],
+    owner: Callable[[int], int] | None = None,
 ) -> dict[InputPosition, int]:
     """The offset every input partition is read from (see module doc).
 
     ``first`` is the job's starting offset of every partition (where a task that holds
-    no position for it starts).
+    no position for it starts). ``owner`` gives the one task that keeps the position of
+    a partition when state is keyed by partition (offset windows, tuple sessions); the
+    other tasks never see the partition and do not count.
     """
-    tasks = [pos for start in starts for pos in start.positions.values()]
+    held_by = {t: pos for start in starts for t, pos in start.positions.items()}
     out: dict[InputPosition, int] = {}
     for p in partitions:
         key = p.position
+        tasks = held_by.values() if owner is None else [held_by.get(owner(key.partition), {})]
         out[key] = min(
             (held[key] + 1 if key in held else first[key] for held in tasks),
             default=first[key],

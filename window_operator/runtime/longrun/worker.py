@@ -51,6 +51,7 @@ from window_operator.runtime.longrun.mesh import Mesh
 from window_operator.runtime.longrun.reader import CHUNK_RECORDS, Chunked, InputReader
 from window_operator.runtime.longrun.wire import Chunk, End, EpochReport, Kind, WorkerSummary
 from window_operator.runtime.plans import plan_for
+from window_operator.runtime.routing import task_of_partition
 from window_operator.runtime.runner import TaskReport, TaskRunner
 from window_operator.runtime.settings import TaskSettings
 
@@ -126,6 +127,9 @@ class Worker:
         )
         plan = plan_for(self.settings)
         self.runners = {t: TaskRunner(self.settings, plan, t, keep_open=True) for t in self.tasks}
+        n = self.settings.tasks
+        #: the task that keeps a partition's position, when state is keyed by partition
+        self._owner = (lambda p: task_of_partition(p, n)) if plan.partition_keyed else None
         self.clocks: dict[int, TaskClock] = {}
         self.epoch = 0
         self.records = 0
@@ -167,7 +171,7 @@ class Worker:
         met = self._gather(WorkerStart(address, positions).to_json())
         starts = [WorkerStart.from_json(m) for m in met]
         self.mesh.join([s.address for s in starts])
-        begin = start_offsets(self.assignment.partitions, starts, self.spec.first)
+        begin = start_offsets(self.assignment.partitions, starts, self.spec.first, self._owner)
         waiting = {pos for pos, at in begin.items() if at < self.spec.latest.get(pos, 0)}
         for t, clock in restored.items():
             self.clocks[t] = TaskClock.waiting_for(self.settings, t, clock, waiting)

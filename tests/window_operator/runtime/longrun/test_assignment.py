@@ -38,6 +38,22 @@ def test_input_starts_after_the_lowest_position_any_task_holds() -> None:
     assert start_offsets(P[:2], fresh, first) == first
 
 
+def test_state_keyed_by_partition_starts_after_its_owner_alone() -> None:
+    """Offset windows and tuple sessions: only the task owning a partition holds its
+    position (partition mod tasks); the others must not pull its start back to the
+    job's first offset (every restart would read the whole history again)."""
+    a0, a1 = InputPosition(0, 0), InputPosition(0, 1)
+    starts = [
+        WorkerStart("h:1", {0: {a0: 99}}),  # task 0 owns partition 0
+        WorkerStart("h:2", {1: {a1: 50}}),  # task 1 owns partition 1
+    ]
+    first = {a0: 0, a1: 5}
+    assert start_offsets(P[:2], starts, first) == first  # every task counts: the start
+    assert start_offsets(P[:2], starts, first, lambda p: p % 2) == {a0: 100, a1: 51}
+    # an owner that never committed the partition reads it from the job's start
+    assert start_offsets(P[:2], [WorkerStart("h:1", {0: {}})], first, lambda p: 0) == first
+
+
 def test_worker_start_survives_the_gather_as_json() -> None:
     start = WorkerStart("10.0.0.7:4242", {3: {InputPosition(1, 2): 17}, 5: {}})
     assert WorkerStart.from_json(start.to_json()) == start

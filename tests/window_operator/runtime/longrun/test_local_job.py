@@ -77,3 +77,39 @@ def test_hopping_windows_of_unkeyed_input_match_the_oracle(
     assert applied == len(stream.keys) + PARTITIONS
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def test_offsets_windows_restart_where_each_partition_s_owner_stopped(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """State keyed by partition: a restart reads each partition from where the task that
+    owns it stopped (not from the start: no other task holds a position for it), and the
+    windows come out as from one run."""
+    topic = unique_name("offsets")
+    stream = make_stream(800, keys=5, seed=33)
+    records = stream.records()
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    config = job_config(
+        tmp_path, topic, unique_name("job"), window={"type": "offsets", "size": 10, "step": 5}
+    )
+    produce(kafka_bootstrap, topic, records[:400], round_robin=True, partitions=PARTITIONS)
+    first, _ = run_local(config, kafka_bootstrap, tmp_path, 2, available_now=True)
+    assert sum(s.records for s in first.summaries) == 400
+    produce(kafka_bootstrap, topic, records[400:], round_robin=True, partitions=PARTITIONS)
+    second, _ = run_local(config, kafka_bootstrap, tmp_path, 2, available_now=True)
+    assert sum(s.records for s in second.summaries) == 400  # only what the first left
+    table = {
+        m.key(): orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)
+    }
+    got = {
+        (r["partition"], r["key"], r["window_start"]): r["values"]["clicks"] for r in table.values()
+    }
+    last = (len(records) - 1) // PARTITIONS  # record i: offset i // 4 of partition i % 4
+    expected: dict[tuple[int, str, int], int] = {}
+    for i, rec in enumerate(records):
+        part, offset = i % PARTITIONS, i // PARTITIONS
+        for start in range(max(-(-(offset - 9) // 5) * 5, 0), offset + 1, 5):
+            if start + 10 <= last:
+                kw = (part, rec["page"], start)
+                expected[kw] = expected.get(kw, 0) + 1
+    assert got == expected
