@@ -26,9 +26,9 @@ class Kind(enum.StrEnum):
 class WindowResult:
     """One window result; the latest record per window is the answer.
 
-    A window is ``(key, window_start)``; windows bounded by offsets (``offsets`` windows,
-    tuple sessions) belong to one input partition, which ``partition`` names (``None``
-    for every other window).
+    A window is ``(key, window_start, window_end)``; windows bounded by offsets
+    (``offsets`` windows, tuple sessions) belong to one input partition, which
+    ``partition`` names (``None`` for every other window).
     """
 
     key: str

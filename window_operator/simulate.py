@@ -115,7 +115,8 @@ def simulate(
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
-                    _drain(running.op, step(chunk, summary), out, errors_out, summary)
+                    rejected = step(chunk, summary)  # may replace running.op
+                    _drain(running.op, rejected, out, errors_out, summary)
                     if progress is not None:
                         progress(stream.tell())
                     if _flush_each_batch(runtime):

@@ -48,6 +48,25 @@ def test_operation_problems_are_config_errors_naming_the_field() -> None:
         build_runtime(parse_config(doc, base_dir=Path(".")))
 
 
+@pytest.mark.parametrize(
+    ("op", "params", "where", "what"),
+    [
+        ("no_such_module_xyz:Op", {}, "op", "cannot import module 'no_such_module_xyz'"),
+        ("math.pi", {}, "op", "not a class"),
+        ("percentile", {"q": 2}, "params", "q"),
+    ],
+)
+def test_an_op_that_cannot_be_loaded_is_named_at_op_and_bad_params_at_params(
+    op: str, params: dict[str, object], where: str, what: str
+) -> None:
+    aggs = [{"name": "n", "op": "count"}, {"name": "x", "op": op, "field": "v", "params": params}]
+    doc = {**BASE_CONFIG, "aggregations": aggs}
+    with pytest.raises(ConfigError) as info:
+        build_runtime(parse_config(doc, base_dir=Path(".")))
+    (problem,) = info.value.problems
+    assert problem.path == f"aggregations.1.{where}" and what in problem.message
+
+
 def test_count_of_a_field_counts_its_non_null_values_of_any_type(tmp_path: Path) -> None:
     """SQL's ``COUNT(field)``: a string, boolean or object counts, a null does not; a
     field that also feeds a numeric operation must still be a number."""

@@ -149,6 +149,26 @@ def test_a_line_that_makes_a_user_operation_raise_is_an_internal_error(
     assert [r["values"] for r in results if r["kind"] == "ON_TIME"] == [{"n": 6, "s": 27.0}]
 
 
+def test_results_of_a_batch_that_made_a_user_operation_raise_are_written(
+    tmp_path: Path,
+) -> None:
+    """The batch that raised fires a window: the operator that holds it after the
+    isolation (a fresh one) gives its results, in that batch's output."""
+    lines = [orjson.dumps({"k": "a", "ts": BASE + t, "v": v}) for t, v in
+             [(0, 1), (500, 2), (1_200, 13), (1_500, 4)]]  # fmt: skip
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    aggs = [{"name": "s", "op": "udf_example:FailsOnThirteenOp", "field": "v"}]
+    rt = runtime_for(window={"type": "tumbling", "size": "1s"}, aggregations=aggs)
+    out, errors = io.BytesIO(), io.BytesIO()
+    simulate(rt, source, out, errors_out=errors, batch_size=10, final=False)
+    results = [orjson.loads(x) for x in out.getvalue().splitlines()]
+    assert [(r["window_start"], r["values"]["s"]) for r in results] == [(BASE, 3.0)]
+    assert [orjson.loads(x)["code"] for x in errors.getvalue().splitlines()] == [
+        "INTERNAL_ERROR"
+    ]
+
+
 def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:
     config = parse_any_config(
         {

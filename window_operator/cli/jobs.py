@@ -31,6 +31,8 @@ from window_operator.kafka_admin import KafkaAdmin
 from window_operator.observe.progress import progress_bar
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
     from window_operator.cli.common import Subparsers
 
 __all__ = ["add_parsers"]
@@ -46,6 +48,12 @@ def _input_file(path: str) -> Path:
     return input_path
 
 
+def _file_progress(path: Path, desc: str) -> tqdm[Any] | None:
+    """A bar of the bytes of ``path`` read (none for a pipe or device: no size, no
+    position)."""
+    return progress_bar(total=path.stat().st_size, desc=desc, unit="B") if path.is_file() else None
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from window_operator.count_windows.offsets import OffsetsPartitionError
     from window_operator.simulate import FinishedStateError, simulate
@@ -55,7 +63,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     out: IO[bytes]
     errors_out: IO[bytes] | None = None
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
-    bar = progress_bar(total=input_path.stat().st_size, desc="simulate", unit="B")
+    bar = _file_progress(input_path, "simulate")
     progress = None if bar is None else (lambda position: bar.update(max(0, position - bar.n)))
     try:
         if args.errors:
@@ -217,7 +225,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     key_field = config.input.key
     encode = _input_encoder(config)
     n = unfit = 0
-    bar = progress_bar(total=input_path.stat().st_size, desc="produce", unit="B")
+    bar = _file_progress(input_path, "produce")
     with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
         for line in lines:
             if bar is not None:

@@ -53,6 +53,7 @@ from window_operator.codecs.result_json import (
     JsonResultEncoder,
     ResultDecoder,
     ResultEncoder,
+    ResultKey,
     decode_result_key,
     result_key,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "PayloadDecoder",
     "ResultDecoder",
     "ResultEncoder",
+    "ResultKey",
     "decode_payloads",
     "decode_result_key",
     "decode_result_value",

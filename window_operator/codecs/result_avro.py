@@ -59,7 +59,8 @@ class AvroResultEncoder:
     whose field is a (nullable) string carry the value's JSON text. Values are
     schemaless Avro unless ``confluent_schema_id`` is given: then each value is framed
     in the Confluent wire format with that id (register :attr:`schema_json` first).
-    ``window_start``/``window_end`` are written as epoch milliseconds.
+    ``window_start``/``window_end`` are written as longs: epoch milliseconds for time
+    windows and sessions, message numbers or offsets for the other shapes.
     """
 
     def __init__(self, config: JobConfig, *, confluent_schema_id: int | None = None) -> None:

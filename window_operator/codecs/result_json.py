@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 import orjson
 
@@ -27,6 +27,7 @@ __all__ = [
     "JsonResultEncoder",
     "ResultDecoder",
     "ResultEncoder",
+    "ResultKey",
     "batch_keys",
     "decode_result_key",
     "dumps_json",
@@ -47,11 +48,20 @@ def result_key(
     return orjson.dumps(doc)
 
 
-def decode_result_key(data: bytes) -> tuple[str, int, int]:
-    """``(key, window_start, window_end)`` of a Kafka key made by :func:`result_key` (the
-    key of a window bounded by offsets names its partition too, under ``"partition"``)."""
+class ResultKey(NamedTuple):
+    """A window as its Kafka key names it (:func:`result_key`)."""
+
+    key: str
+    window_start: int
+    window_end: int
+    #: the input partition of a window bounded by offsets (``None`` for other windows)
+    partition: int | None = None
+
+
+def decode_result_key(data: bytes) -> ResultKey:
+    """The window of a Kafka key made by :func:`result_key`."""
     doc = orjson.loads(data)
-    return doc["key"], doc["window_start"], doc["window_end"]
+    return ResultKey(doc["key"], doc["window_start"], doc["window_end"], doc.get("partition"))
 
 
 def batch_keys(batch: ResultBatch) -> list[bytes]:

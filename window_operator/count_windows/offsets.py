@@ -3,13 +3,15 @@
 The window key is the start offset (a multiple of ``step``) and a window covers offsets
 ``[start, start + size)`` of one input partition. Offsets act as event time with zero
 lateness: a window fires ON_TIME once the partition delivered an offset ``>= start +
-size``, or at the end of input. Offsets of one partition only grow, so nothing is late
-and a window is never needed after it fired. Windows start at offset 0 or later (a
-hopping window reaching below 0 would only repeat part of the window at 0).
+size`` (an event, or a record handled outside: rejected), or at the end of input.
+Offsets of one partition only grow, so nothing is late and a window is never needed
+after it fired. Windows start at offset 0 or later (a hopping window reaching below 0
+would only repeat part of the window at 0). Results name the partition.
 
-One operator covers **one** partition: results are keyed by ``(key, window_start)``, so
-windows of two partitions would collide; a record of a second partition raises
-:class:`OffsetsPartitionError` (the Spark job runs one task per partition).
+One operator covers **one** partition: the partition's offsets are the engine's
+event-time axis, with one watermark, which a second partition's offsets would mean
+nothing to; a record of a second partition raises :class:`OffsetsPartitionError` (the
+Spark job runs one state task per partition).
 """
 
 from __future__ import annotations

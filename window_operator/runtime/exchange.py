@@ -4,8 +4,9 @@ The map side reads one input partition range of a micro-batch, decodes it and se
 every state task (a stable hash range of the operator's key) its rows, as Arrow IPC;
 rejected records go to the task of their input partition's error lane. It sends every
 task, and the driver, a :class:`MapReport` of the range: every task marks every range
-of the batch handled (so replays are recognised per task) and folds the same job clock
-from the reports.
+of the batch handled (so replays are recognised per task; when state is keyed by input
+partition, only the ranges of its own partitions) and folds the same job clock from
+the reports.
 """
 
 from __future__ import annotations

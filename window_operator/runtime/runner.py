@@ -12,8 +12,9 @@ Per batch (:meth:`TaskRunner.run`):
    then the batch itself;
 3. drop replayed error records; adopt the job clock of the batch's start (lateness and
    retention are decided with it); add the rows of each source in (partition, offset)
-   order (the operator drops replays); mark every range of the batch handled; adopt the
-   clock after the batch (windows fire); run the wall-clock timers;
+   order (the operator drops replays); mark every range of the batch handled (when state
+   is keyed by input partition, the ranges of the task's own partitions: ``_owned``);
+   adopt the clock after the batch (windows fire); run the wall-clock timers;
 4. send results and error records, log the changelog, commit (one transaction under
    exactly-once), then commit the local store.
 

@@ -156,6 +156,25 @@ def test_simulate_is_deterministic_and_reports_errors(tmp_path: Path) -> None:
     assert all(e["reason"] and e["offset"] is not None for e in errors)
 
 
+def test_simulate_reads_a_pipe_or_a_device(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: x\ninput: {key: k, timestamp: ts}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    proc = cli("simulate", "--config", str(job), "--input", os.devnull)
+    assert proc.returncode == 0 and "0 lines" in proc.stderr, proc.stderr
+    piped = subprocess.run(
+        [sys.executable, "-m", "window_operator", "simulate", "--config", str(job),
+         "--input", "/dev/stdin"],
+        input='{"k": "a", "ts": 1}\n', cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert [orjson.loads(x)["values"] for x in piped.stdout.splitlines()] == [{"n": 1}]
+    proc = cli("simulate", "--config", str(job), "--input", str(tmp_path))
+    assert proc.returncode == 3 and "is a directory" in proc.stderr
+
+
 def test_simulate_meta_fields_partitions_offsets_and_replays(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(

@@ -157,7 +157,8 @@ def test_result_round_trip_every_op_json_and_avro(open_agg: OpenAgg, tmp_path: P
         records = [rec for b in batches for rec in encoder.encode_batch(b)]
         assert len(records) == len(expected)
         for (key, value), want in zip(records, expected, strict=True):
-            assert decode_result_key(key) == (want["key"], want["window_start"], want["window_end"])
+            window = (want["key"], want["window_start"], want["window_end"], None)
+            assert decode_result_key(key) == window
             assert value is not None
             assert decoder.decode(value) == want, config.output.format
             if config.output.format == "json":
@@ -289,7 +290,7 @@ def test_kafka_key_is_stable_per_window_and_format(tmp_path: Path) -> None:
     assert keys == {b'{"key":"a","window_start":0,"window_end":10000}'}
     odd_key = JsonResultEncoder().encode_batch(early)[1][0]
     assert odd_key == '{"key":"q\\"ü","window_start":0,"window_end":10000}'.encode()
-    assert decode_result_key(odd_key) == ('q"ü', 0, 10_000)
+    assert decode_result_key(odd_key) == ('q"ü', 0, 10_000, None)
     # The values differ by kind and update; the key does not.
     decoded = [avro.decoder().decode(avro.encode_batch(b)[0][1]) for b in (early, on_time, late)]
     assert [d["kind"] for d in decoded if d] == ["EARLY", "ON_TIME", "LATE"]
@@ -330,6 +331,7 @@ def test_windows_of_one_partition_name_it_in_key_and_value(tmp_path: Path) -> No
         b'{"key":"a","window_start":0,"window_end":100,"partition":7}',
     ]
     assert [k for k, _ in json_records] == [result_key("a", 0, 100, p) for p in (0, 7)]
+    assert [decode_result_key(k).partition for k, _ in json_records] == [0, 7]
     assert [v for _, v in json_records] == [orjson.dumps(r.to_dict()) for r in results]
     avro = AvroResultEncoder(offsets_config(tmp_path, format="avro"))
     fields = [f["name"] for f in avro.schema["fields"]]
@@ -373,7 +375,8 @@ def test_derived_window_bounds_are_times_only_for_time_windows(
 
 
 def test_a_user_schema_may_carry_the_partition(tmp_path: Path) -> None:
-    schema = derive_result_schema(offsets_config(tmp_path).aggregations, per_partition=True)
+    aggs = offsets_config(tmp_path).aggregations
+    schema = derive_result_schema(aggs, per_partition=True, time_bounds=False)
     schema["fields"].append({"name": "note", "type": "string", "default": ""})
     path = write_schema(tmp_path, schema)
     config = offsets_config(tmp_path, format="avro", avro_schema=str(path))
