@@ -258,27 +258,14 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _input_encoder(config: JobConfig) -> Callable[[Any], bytes] | None:
-    """How ``produce`` writes a JSON line as the job reads its input: ``None`` for JSON,
-    else an Avro body with the input schema (framed with schema id 0 for ``confluent``)."""
+    """How ``produce`` writes a JSON line as the job reads its input: ``None`` for JSON."""
     inp = config.input
     if inp.format != "avro":
         return None
-    import io
-
-    import fastavro
-
-    from window_operator.codecs.avro_schema import confluent_header, load_schema_file
+    from window_operator.codecs.avro_input import avro_payload_encoder
 
     assert inp.avro_schema is not None  # required with format avro
-    schema = fastavro.parse_schema(load_schema_file(inp.avro_schema))
-    prefix = confluent_header(0) if inp.avro_wire == "confluent" else b""
-
-    def encode(record: Any) -> bytes:
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, schema, record)
-        return prefix + out.getvalue()
-
-    return encode
+    return avro_payload_encoder(inp.avro_schema, inp.avro_wire)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ import fastavro
 from window_operator.codecs.avro_schema import (
     CONFLUENT_HEADER,
     avro_reason,
+    confluent_header,
     confluent_problem,
     json_native,
     keep_raw_millis,
@@ -28,7 +29,7 @@ from window_operator.codecs.avro_schema import (
 from window_operator.codecs.decoding import DECODE_FAILED, NULL_PAYLOAD
 from window_operator.results import ErrorCode
 
-__all__ = ["AvroPayloadDecoder", "AvroWire"]
+__all__ = ["AvroPayloadDecoder", "AvroWire", "avro_payload_encoder"]
 
 AvroWire = Literal["schemaless", "confluent"]
 
@@ -117,3 +118,20 @@ class AvroPayloadDecoder:
                 continue
             append(record if fixup is None else fixup(record))
         return records, failures
+
+
+def avro_payload_encoder(
+    schema_path: str | Path, wire: AvroWire = "schemaless"
+) -> Callable[[Any], bytes]:
+    """Writes records as :class:`AvroPayloadDecoder` reads them (the Confluent framing
+    with schema id 0). The encoder raises ``ValueError``, ``TypeError`` or
+    ``OverflowError`` for a record that does not fit the schema."""
+    parsed = parse_schema(load_schema_file(Path(schema_path)), str(schema_path))
+    prefix = confluent_header(0) if wire == "confluent" else b""
+
+    def encode(record: Any) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record)
+        return prefix + out.getvalue()
+
+    return encode
