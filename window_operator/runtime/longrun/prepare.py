@@ -60,12 +60,13 @@ def worker_spec(
     first = _starting_offsets(admin, partitions, checkpoint_dir, starting_offsets)
     latest = _offsets(admin, partitions, earliest=False)
     sc = settings.config.spark
+    running = min(workers, settings.tasks)  # a worker runs at least one state task
     per_worker = None
     if sc.max_offsets_per_trigger is not None:
-        per_worker = max(1, sc.max_offsets_per_trigger // max(1, workers))
+        per_worker = max(1, sc.max_offsets_per_trigger // max(1, running))
     return WorkerSpec(
         settings=settings,
-        assignment=Assignment.spread(min(workers, settings.tasks), settings.tasks, partitions),
+        assignment=Assignment.spread(running, settings.tasks, partitions),
         token=secrets.token_hex(16),
         first=first,
         latest=latest,
