@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+# jobs in their own processes, each its own Spark: one at a time, beside the lighter tests
+# (bash .ci/run runs two pytest workers with --dist loadgroup)
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
 
 
 @pytest.mark.parametrize("mode", ["micro_batch", "long_running"])

@@ -35,7 +35,9 @@ from pydantic import BaseModel
 
 from window_operator.broker import free_port
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+# jobs in their own processes, each its own Spark: one at a time, beside the lighter tests
+# (bash .ci/run runs two pytest workers with --dist loadgroup)
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
 
 
 def spark_class() -> str:

@@ -34,7 +34,9 @@ from window_operator.observe.status import job_status
 from window_operator.spark.driver import SparkJob
 from window_operator.spark.longrun import job_for
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+# jobs in their own processes, each its own Spark: one at a time, beside the lighter tests
+# (bash .ci/run runs two pytest workers with --dist loadgroup)
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
 
 PARTITIONS = 4
 

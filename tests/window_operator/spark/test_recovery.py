@@ -34,7 +34,9 @@ from window_operator.config import JobConfig
 from window_operator.runtime.settings import task_state_dir
 from window_operator.spark.driver import StreamingJob
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+# jobs in their own processes, each its own Spark: one at a time, beside the lighter tests
+# (bash .ci/run runs two pytest workers with --dist loadgroup)
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
 
 
 def run_in_process(spark: Any, config: JobConfig, bootstrap: str) -> StreamingJob:
