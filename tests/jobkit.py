@@ -171,6 +171,51 @@ def oracle(stream: Stream, size: int, step: int) -> dict[tuple[str, int], dict[s
     return {kw: {"clicks": int(n), "mean_latency_ms": s / n} for kw, (n, s) in sums.items()}
 
 
+def upsert_table(messages: list[Any]) -> tuple[dict[bytes, bytes], int]:
+    """What a consumer of the upsert log keeps: the latest value per Kafka key (tombstones
+    delete), and how many tombstones there were."""
+    table: dict[bytes, bytes] = {}
+    tombstones = 0
+    for m in messages:
+        if m.value() is None:
+            tombstones += 1
+            table.pop(m.key(), None)
+        else:
+            table[m.key()] = m.value()
+    return table, tombstones
+
+
+def session_clicks(table: dict[bytes, bytes]) -> dict[tuple[str, int, int], int]:
+    """``clicks`` per (key, session start, session end) of an upsert table of JSON results."""
+    got = {}
+    for value in table.values():
+        r = orjson.loads(value)
+        if r["key"] != SENTINEL_KEY:
+            got[(r["key"], r["window_start"], r["window_end"])] = r["values"]["clicks"]
+    return got
+
+
+def session_oracle(stream: Stream, gap: int) -> dict[tuple[str, int, int], int]:
+    """Events per session, recomputed from scratch: sort each key's events and split where
+    consecutive events are more than ``gap`` apart."""
+    expected: dict[tuple[str, int, int], int] = {}
+    by_key: dict[str, list[int]] = {}
+    for k, t in zip(stream.keys, stream.ts.tolist(), strict=True):
+        by_key.setdefault(k, []).append(t)
+    for k, tss in by_key.items():
+        tss.sort()
+        start = prev = tss[0]
+        n = 0
+        for t in tss:
+            if t - prev > gap:
+                expected[(k, start, prev + gap)] = n
+                start, n = t, 0
+            n += 1
+            prev = t
+        expected[(k, start, prev + gap)] = n
+    return expected
+
+
 def make_stream(
     n: int,
     *,

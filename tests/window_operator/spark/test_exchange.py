@@ -24,6 +24,9 @@ from jobkit import (
     produce,
     read_topic,
     sentinels,
+    session_clicks,
+    session_oracle,
+    upsert_table,
 )
 
 from window_operator.config import JobConfig
@@ -103,33 +106,8 @@ def test_sessions_of_unkeyed_input_match_the_oracle(
         spark={"max_offsets_per_trigger": 1_000},
     )
     run_job(spark, config, kafka_bootstrap)
-    table: dict[bytes, bytes] = {}
-    for m in read_topic(kafka_bootstrap, config.output.topic):
-        if m.value() is None:
-            table.pop(m.key(), None)
-        else:
-            table[m.key()] = m.value()
-    got = {}
-    for value in table.values():
-        r = orjson.loads(value)
-        if r["key"] != "__end__":
-            got[(r["key"], r["window_start"], r["window_end"])] = r["values"]["clicks"]
-    expected: dict[tuple[str, int, int], int] = {}
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for k, t in zip(stream.keys, stream.ts.tolist(), strict=True):
-        by_key[k].append(t)
-    for k, tss in by_key.items():
-        tss.sort()
-        start = prev = tss[0]
-        n = 0
-        for t in tss:
-            if t - prev > gap:
-                expected[(k, start, prev + gap)] = n
-                start, n = t, 0
-            n += 1
-            prev = t
-        expected[(k, start, prev + gap)] = n
-    assert got == expected
+    table, _ = upsert_table(read_topic(kafka_bootstrap, config.output.topic))
+    assert session_clicks(table) == session_oracle(stream, gap)
 
 
 def test_count_windows_of_unkeyed_input_follow_the_batch_order(

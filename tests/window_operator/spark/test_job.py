@@ -20,6 +20,9 @@ from jobkit import (
     produce,
     read_topic,
     sentinels,
+    session_clicks,
+    session_oracle,
+    upsert_table,
 )
 
 from window_operator.codecs import result_decoder_for
@@ -171,37 +174,9 @@ def test_session_windows_end_to_end_with_retractions_as_tombstones(
     )
     run_job(spark, config, kafka_bootstrap)
     # a consumer of the upsert log: the latest value per Kafka key, tombstones delete
-    table: dict[bytes, bytes] = {}
-    tombstones = 0
-    for m in read_topic(kafka_bootstrap, config.output.topic):
-        if m.value() is None:
-            tombstones += 1
-            table.pop(m.key(), None)
-        else:
-            table[m.key()] = m.value()
+    table, tombstones = upsert_table(read_topic(kafka_bootstrap, config.output.topic))
     assert tombstones > 0  # late events merged or extended sessions already emitted
-    got = {}
-    for value in table.values():
-        r = orjson.loads(value)
-        if r["key"] != "__end__":
-            got[(r["key"], r["window_start"], r["window_end"])] = r["values"]["clicks"]
-    # oracle: sort each key's events, split where consecutive events are > gap apart
-    expected: dict[tuple[str, int, int], int] = {}
-    by_key: dict[str, list[int]] = {}
-    for k, t in zip(stream.keys, stream.ts.tolist(), strict=True):
-        by_key.setdefault(k, []).append(t)
-    for k, tss in by_key.items():
-        tss.sort()
-        start = prev = tss[0]
-        n = 0
-        for t in tss:
-            if t - prev > gap:
-                expected[(k, start, prev + gap)] = n
-                start, n = t, 0
-            n += 1
-            prev = t
-        expected[(k, start, prev + gap)] = n
-    assert got == expected
+    assert session_clicks(table) == session_oracle(stream, gap)
 
 
 def test_timers_fire_without_new_input(
