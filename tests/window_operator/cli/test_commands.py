@@ -34,31 +34,41 @@ def cli(
     )
 
 
+def simulate_files(
+    tmp_path: Path, job_yaml: str, events: str | list[dict[str, object]], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``simulate`` of a job file and an events file written from ``job_yaml`` and
+    ``events`` (the file's text, or one JSON line per dict)."""
+    job, path = tmp_path / "job.yaml", tmp_path / "e.jsonl"
+    job.write_text(job_yaml)
+    if isinstance(events, str):
+        path.write_text(events)
+    else:
+        path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in events))
+    return cli("simulate", "--config", str(job), "--input", str(path), *extra)
+
+
 def test_bad_config_names_the_field_and_exits_2_without_traceback(tmp_path: Path) -> None:
-    bad = tmp_path / "job.yaml"
-    bad.write_text(
+    proc = simulate_files(
+        tmp_path,
         "job: x\ninput: {key: k, timestamp: ts}\n"
         "window: {type: tumblng, size: 10s}\n"
-        "aggregations: [{name: n, op: cnt}]\n"
+        "aggregations: [{name: n, op: cnt}]\n",
+        '{"k": "a", "ts": 1}\n',
     )
-    events = tmp_path / "e.jsonl"
-    events.write_text('{"k": "a", "ts": 1}\n')
-    proc = cli("simulate", "--config", str(bad), "--input", str(events))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "window.type" in proc.stderr and "tumbling" in proc.stderr and "hopping" in proc.stderr
 
 
 def test_unknown_op_is_a_config_error_listing_the_builtins(tmp_path: Path) -> None:
-    bad = tmp_path / "job.yaml"
-    bad.write_text(
+    proc = simulate_files(
+        tmp_path,
         "job: x\ninput: {key: k, timestamp: ts}\n"
         "window: {type: tumbling, size: 10s}\n"
-        "aggregations: [{name: n, op: cnt}]\n"
+        "aggregations: [{name: n, op: cnt}]\n",
+        '{"k": "a", "ts": 1}\n',
     )
-    events = tmp_path / "e.jsonl"
-    events.write_text('{"k": "a", "ts": 1}\n')
-    proc = cli("simulate", "--config", str(bad), "--input", str(events))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "aggregations.0.op" in proc.stderr and "count" in proc.stderr
 
@@ -116,14 +126,12 @@ def test_an_avro_output_that_cannot_hold_the_results_is_a_config_error(
 
 
 def test_a_join_with_avro_output_is_a_config_error(tmp_path: Path) -> None:
-    job = tmp_path / "job.yaml"
-    job.write_text(
+    proc = simulate_files(
+        tmp_path,
         "job: j\njoin: {left: {name: l, timestamp: ts}, right: {name: r, timestamp: ts}, "
-        "on: [id], range: 1m}\noutput: {format: avro}\n"
+        "on: [id], range: 1m}\noutput: {format: avro}\n",
+        '{"source": "l", "id": 1, "ts": 1}\n',
     )
-    events = tmp_path / "e.jsonl"
-    events.write_text('{"source": "l", "id": 1, "ts": 1}\n')
-    proc = cli("simulate", "--config", str(job), "--input", str(events))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "output.format: a join writes its results as JSON" in proc.stderr
 
@@ -176,23 +184,23 @@ def test_simulate_reads_a_pipe_or_a_device(tmp_path: Path) -> None:
 
 
 def test_simulate_meta_fields_partitions_offsets_and_replays(tmp_path: Path) -> None:
-    job = tmp_path / "job.yaml"
-    job.write_text(
-        "job: x\ninput: {key: k, timestamp: ts}\n"
-        "window: {type: tumbling, size: 10s}\n"
-        "aggregations: [{name: n, op: count}]\n"
-    )
-    lines = [
+    lines: list[dict[str, object]] = [
         {"k": "a", "ts": 1000, "partition": 0, "offset": 5},
         {"k": "a", "ts": 2000, "partition": 1, "offset": 0},
         {"k": "a", "ts": 3000, "partition": 0, "offset": 5},  # replay of offset 5
         {"k": "a", "ts": 4000, "partition": 0},  # offset 6
         {"k": "a", "ts": 15000, "partition": 1, "wall_ms": 99},
     ]
-    events = tmp_path / "e.jsonl"
-    events.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
     out = tmp_path / "out.jsonl"
-    proc = cli("simulate", "--config", str(job), "--input", str(events), "--output", str(out))
+    proc = simulate_files(
+        tmp_path,
+        "job: x\ninput: {key: k, timestamp: ts}\n"
+        "window: {type: tumbling, size: 10s}\n"
+        "aggregations: [{name: n, op: count}]\n",
+        lines,
+        "--output",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     results = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert {(r["window_start"], r["values"]["n"]) for r in results} == {(0, 3), (10000, 1)}
@@ -202,15 +210,12 @@ def test_simulate_meta_fields_partitions_offsets_and_replays(tmp_path: Path) -> 
 def test_simulate_of_offsets_windows_over_two_partitions_is_one_line(tmp_path: Path) -> None:
     """Offsets windows cover one partition (a task per partition on Spark): a file of two
     partitions is an input mistake, said in one line, not a traceback."""
-    job = tmp_path / "job.yaml"
-    job.write_text(
+    proc = simulate_files(
+        tmp_path,
         "job: x\ninput: {key: k, timestamp: ts}\n"
-        "window: {type: offsets, size: 2}\naggregations: [{name: n, op: count}]\n"
+        "window: {type: offsets, size: 2}\naggregations: [{name: n, op: count}]\n",
+        [{"k": "a", "ts": 1, "partition": 0}, {"k": "a", "ts": 2, "partition": 1}],
     )
-    events = tmp_path / "e.jsonl"
-    lines = [{"k": "a", "ts": 1, "partition": 0}, {"k": "a", "ts": 2, "partition": 1}]
-    events.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
-    proc = cli("simulate", "--config", str(job), "--input", str(events))
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
