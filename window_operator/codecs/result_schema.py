@@ -79,9 +79,9 @@ def derive_result_schema(
 
     A ``WindowResult`` record (namespace ``window_operator``) with ``key``,
     ``window_start``/``window_end`` (``long``, ``timestamp-millis``; plain ``long``
-    without ``time_bounds``, for count windows and windows bounded by offsets), with
-    ``per_partition`` (windows bounded by one input partition's offsets: pass
-    ``time_bounds=False`` too) ``partition`` (``long``), ``kind`` (enum),
+    without ``time_bounds``, for count windows, and with ``per_partition``), with
+    ``per_partition`` (windows bounded by one input partition's offsets) ``partition``
+    (``long``), ``kind`` (enum),
     ``update_seq`` and ``values``, a ``Values`` record with one field per aggregation in
     declaration order: ``count``/``count_distinct`` ``long``; the numeric statistics
     ``["null", "double"]``; ``percentile`` with a list ``q`` a nullable map of doubles
@@ -124,7 +124,7 @@ def derive_result_schema(
 def _window_fields(*, per_partition: bool, time_bounds: bool) -> list[dict[str, Any]]:
     """``key``, the window's bounds and, for windows of one partition, ``partition``."""
     bound: dict[str, Any] = {"type": "long"}
-    if time_bounds:
+    if time_bounds and not per_partition:  # offsets bound a partition's windows
         bound["logicalType"] = "timestamp-millis"
     fields: list[dict[str, Any]] = [
         {"name": "key", "type": "string"},

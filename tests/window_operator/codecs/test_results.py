@@ -376,7 +376,7 @@ def test_derived_window_bounds_are_times_only_for_time_windows(
 
 def test_a_user_schema_may_carry_the_partition(tmp_path: Path) -> None:
     aggs = offsets_config(tmp_path).aggregations
-    schema = derive_result_schema(aggs, per_partition=True, time_bounds=False)
+    schema = derive_result_schema(aggs, per_partition=True)
     schema["fields"].append({"name": "note", "type": "string", "default": ""})
     path = write_schema(tmp_path, schema)
     config = offsets_config(tmp_path, format="avro", avro_schema=str(path))
