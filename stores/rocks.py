@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import enum
 import gc
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -23,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBatch
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+)
 
 from stores.errors import StoreError
 
@@ -37,6 +47,7 @@ __all__ = [
     "StoreClosedError",
     "StoreLockedError",
     "StoreMemory",
+    "StoreReadOnlyError",
     "TaskStore",
 ]
 
@@ -111,6 +122,10 @@ class StoreMemory:
 
 class StoreLockedError(StoreError):
     """Another process holds the store's lock."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write to a store opened with :meth:`TaskStore.reader`."""
 
 
 class StoreClosedError(StoreError):
@@ -227,6 +242,19 @@ def _open(path: Path, lock_wait_s: float) -> Rdict:
         time.sleep(0.2)
 
 
+def _open_secondary(path: Path, own_dir: Path) -> Rdict:
+    """``path`` as a RocksDB secondary instance (no lock; ``own_dir`` takes its info log)."""
+    opts = _cf_options()
+    opts.set_max_open_files(-1)  # a secondary instance must keep every table file open
+    cfs = {cf.value: _cf_options() for cf in ColumnFamily}
+    return Rdict(
+        str(path),
+        options=opts,
+        column_families=cfs,
+        access_type=AccessType.secondary(str(own_dir)),
+    )
+
+
 #: Write-ahead log bytes kept before RocksDB flushes the column families holding the
 #: oldest log. A log is deleted only once every column family with data in it has been
 #: flushed, and the checkpoint family takes a few bytes per commit, so without a bound its
@@ -251,10 +279,31 @@ def _options() -> Options:
 class TaskStore:
     """A task's RocksDB database with the window operator's column families."""
 
-    def __init__(self, path: str | Path, *, lock_wait_s: float = 60.0) -> None:
+    def __init__(
+        self, path: str | Path, *, lock_wait_s: float = 60.0, read_only: bool = False
+    ) -> None:
+        """Open (or create) the store at ``path``, waiting up to ``lock_wait_s`` for
+        another process to let go of it.
+
+        ``read_only``: only read the existing store, even while its owner has it open
+        (a RocksDB secondary instance: no lock, every batch committed before it opened);
+        :meth:`commit` raises :class:`StoreReadOnlyError`, and a ``path`` that holds no
+        store raises :class:`FileNotFoundError`.
+        """
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._db: Rdict | None = _open(self.path, lock_wait_s)
+        self._reader_dir: Path | None = None
+        if not read_only:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._db: Rdict | None = _open(self.path, lock_wait_s)
+        else:
+            if not (self.path / "CURRENT").is_file():
+                raise FileNotFoundError(f"no task store at {self.path}")
+            self._reader_dir = Path(tempfile.mkdtemp(prefix="window-operator-reader-"))
+            try:
+                self._db = _open_secondary(self.path, self._reader_dir)
+            except BaseException:
+                shutil.rmtree(self._reader_dir, ignore_errors=True)
+                raise
         self._cfs = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
         self._cfs_no_fill = {cf: self._db.get_column_family(cf.value) for cf in ColumnFamily}
         for family in self._cfs_no_fill.values():
@@ -323,6 +372,8 @@ class TaskStore:
         db = self._require_open()
         if not batch.entries:
             return
+        if self._reader_dir is not None:
+            raise StoreReadOnlyError(f"task store {self.path} is open for reading only")
         wb = WriteBatch(raw_mode=True)
         handles = self._handles
         for m in batch.entries:
@@ -407,6 +458,8 @@ class TaskStore:
         self._cfs_no_fill.clear()
         self._handles.clear()
         del db
+        if self._reader_dir is not None:
+            shutil.rmtree(self._reader_dir, ignore_errors=True)
 
     def __enter__(self) -> TaskStore:
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from stores.rocks import (
     ColumnFamily,
     StoreBatch,
     StoreClosedError,
+    StoreReadOnlyError,
     TaskStore,
 )
 
@@ -36,6 +38,34 @@ def test_batches_apply_in_order_across_column_families(tmp_path: Path) -> None:
     reopened = TaskStore(tmp_path)
     assert reopened.get(ColumnFamily.WINDOW_META, b"k") == b"2"
     reopened.close()
+
+
+def test_a_reader_sees_what_its_open_owner_committed_and_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    owner = TaskStore(tmp_path / "t")
+    first = StoreBatch()
+    first.put(ColumnFamily.WINDOW_META, b"k", b"1")
+    owner.commit(first)
+    reader = TaskStore(tmp_path / "t", read_only=True)  # the owner holds the lock
+    assert reader.get(ColumnFamily.WINDOW_META, b"k") == b"1"
+    with pytest.raises(StoreReadOnlyError):
+        reader.commit(first)
+    later = StoreBatch()
+    later.put(ColumnFamily.WINDOW_META, b"k", b"2")
+    owner.commit(later)
+    assert reader.get(ColumnFamily.WINDOW_META, b"k") == b"1"  # as of its opening
+    reader.close()
+    again = TaskStore(tmp_path / "t", read_only=True)
+    assert [v for _, v in again.scan(ColumnFamily.WINDOW_META, b"")] == [b"2"]
+    again.close()
+    owner.close()
+    assert not list((tmp_path / "tmp").iterdir())  # the readers' own files are gone
+    with pytest.raises(FileNotFoundError):
+        TaskStore(tmp_path / "none", read_only=True)
+    assert not (tmp_path / "none").exists()
 
 
 def test_scan_bounds_and_range_delete(tmp_path: Path) -> None:

@@ -20,12 +20,16 @@ P = TypeVar("P")
 
 @contextmanager
 def _stored_state(settings: TaskSettings, task: int) -> Iterator[TaskStore | None]:
-    """The task's local store, or ``None`` when it holds no state yet."""
-    path = settings.task_path(task)
-    if not path.exists():
+    """The task's local store, or ``None`` when it holds no state yet.
+
+    Read only, so that a running job's task (which keeps its store open) is no obstacle:
+    the answer is the state of the last batch that task committed.
+    """
+    try:
+        store = TaskStore(settings.task_path(task), read_only=True)
+    except FileNotFoundError:
         yield None
         return
-    store = TaskStore(path)
     try:
         yield None if store.get(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY) is None else store
     finally:

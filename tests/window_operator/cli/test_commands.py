@@ -230,6 +230,45 @@ def test_simulate_of_offsets_windows_over_two_partitions_is_one_line(tmp_path: P
 # startup failures: exit 2 in seconds, one line naming the topic or the brokers
 
 
+def test_inspect_answers_while_a_running_task_holds_its_store(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    built = cli(
+        "simulate", "--config", "config/clicks.yaml", "--input", "config/samples/clicks.jsonl",
+        "--state-dir", str(state), "--keep-open", "--output", str(tmp_path / "out.jsonl"),
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    inspect = ("inspect", "--config", "config/clicks.yaml", "--state-dir", str(state))
+    alone = cli(*inspect, "--key", "/page/1")
+    assert alone.returncode == 0, alone.stderr
+    windows = [orjson.loads(line) for line in alone.stdout.splitlines()]
+    assert windows and all(w["key"] == "/page/1" for w in windows)
+    # a worker of a running job keeps its task store open (and locked) between epochs
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_STORE, str(state / "clicks" / "task-0")],
+        cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        held = cli(*inspect, "--key", "/page/1")
+        assert time.monotonic() - started < STARTUP_FAILURE_S  # no wait for the lock
+    finally:
+        holder.communicate("", timeout=30)
+    assert held.returncode == 0, held.stderr
+    assert held.stdout == alone.stdout
+
+
+#: Opens a task store (argv[1]) the way a running task does, and holds it until stdin ends.
+HOLD_STORE = """
+import sys
+from stores.rocks import TaskStore
+store = TaskStore(sys.argv[1])
+print("held", flush=True)
+sys.stdin.read()
+store.close()
+"""
+
+
 def job_file(tmp_path: Path, topic: str, job: str = "startup") -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(
