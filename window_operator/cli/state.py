@@ -22,10 +22,15 @@ if TYPE_CHECKING:
     from window_operator.cli.common import Subparsers
     from window_operator.runtime.settings import TaskSettings
 
-__all__ = ["add_parsers"]
+__all__ = ["RESTORE_LOCK_WAIT_S", "add_parsers"]
+
+#: How long ``restore`` waits for a task store another process has open (a worker of a
+#: killed job lets go of it within seconds; a running job does not).
+RESTORE_LOCK_WAIT_S = 10.0
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
+    from stores.rocks import StoreLockedError
     from window_operator.observe.progress import RestoreBar
     from window_operator.runtime.commit import TaskState
 
@@ -46,7 +51,14 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     for task in tasks:
         bar = RestoreBar(task)
         try:
-            state = TaskState.open(settings, task, progress=bar)
+            state = TaskState.open(settings, task, progress=bar, lock_wait_s=RESTORE_LOCK_WAIT_S)
+        except StoreLockedError:
+            raise CliError(
+                f"task {task}: its store {settings.task_path(task)} is open in another "
+                "process (is the job running? It keeps its stores caught up itself): stop "
+                "the job before restoring",
+                EXIT_CONFIG,
+            ) from None
         finally:
             bar.close()
         state.close()

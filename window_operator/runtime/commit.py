@@ -62,14 +62,18 @@ class TaskState:
         settings: TaskSettings,
         task: int,
         progress: Callable[[RestoreProgress], None] | None = None,
+        *,
+        lock_wait_s: float = 60.0,
     ) -> TaskState:
         """Open the task's store and catch it up with its changelog (step 1).
 
         ``progress`` follows the catch-up (default: a log line every few seconds once it
-        takes long, see :class:`~window_operator.observe.progress.RestoreLog`).
+        takes long, see :class:`~window_operator.observe.progress.RestoreLog`);
+        ``lock_wait_s`` bounds the wait for another process to let go of the store
+        (:class:`~stores.rocks.StoreLockedError` after it).
         """
         path = settings.task_path(task)
-        store = TaskStore(path)
+        store = TaskStore(path, lock_wait_s=lock_wait_s)
         progress = progress or RestoreLog(task)
         try:
             result = cls._restore(settings, task, store, progress)

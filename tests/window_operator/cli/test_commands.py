@@ -13,7 +13,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from stores.changelog import changelog_topic
 from window_operator.broker import free_port
+from window_operator.kafka_admin import KafkaAdmin
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Generous: a startup failure is reported in seconds (a bounded metadata request);
@@ -357,6 +359,33 @@ def test_restore_without_a_changelog_exits_2_naming_it(
         "--bootstrap-servers", kafka_bootstrap,
     )  # fmt: skip
     assert_startup_failure(seconds, proc, repr(f"{job}-state-changelog"), "run the job first")
+
+
+@pytest.mark.kafka
+def test_restore_while_the_job_holds_its_store_is_one_line(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    job = unique_name("job")
+    KafkaAdmin(kafka_bootstrap).create_topic(changelog_topic(job), 1)
+    task_dir = tmp_path / "state" / job / "task-0"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_STORE, str(task_dir)],
+        cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        proc = cli(
+            "restore",
+            "--config", str(job_file(tmp_path, "in", job=job)),
+            "--bootstrap-servers", kafka_bootstrap,
+        )  # fmt: skip
+    finally:
+        holder.communicate("", timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("window-operator: task 0: ")
+    assert str(task_dir) in line and "stop the job" in line
 
 
 def test_argument_mistakes_are_one_line_before_anything_starts(tmp_path: Path) -> None:
