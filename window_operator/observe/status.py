@@ -56,8 +56,9 @@ class TaskStatus:
     local_bytes: int | None
 
     @property
-    def changelog_records(self) -> int:
-        """Offsets the changelog partition holds (compaction and markers included)."""
+    def changelog_offsets(self) -> int:
+        """Offsets the changelog partition spans: its records, the offsets compaction
+        emptied and one per transaction marker (one per batch or epoch committed)."""
         return max(0, self.changelog_end - self.changelog_start)
 
 
@@ -158,14 +159,15 @@ def job_status(
         return status
     status.partitions = _partitions(config, admin, cp)
     status.tasks = _tasks(config, admin, str(state_dir or config.state.dir))
-    _check_idle(config, status, max_idle_triggers)
     if interval_s > 0:
+        before = status.lag
         time.sleep(interval_s)
-        later = _partitions(config, admin, read_checkpoint(str(config.spark.checkpoint_dir)))
-        after = sum(p.lag for p in later)
-        if after > status.lag:
-            status.problems.append(f"lag growing: {status.lag} -> {after} in {interval_s:g} s")
-        status.partitions = later
+        status.checkpoint = read_checkpoint(str(config.spark.checkpoint_dir))
+        status.partitions = _partitions(config, admin, status.checkpoint)
+        status.now_ms = int(time.time() * 1000)
+        if status.lag > before:
+            status.problems.append(f"lag growing: {before} -> {status.lag} in {interval_s:g} s")
+    _check_idle(config, status, max_idle_triggers)  # on the last reading, as printed
     return status
 
 
@@ -227,11 +229,11 @@ def format_status(s: JobStatus) -> str:
             f"{name:<28} {_num(p.committed):>10} {_num(p.end):>10} {p.lag:>8}  "
             f"{_time(p.max_event_time):<20} {_time(p.watermark)}"
         )
-    lines += ["", f"{'state task':<12} {'changelog offsets':>20} {'records':>10}  local store"]
+    lines += ["", f"{'state task':<12} {'changelog offsets':>20} {'span':>10}  local store"]
     for t in s.tasks:
         span = f"{t.changelog_start}..{t.changelog_end}"
         lines.append(
-            f"task {t.task:<7} {span:>20} {t.changelog_records:>10}  {_size(t.local_bytes)}"
+            f"task {t.task:<7} {span:>20} {t.changelog_offsets:>10}  {_size(t.local_bytes)}"
         )
     lines.append("")
     if s.healthy:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,12 +52,23 @@ def test_status_of_a_job_that_ran_then_fell_behind(
     assert code == 1
     assert "UNHEALTHY: behind: 30 input records wait for the next run" in out
 
+    # read twice, 3 s apart, while 20 more arrive: every line tells the second reading
+    more = threading.Timer(0.5, produce_events, (kafka_bootstrap, topic, in_order(20)))
+    more.start()
+    code, out = status(capsys, path, kafka_bootstrap, "--interval", "3")
+    more.join()
+    assert code == 1
+    assert "UNHEALTHY: lag growing: 30 -> 50 in 3 s" in out
+    assert "UNHEALTHY: behind: 50 input records wait for the next run" in out
+    row = next(line for line in out.splitlines() if line.startswith(f"{topic}[0]"))
+    assert row.split()[1:4] == ["100", "150", "50"]
+
     # the same job run with a 1 s trigger: behind once no batch ran for 2 triggers
     streaming, _ = write_job(tmp_path, {**doc, "spark": {"trigger": "1s"}}, "streaming.yaml")
     time.sleep(2.5)
     code, out = status(capsys, streaming, kafka_bootstrap, "--max-idle-triggers", "2")
     assert code == 1
-    assert "UNHEALTHY: behind: 30 input records wait, but no batch ran for" in out
+    assert "UNHEALTHY: behind: 50 input records wait, but no batch ran for" in out
     assert "(2 triggers of 1 s): is the job running?" in out
 
 
