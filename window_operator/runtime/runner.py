@@ -125,7 +125,7 @@ class TaskReport:
     seconds_changelog: float = 0.0
     seconds_local_commit: float = 0.0
     store_bytes: int = 0
-    #: -1: the operator does not tell (count windows, joins)
+    #: -1: the operator does not tell (joins)
     live_keys: int = -1
     live_windows: int = -1
     #: LATE updates wait for the end of an ``emit.late`` period (a run that ends sends them)
@@ -339,6 +339,7 @@ class TaskRunner(Generic[B, R]):
         """Step 3; returns the operator holding the batch (a fresh one after a failure)."""
         offsets = op.offsets
         errors = [e for e in inp.errors if not _replayed(e, offsets, self.plan)]
+        report.replayed += len(inp.errors) - len(errors)  # rejected before: not again
         op.adopt_clock(inp.clock_before)
         by_source: dict[int, list[pa.RecordBatch]] = defaultdict(list)
         for rows in inp.rows:

@@ -69,11 +69,16 @@ def test_replayed_batches_are_not_counted_twice(
     ).config
     tasks = prepare_topics(config, kafka_bootstrap)
     runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
-    batch = records(topic, 0, [{"k": "a", "ts": t * S} for t in (1, 2, 3)])
-    assert runner.run_batch([batch], 1_000).tasks[0].applied == 3
+    good = records(topic, 0, [{"k": "a", "ts": t * S} for t in (1, 2, 3)])
+    batch = InputRecords(topic, 0, [*good.offsets, 3], [*good.keys, b"a"], [*good.values, b"{"])
+    first = runner.run_batch([batch], 1_000).tasks[0]
+    assert (first.applied, first.replayed, first.rejected) == (3, 0, 1)
     again = runner.run_batch([batch], 2_000).tasks[0]  # Spark re-delivers the same offsets
-    assert (again.applied, again.replayed) == (0, 3)
-    runner.run_batch([records(topic, 3, [{"k": "a", "ts": 30 * S}])], 3_000)
+    # every record read has one verdict: the bad one was rejected before, not again
+    assert (again.applied, again.replayed, again.rejected) == (0, 4, 0)
+    runner.run_batch([records(topic, 4, [{"k": "a", "ts": 30 * S}])], 3_000)
+    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
+    assert [m.value() for m in errors] == [b"{"]
     results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
     assert [(r["window_start"], r["values"]["n"]) for r in results] == [(0, 3)]
 
