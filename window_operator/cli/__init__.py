@@ -1,10 +1,11 @@
 """The ``window-operator`` command line.
 
 Sub-commands: ``simulate`` (a job config over a JSONL file), ``run`` (the Spark
-streaming job), ``status`` (a job's progress and health), ``produce`` and ``demo``
-(:mod:`.jobs`); ``restore`` (rebuild local stores from the changelog) and ``inspect``
-(print the stored windows of a key) (:mod:`.state`); ``broker`` (a local Kafka-protocol
-broker) and ``nexmark generate`` (:mod:`.tools`). Configuration mistakes are reported as
+streaming job), ``status`` (a job's progress and health) and ``demo`` (:mod:`.jobs`);
+``produce`` (a JSONL file into a job's input topics, :mod:`.produce`); ``restore``
+(rebuild local stores from the changelog) and ``inspect`` (print the stored windows of a
+key) (:mod:`.state`); ``broker`` (a local Kafka-protocol broker) and ``nexmark
+generate`` (:mod:`.tools`). Configuration mistakes are reported as
 a list of field problems on stderr with exit status 2, never as a traceback; so are
 startup failures (no broker configured or answering, a missing input or changelog
 topic), each as one line.
@@ -18,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from window_operator.broker import BrokerError
-from window_operator.cli import jobs, state, tools
+from window_operator.cli import jobs, produce, state, tools
 from window_operator.cli.common import EXIT_CONFIG, CliError
 from window_operator.config import ConfigError
 from window_operator.kafka_admin import KafkaAdminError
@@ -36,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     jobs.add_parsers(sub)
+    produce.add_parsers(sub)
     state.add_parsers(sub)
     tools.add_parsers(sub)
     return parser

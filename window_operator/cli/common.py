@@ -1,11 +1,12 @@
 """What the sub-commands share: user-facing errors and exit codes, the options several
-take, the broker address, times on the command line, loading a job."""
+take, the broker address, times on the command line, loading a job, the input file."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from window_operator.config import (
     JobConfig,
@@ -15,9 +16,12 @@ from window_operator.config import (
 )
 from window_operator.job import JobRuntime, build_runtime
 from window_operator.join import JoinRuntime, build_join_runtime
+from window_operator.observe.progress import progress_bar
 from window_operator.observe.redact import RedactingFilter, secret_values
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
     from window_operator.runtime.settings import TaskSettings
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -31,6 +35,8 @@ __all__ = [
     "add_config_option",
     "add_state_dir_option",
     "bootstrap_servers",
+    "file_progress",
+    "input_file",
     "load_runtime",
     "load_simulation_runtime",
     "parse_time",
@@ -146,3 +152,19 @@ def task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSett
         bootstrap_servers=bootstrap_servers(args, config) if with_kafka else "",
         state_dir=str(args.state_dir or config.state.dir),
     )
+
+
+def input_file(path: str) -> Path:
+    """``--input``, which must be a readable file (or a device or pipe to read)."""
+    input_path = Path(path)
+    if not input_path.exists():
+        raise CliError(f"input file {input_path} does not exist")
+    if input_path.is_dir():
+        raise CliError(f"input {input_path} is a directory, not a file of JSON lines")
+    return input_path
+
+
+def file_progress(path: Path, desc: str) -> tqdm[Any] | None:
+    """A bar of the bytes of ``path`` read (none for a pipe or device: no size, no
+    position)."""
+    return progress_bar(total=path.stat().st_size, desc=desc, unit="B") if path.is_file() else None

@@ -1,16 +1,14 @@
-"""The commands that run a job: ``simulate``, ``run``, ``status``, ``produce`` and ``demo``."""
+"""The commands that run a job: ``simulate``, ``run``, ``status`` and ``demo``."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from window_operator.cli.common import (
     EXIT_CONFIG,
@@ -20,38 +18,19 @@ from window_operator.cli.common import (
     add_config_option,
     add_state_dir_option,
     bootstrap_servers,
-    load_runtime,
+    file_progress,
+    input_file,
     load_simulation_runtime,
     positive_int,
 )
 from window_operator.config import JobConfig, load_any_config
 from window_operator.job import build_runtime
 from window_operator.join import JoinRuntime, build_join_runtime
-from window_operator.kafka_admin import KafkaAdmin
-from window_operator.observe.progress import progress_bar
 
 if TYPE_CHECKING:
-    from tqdm import tqdm
-
     from window_operator.cli.common import Subparsers
 
 __all__ = ["add_parsers"]
-
-
-def _input_file(path: str) -> Path:
-    """``--input``, which must be a readable file (or a device or pipe to read)."""
-    input_path = Path(path)
-    if not input_path.exists():
-        raise CliError(f"input file {input_path} does not exist")
-    if input_path.is_dir():
-        raise CliError(f"input {input_path} is a directory, not a file of JSON lines")
-    return input_path
-
-
-def _file_progress(path: Path, desc: str) -> tqdm[Any] | None:
-    """A bar of the bytes of ``path`` read (none for a pipe or device: no size, no
-    position)."""
-    return progress_bar(total=path.stat().st_size, desc=desc, unit="B") if path.is_file() else None
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -59,11 +38,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from window_operator.simulate import FinishedStateError, simulate
 
     runtime = load_simulation_runtime(args.config)
-    input_path = _input_file(args.input)
+    input_path = input_file(args.input)
     out: IO[bytes]
     errors_out: IO[bytes] | None = None
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
-    bar = _file_progress(input_path, "simulate")
+    bar = file_progress(input_path, "simulate")
     progress = None if bar is None else (lambda position: bar.update(max(0, position - bar.n)))
     try:
         if args.errors:
@@ -210,64 +189,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0 if status.healthy else EXIT_UNHEALTHY
 
 
-def _cmd_produce(args: argparse.Namespace) -> int:
-    import orjson
-    from confluent_kafka import Producer
-
-    runtime = load_runtime(args.config)
-    config = runtime.config
-    input_path = _input_file(args.input)
-    bootstrap = bootstrap_servers(args, config)
-    topic = config.input.topic
-    # retention.ms=-1: sample data carries historical event times
-    KafkaAdmin(bootstrap).create_topic(topic, args.partitions, {"retention.ms": "-1"})
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    key_field = config.input.key
-    encode = _input_encoder(config)
-    n = unfit = 0
-    bar = _file_progress(input_path, "produce")
-    with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
-        for line in lines:
-            if bar is not None:
-                bar.update(len(line))
-            line = line.strip()
-            if not line:
-                continue
-            key, value = None, line
-            try:
-                record = orjson.loads(line)
-                if key_field is not None:
-                    field = record.get(key_field)
-                    key = None if field is None else str(field).encode()
-                if encode is not None:
-                    value = encode(record)
-            except (ValueError, TypeError, AttributeError, OverflowError):  # JSON or Avro
-                unfit += encode is not None  # produced as is: the job routes it to the errors
-            while True:
-                try:
-                    producer.produce(topic, key=key, value=value)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            n += 1
-    if producer.flush(60):
-        raise CliError("some records were not acknowledged by the broker")
-    as_is = f" ({unfit} lines did not fit the Avro schema: produced as they are)" if unfit else ""
-    print(f"produced {n} records to {topic}{as_is}", file=sys.stderr)
-    return 0
-
-
-def _input_encoder(config: JobConfig) -> Callable[[Any], bytes] | None:
-    """How ``produce`` writes a JSON line as the job reads its input: ``None`` for JSON."""
-    inp = config.input
-    if inp.format != "avro":
-        return None
-    from window_operator.codecs.avro_input import avro_payload_encoder
-
-    assert inp.avro_schema is not None  # required with format avro
-    return avro_payload_encoder(inp.avro_schema, inp.avro_wire)
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from window_operator.demo import DEFAULT_CONFIG, run_demo
 
@@ -360,16 +281,7 @@ def _add_status(sub: Subparsers) -> None:
     st.set_defaults(func=_cmd_status)
 
 
-def _add_produce_and_demo(sub: Subparsers) -> None:
-    prod = sub.add_parser("produce", help="produce a JSONL file to a job's input topic")
-    add_config_option(prod)
-    prod.add_argument("--input", required=True, help="JSONL events")
-    prod.add_argument(
-        "--partitions", type=positive_int, default=4, help="partitions if the topic is new"
-    )
-    add_bootstrap_option(prod)
-    prod.set_defaults(func=_cmd_produce)
-
+def _add_demo(sub: Subparsers) -> None:
     demo = sub.add_parser(
         "demo", help="broker + live click stream + the streaming job, printing window results"
     )
@@ -387,8 +299,8 @@ def _add_produce_and_demo(sub: Subparsers) -> None:
 
 
 def add_parsers(sub: Subparsers) -> None:
-    """``simulate``, ``run``, ``status``, ``produce`` and ``demo``."""
+    """``simulate``, ``run``, ``status`` and ``demo``."""
     _add_simulate(sub)
     _add_run(sub)
     _add_status(sub)
-    _add_produce_and_demo(sub)
+    _add_demo(sub)

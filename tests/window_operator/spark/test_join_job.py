@@ -141,6 +141,45 @@ def test_restore_and_inspect_a_join(
     ]
 
 
+def test_produce_loads_a_join_file_that_the_job_reads_as_simulate_does(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """``produce`` routes each line to the input its ``source`` names, without the
+    meta fields; a line naming no input is skipped and counted."""
+    orders, ships = unique_name("orders"), unique_name("shipments")
+    config = seed_config(tmp_path, unique_name("job"), (orders, ships), range="2m")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(orjson.loads(config.model_dump_json())))
+    sample = (ROOT / "config/samples/orders-shipments.jsonl").read_bytes()
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(sample + b'{"source": "returns", "id": 1}\n{broken\n\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "window_operator", "produce", "--config", str(path),
+         "--input", str(events), "--partitions", "2", "--bootstrap-servers", kafka_bootstrap],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"produced 7 records (3 to {orders}, 4 to {ships}); "
+        "2 lines named no input of the join in 'source': skipped"
+    )
+    # keyed by the join key, the records as simulate hands them to the join
+    written = read_topic(kafka_bootstrap, orders)
+    assert sorted((m.key(), orjson.loads(m.value())) for m in written) == [
+        (b"1", {"id": 1, "value": 0, "time": "2024-01-01T08:59:10Z"}),
+        (b"3", {"id": 3, "value": 5, "time": "2024-01-01T09:00:00Z"}),
+        (b"9", {"id": 9, "value": 9, "time": "2024-01-01T08:59:30Z"}),
+    ]
+    run(spark, config, kafka_bootstrap)
+    got = sorted(
+        orjson.dumps(r) for r in upsert_view(kafka_bootstrap, config.output.topic).values()
+    )
+    expected = tmp_path / "expected.jsonl"
+    with expected.open("wb") as out:
+        simulate(build_join_runtime(config), events, out, batch_size=1)
+    assert got == sorted(expected.read_bytes().splitlines()) and len(got) == 4
+
+
 def test_bad_input_on_both_join_sides_is_reported_with_its_side(
     tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:

@@ -1,0 +1,66 @@
+"""``produce``: where each line of a JSONL file goes, with which key and value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from window_operator.cli.produce import Produced, kafka_key, route, targets
+from window_operator.config import load_any_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_an_aggregation_line_goes_as_it_is_keyed_by_the_key_field() -> None:
+    inputs = targets(load_any_config(ROOT / "config/clicks.yaml"))
+    produced = Produced()
+    line = b'{"page": "/a", "ts": 1, "offset": 7}'
+    routed = route(line, inputs, produced)
+    assert routed is not None
+    target, key, value = routed
+    assert (target.topic, key, value) == ("clicks", b"/a", line)
+    # a broken line goes as it is too: the job sends it to its errors topic
+    assert route(b"{broken", inputs, produced) == (target, None, b"{broken")
+    assert (produced.unfit, produced.unrouted) == (0, 0)
+
+
+def test_a_join_line_goes_to_the_input_it_names_without_the_meta_fields() -> None:
+    inputs = targets(load_any_config(ROOT / "config/orders-shipments.yaml"))
+    produced = Produced()
+    line = b'{"source":"shipments","offset":3,"wall_ms":9,"partition":1,"id":7,"cost":2}'
+    routed = route(line, inputs, produced)
+    assert routed is not None
+    target, key, value = routed
+    assert (target.topic, key, orjson.loads(value)) == ("shipments", b"7", {"id": 7, "cost": 2})
+    for unroutable in (b'{"source": "returns", "id": 1}', b'{"id": 1}', b"{broken", b"[1]"):
+        assert route(unroutable, inputs, produced) is None
+    assert produced.unrouted == 4
+
+
+@pytest.mark.parametrize(
+    ("record", "fields", "key"),
+    [
+        ({"k": "a"}, ("k",), b"a"),
+        ({"k": 3}, ("k",), b"3"),
+        ({"k": None}, ("k",), None),
+        ({}, ("k",), None),
+        ({"k": "a"}, (), None),
+        ([1], ("k",), None),
+        ({"a": 1, "b": "x"}, ("a", "b"), b'[1,"x"]'),
+    ],
+)
+def test_the_kafka_key_of_a_record(
+    record: object, fields: tuple[str, ...], key: bytes | None
+) -> None:
+    assert kafka_key(record, fields) == key
+
+
+def test_the_summary_names_every_topic_and_what_was_skipped() -> None:
+    produced = Produced(unfit=1, unrouted=2)
+    produced.records.update({"b": 2, "a": 1})
+    assert produced.summary() == (
+        "produced 3 records (1 to a, 2 to b); 1 lines did not fit the Avro schema: "
+        "produced as they are; 2 lines named no input of the join in 'source': skipped"
+    )

@@ -1,0 +1,191 @@
+"""``produce``: load a JSONL file into a job's input topics, as the job reads them.
+
+An aggregation job's lines go to ``input.topic`` as they are, keyed by ``input.key``. A
+join's lines name their input in ``source``, as in ``simulate``; each goes to that
+input's topic, keyed by the join key (``join.on``), without the fields ``simulate``
+takes as meta fields (``source``, ``partition``, ``offset``, ``wall_ms``), so that the
+job carries the same records into its results as ``simulate`` does. A line of an Avro
+input is written with the input's schema; one that does not fit it is written as it is
+(the job sends it to the errors topic). A join line that names no input cannot be
+routed: it is skipped, and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from window_operator.cli.common import (
+    CliError,
+    add_bootstrap_option,
+    add_config_option,
+    bootstrap_servers,
+    file_progress,
+    input_file,
+    load_simulation_runtime,
+    positive_int,
+)
+from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.kafka_admin import KafkaAdmin
+from window_operator.simulate_input import META_FIELDS
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
+
+    from window_operator.cli.common import Subparsers
+    from window_operator.config import InputConfig, JoinInputConfig
+
+__all__ = ["add_parsers"]
+
+#: What a line of an Avro input that does not fit its schema raises when encoded.
+_UNFIT = (ValueError, TypeError, AttributeError, OverflowError)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the lines of one input go: its topic, the fields of the Kafka key, and the
+    value encoding (``None``: the JSON line)."""
+
+    topic: str
+    key_fields: tuple[str, ...]
+    encode: Callable[[Any], bytes] | None
+
+
+@dataclass(slots=True)
+class Produced:
+    """What a run of ``produce`` wrote, per topic, and the lines it could not route."""
+
+    records: Counter[str] = field(default_factory=Counter)
+    unfit: int = 0
+    unrouted: int = 0
+
+    def summary(self) -> str:
+        """The closing line."""
+        topics = ", ".join(f"{n} to {t}" for t, n in sorted(self.records.items())) or "none"
+        out = f"produced {sum(self.records.values())} records ({topics})"
+        if self.unfit:
+            out += f"; {self.unfit} lines did not fit the Avro schema: produced as they are"
+        if self.unrouted:
+            out += (
+                f"; {self.unrouted} lines named no input of the join in 'source': skipped"
+            )
+        return out
+
+
+def targets(config: JobConfig | JoinJobConfig) -> dict[str | None, Target]:
+    """The inputs of a job by the ``source`` naming them (``None``: the one input)."""
+    if isinstance(config, JoinJobConfig):
+        on = tuple(config.join.on)
+        sides = (config.join.left, config.join.right)
+        return {s.name: Target(s.topic_name, on, _encoder(s)) for s in sides}
+    inp = config.input
+    keys = () if inp.key is None else (inp.key,)
+    return {None: Target(inp.topic, keys, _encoder(inp))}
+
+
+def _encoder(inp: InputConfig | JoinInputConfig) -> Callable[[Any], bytes] | None:
+    """How a JSON line is written for an input that reads ``inp.format``."""
+    if inp.format != "avro":
+        return None
+    from window_operator.codecs.avro_input import avro_payload_encoder
+
+    assert inp.avro_schema is not None  # required with format avro
+    return avro_payload_encoder(inp.avro_schema, inp.avro_wire)
+
+
+def kafka_key(record: object, fields: tuple[str, ...]) -> bytes | None:
+    """The key of a record: its one key field as text (``None`` when null or absent),
+    several as a JSON array; ``None`` without key fields or for a line not an object."""
+    if not fields or not isinstance(record, dict):
+        return None
+    values = [record.get(f) for f in fields]
+    if len(values) == 1:
+        return None if values[0] is None else str(values[0]).encode()
+    return orjson.dumps(values)
+
+
+def route(
+    line: bytes, inputs: dict[str | None, Target], produced: Produced
+) -> tuple[Target, bytes | None, bytes] | None:
+    """``(input, key, value)`` of a line, or ``None`` for a join line naming no input."""
+    try:
+        record: object = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        record = None
+    value = line
+    if None in inputs:
+        target = inputs[None]
+    else:
+        source = record.pop("source", None) if isinstance(record, dict) else None
+        found = inputs.get(source) if isinstance(source, str) else None
+        if found is None:
+            produced.unrouted += 1
+            return None
+        assert isinstance(record, dict)
+        for meta in META_FIELDS:
+            record.pop(meta, None)
+        target, value = found, orjson.dumps(record)
+    if target.encode is not None:
+        try:
+            value = target.encode(record)
+        except _UNFIT:
+            produced.unfit += 1  # as it is: the job routes it to the errors
+    return target, kafka_key(record, target.key_fields), value
+
+
+def _send(producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from confluent_kafka import Producer
+
+    config = load_simulation_runtime(args.config).config
+    input_path = input_file(args.input)
+    bootstrap = bootstrap_servers(args, config)
+    inputs = targets(config)
+    admin = KafkaAdmin(bootstrap)
+    for topic in sorted({t.topic for t in inputs.values()}):
+        # retention.ms=-1: sample data carries historical event times
+        admin.create_topic(topic, args.partitions, {"retention.ms": "-1"})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    produced = Produced()
+    bar = file_progress(input_path, "produce")
+    with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
+        for line in lines:
+            if bar is not None:
+                bar.update(len(line))
+            line = line.strip()
+            routed = route(line, inputs, produced) if line else None
+            if routed is not None:
+                target, key, value = routed
+                _send(producer, target.topic, key, value)
+                produced.records[target.topic] += 1
+    if producer.flush(60):
+        raise CliError("some records were not acknowledged by the broker")
+    print(produced.summary(), file=sys.stderr)
+    return 0
+
+
+def add_parsers(sub: Subparsers) -> None:
+    """``produce``."""
+    prod = sub.add_parser("produce", help="produce a JSONL file to a job's input topics")
+    add_config_option(prod)
+    prod.add_argument("--input", required=True, help="JSONL events")
+    prod.add_argument(
+        "--partitions", type=positive_int, default=4, help="partitions of a topic it creates"
+    )
+    add_bootstrap_option(prod)
+    prod.set_defaults(func=_cmd_produce)
