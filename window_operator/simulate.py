@@ -33,10 +33,17 @@ from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
+from window_operator.join.common import MAX_OFFSET, MAX_PARTITION
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
 from window_operator.runtime.guard import add_guarded, internal_error
-from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder
+from window_operator.simulate_input import (
+    META_FIELDS,
+    DecodedLines,
+    LineDecoder,
+    bad_position,
+    line_wall,
+)
 
 __all__ = ["FinishedStateError", "SimulationSummary", "simulate"]
 
@@ -416,15 +423,12 @@ def _join_line(
         return ErrorRecord(ErrorCode.UNKNOWN_SOURCE, reason, None, None, line)
     meta = {f: rec.pop(f) for f in META_FIELDS if f in rec}
     part = meta.get("partition", 0)
-    off = meta.get("offset", -1)
-    if not _is_int(part) or part < 0:
-        reason = f"the line's partition must be an integer >= 0, got {part!r}"
-        return ErrorRecord(ErrorCode.WRONG_TYPE, reason, None, None, line)
-    if not _is_int(off) or ("offset" in meta and off < 0):
-        reason = f"the line's offset must be an integer >= 0, got {off!r}"
-        return ErrorRecord(ErrorCode.WRONG_TYPE, reason, part, None, line)
-    wall = meta.get("wall_ms")
-    return source, rec, part, off, wall if _is_int(wall) else -1
+    off = meta.get("offset", 0)  # absent: the next offset of the partition (-1 below)
+    bad = bad_position(part, off, MAX_PARTITION, MAX_OFFSET)
+    if bad is not None:
+        return bad.error(line)
+    assert _is_int(part) and _is_int(off)  # checked by bad_position
+    return source, rec, part, off if "offset" in meta else -1, line_wall(meta)
 
 
 def _reject_future_rows(

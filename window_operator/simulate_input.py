@@ -21,10 +21,23 @@ from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.events import EventBatch, IntArray, RecordDecoder
 from window_operator.results import ErrorCode, ErrorRecord
 
-__all__ = ["META_FIELDS", "DecodedLines", "LineDecoder"]
+__all__ = [
+    "MAX_LINE_OFFSET",
+    "MAX_LINE_PARTITION",
+    "META_FIELDS",
+    "DecodedLines",
+    "LineDecoder",
+    "BadPosition",
+    "bad_position",
+    "line_wall",
+]
 
 #: The per-line position fields, removed from the event before decoding.
 META_FIELDS: Final = ("partition", "offset", "wall_ms")
+#: The largest partition of a line (Kafka's partition ids are 32-bit).
+MAX_LINE_PARTITION: Final = 2**31 - 1
+#: The largest offset of a line (Kafka's are 64-bit; one short, so the next is one too).
+MAX_LINE_OFFSET: Final = 2**63 - 2
 
 
 @dataclass(slots=True)
@@ -60,10 +73,11 @@ class LineDecoder:
 
     def decode(self, lines: list[bytes], offsets: Mapping[int, int]) -> DecodedLines:
         """Decode ``lines``; ``offsets`` holds the last offset consumed per partition."""
-        clean = self.columnar.decode(lines)
+        first = offsets.get(0, -1) + 1
+        # partition 0 has room for every line (else they take the exact path, which says so)
+        clean = self.columnar.decode(lines) if first + len(lines) <= MAX_LINE_OFFSET else None
         if clean is not None:
             # every line is an event of partition 0 at the next offsets
-            first = offsets.get(0, -1) + 1
             clean.offset = np.arange(first, first + len(lines), dtype=np.int64)
             walls = np.full(len(lines), -1, dtype=np.int64)
             return DecodedLines(clean, [], 0, walls, list(lines))
@@ -107,22 +121,53 @@ def _split_line(raw: bytes, last: dict[int, int]) -> _Line | ErrorRecord | None:
     if isinstance(record, dict):
         meta = {f: record.pop(f) for f in META_FIELDS if f in record}
     part = meta.get("partition", 0)
-    if not _is_int(part) or part < 0:
-        reason = f"the line's partition must be an integer >= 0, got {part!r}"
-        return ErrorRecord(ErrorCode.WRONG_TYPE, reason, None, None, raw)
-    off = meta.get("offset")
-    if "offset" not in meta:
-        off = last.get(part, -1) + 1
-    elif not _is_int(off) or off < 0:
-        reason = f"the line's offset must be an integer >= 0, got {off!r}"
-        return ErrorRecord(ErrorCode.WRONG_TYPE, reason, part, None, raw)
+    off = meta.get("offset", last.get(part, -1) + 1 if _is_int(part) else 0)
+    bad = bad_position(part, off, MAX_LINE_PARTITION, MAX_LINE_OFFSET)
+    if bad is not None:
+        return bad.error(raw)
+    assert _is_int(part) and _is_int(off)  # checked by bad_position
     if off <= last.get(part, -1):
         return None
     last[part] = off
     if problem is not None:
         return ErrorRecord(ErrorCode.BAD_JSON, problem, part, off, raw)
+    return _Line(record, part, off, line_wall(meta), raw)
+
+
+@dataclass(frozen=True, slots=True)
+class BadPosition:
+    """Why a line's partition or offset cannot be a Kafka record's, and the partition
+    when that one is right."""
+
+    reason: str
+    partition: int | None
+
+    def error(self, raw: bytes) -> ErrorRecord:
+        """The line's error record."""
+        return ErrorRecord(ErrorCode.WRONG_TYPE, self.reason, self.partition, None, raw)
+
+
+def bad_position(
+    part: object, off: object, max_partition: int, max_offset: int
+) -> BadPosition | None:
+    """Whether ``part`` and ``off`` are out of the ranges a line may take (``None``: not)."""
+    if not _is_int(part) or not 0 <= part <= max_partition:
+        return BadPosition(
+            f"the line's partition must be an integer from 0 to {max_partition}, got {part!r}",
+            None,
+        )
+    if not _is_int(off) or not 0 <= off <= max_offset:
+        return BadPosition(
+            f"the line's offset must be an integer from 0 to {max_offset}, got {off!r}", part
+        )
+    return None
+
+
+def line_wall(meta: Mapping[str, object]) -> int:
+    """The line's ``wall_ms``; ``-1`` (the event time stands in) when it has none that an
+    arrival time can be (an integer from 0 to 2^62)."""
     wall = meta.get("wall_ms")
-    return _Line(record, part, off, wall if _is_int(wall) else -1, raw)
+    return wall if _is_int(wall) and 0 <= wall <= 2**62 else -1
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -258,8 +258,25 @@ def test_a_line_with_a_bad_partition_or_offset_is_a_wrong_type(tmp_path: Path) -
     for batch_size in (1, 10):  # a chunk of one clean line takes the columnar path
         _, errors, summary = run(lines, tmp_path, batch_size)
         assert [e["code"] for e in errors] == ["WRONG_TYPE"] * 6
-        assert "partition must be an integer >= 0" in errors[0]["reason"]
+        assert "partition must be an integer from 0 to 2147483647" in errors[0]["reason"]
         assert summary.applied == 1
+
+
+def test_a_partition_offset_or_arrival_beyond_kafkas_ranges_is_no_crash(tmp_path: Path) -> None:
+    event = b'"k": "a", "ts": %d, "v": 1' % BASE
+    lines = [
+        b'{%s, "partition": 2147483648}' % event,  # Kafka's partition ids are 32-bit
+        b'{%s, "offset": 9223372036854775808}' % event,  # offsets 64-bit
+        b'{%s, "partition": 18446744073709551615}' % event,
+        b'{%s, "offset": 9223372036854775806}' % event,  # the largest a line may take
+        b"{%s}" % event,  # its next offset would be the largest Kafka's, with none after
+        b'{%s, "partition": 2147483647, "wall_ms": 9223372036854775808}' % event,
+    ]
+    for batch_size in (1, 10):
+        _, errors, summary = run(lines, tmp_path, batch_size)
+        assert [(e["code"], e["offset"]) for e in errors] == [("WRONG_TYPE", None)] * 4, errors
+        assert "offset must be an integer from 0 to 9223372036854775806" in errors[1]["reason"]
+        assert summary.applied == 2  # an arrival no clock can show: the event time stands in
 
 
 WINDOWS = [

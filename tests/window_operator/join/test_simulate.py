@@ -173,3 +173,26 @@ def test_join_error_records_carry_their_lines_and_offsets(tmp_path: Path) -> Non
     assert (summary.applied, summary.replayed) == (3, 1)
     pairs = [orjson.loads(r) for r in out.getvalue().splitlines()]
     assert [(p["kind"], p["key"]) for p in pairs] == [("MATCH", {"k": 2})]
+
+
+def test_a_join_line_beyond_the_positions_a_join_holds_is_a_wrong_type(tmp_path: Path) -> None:
+    runtime = join_runtime({"range": "2m"}, retention="3m")
+    t0 = 1_795_560_000_000
+    lines = [
+        b'{"source":"L","k":1,"ts":%d,"partition":32768}' % t0,  # 15 bits of partition
+        b'{"source":"L","k":1,"ts":%d,"offset":281474976710656}' % t0,  # 48 bits of offset
+        b'{"source":"L","k":1,"ts":%d,"offset":18446744073709551615}' % t0,
+        b'{"source":"L","k":1,"ts":%d,"wall_ms":18446744073709551615}' % t0,
+        b'{"source":"R","k":1,"ts":%d,"partition":32767,"offset":281474976710655}' % t0,
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    out, errors = io.BytesIO(), io.BytesIO()
+    summary = simulate(runtime, path, out, errors_out=errors, batch_size=2)
+    got = [orjson.loads(e) for e in errors.getvalue().splitlines()]
+    assert [(e["code"], e["partition"]) for e in got] == [
+        ("WRONG_TYPE", None), ("WRONG_TYPE", 0), ("WRONG_TYPE", 0)
+    ]  # fmt: skip
+    assert "from 0 to 32767, got 32768" in got[0]["reason"]
+    assert summary.applied == 2
+    assert [orjson.loads(r)["kind"] for r in out.getvalue().splitlines()] == ["MATCH"]
