@@ -8,7 +8,8 @@ key) (:mod:`.state`); ``broker`` (a local Kafka-protocol broker) and ``nexmark
 generate`` (:mod:`.tools`). Configuration mistakes are reported as
 a list of field problems on stderr with exit status 2, never as a traceback; so are
 startup failures (no broker configured or answering, a missing input or changelog
-topic), each as one line.
+topic, a state of another job shape), each as one line, and a file that cannot be read
+or written (exit status 3).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Sequence
 
 from window_operator.broker import BrokerError
 from window_operator.cli import jobs, produce, state, tools
-from window_operator.cli.common import EXIT_CONFIG, CliError
+from window_operator.cli.common import EXIT_CONFIG, EXIT_INPUT, CliError
 from window_operator.config import ConfigError
+from window_operator.errors import IncompatibleStateError
 from window_operator.kafka_admin import KafkaAdminError
 from window_operator.observe.logs import setup_logging
 from window_operator.observe.metrics import MetricsPortError
@@ -58,9 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KafkaAdminError, BrokerError, TaskCountError, TransactionsUnsupportedError) as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except MetricsPortError as exc:
+    except (MetricsPortError, IncompatibleStateError) as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except OSError as exc:
+        if exc.filename is None:  # not a file named on the command line or in the config
+            raise
+        print(f"window-operator: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

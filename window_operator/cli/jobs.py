@@ -21,7 +21,9 @@ from window_operator.cli.common import (
     file_progress,
     input_file,
     load_simulation_runtime,
+    port_number,
     positive_int,
+    seconds,
 )
 from window_operator.config import JobConfig, load_any_config
 from window_operator.job import build_runtime
@@ -39,6 +41,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     runtime = load_simulation_runtime(args.config)
     input_path = input_file(args.input)
+    _check_outputs(input_path, {"--output": args.output, "--errors": args.errors})
     out: IO[bytes]
     errors_out: IO[bytes] | None = None
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
@@ -83,6 +86,29 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         where = f" (see {args.errors})" if args.errors else " (use --errors FILE for details)"
         print(f"simulate: rejected records by reason: {detail}{where}", file=sys.stderr)
     return 0
+
+
+def _check_outputs(input_path: Path, outputs: dict[str, str | None]) -> None:
+    """Refuse an output file that is the input, or another output: opening it for
+    writing would empty the input before it is read, or mix the two outputs."""
+    taken: list[tuple[Path, str]] = [(input_path, "--input")]
+    for option, name in outputs.items():
+        if name is None:
+            continue
+        path = Path(name)
+        for other, other_option in taken:
+            if _same_file(path, other):
+                raise CliError(f"{option} {name} is the file of {other_option}: use another")
+        taken.append((path, option))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one regular file (devices and pipes may be shared)."""
+    if any(p.exists() and not p.is_file() for p in (a, b)):
+        return False
+    if a.resolve() == b.resolve():
+        return True
+    return a.exists() and b.exists() and a.samefile(b)
 
 
 def _spark_conf(pairs: list[str]) -> dict[str, str]:
@@ -252,7 +278,7 @@ def _add_run(sub: Subparsers) -> None:
     run.add_argument("--report", help="append one JSON line of task reports per micro-batch")
     run.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         help="serve Prometheus metrics on this port (default: metrics.port; 0: any free one)",
     )
     run.add_argument("--quiet", action="store_true", help="no log line per micro-batch")
@@ -274,7 +300,7 @@ def _add_status(sub: Subparsers) -> None:
     )
     st.add_argument(
         "--interval",
-        type=float,
+        type=seconds,
         default=0.0,
         help="read the lag twice this many seconds apart: unhealthy if it grew (default: once)",
     )

@@ -15,6 +15,7 @@ from window_operator.cli.common import (
     add_bootstrap_option,
     bootstrap_servers,
     parse_time,
+    port_number,
     positive_int,
 )
 
@@ -52,7 +53,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 def _add_broker(sub: Subparsers) -> None:
     brk = sub.add_parser("broker", help="run a local Kafka-protocol broker (noida-db)")
-    brk.add_argument("--port", type=int, help="port (default: a free one)")
+    brk.add_argument("--port", type=port_number, help="port (default: a free one)")
     brk.add_argument("--data-dir", help="data directory (default: a temporary one)")
     brk.set_defaults(func=_cmd_broker)
 

@@ -408,12 +408,57 @@ def test_argument_mistakes_are_one_line_before_anything_starts(tmp_path: Path) -
              2, "--starting-offsets: startingOffsets must be 'earliest', 'latest' or JSON"),
             (["run", "--config", job, "--metrics-port", port, "--bootstrap-servers", closed],
              2, f"cannot serve metrics on 0.0.0.0:{port}"),
+            (["run", "--config", job, "--metrics-port", "70000", "--bootstrap-servers", closed],
+             2, "--metrics-port: must be a port from 0 to 65535, got 70000"),
+            (["status", "--config", job, "--interval", "inf", "--bootstrap-servers", closed],
+             2, "--interval: must be a finite number >= 0, got inf"),
+            (["broker", "--port", "-1"], 2, "--port: must be a port from 0 to 65535, got -1"),
+            (["simulate", "--config", job, "--input", str(events), "--output", str(tmp_path)],
+             3, f"window-operator: {tmp_path}: Is a directory"),
+            (["simulate", "--config", job, "--input", str(events),
+              "--errors", str(tmp_path / "no" / "e.jsonl")],
+             3, f"window-operator: {tmp_path / 'no' / 'e.jsonl'}: No such file or directory"),
+            (["simulate", "--config", job, "--input", str(events), "--state-dir", str(events)],
+             3, "Not a directory"),
         ]  # fmt: skip
         for args, code, message in cases:
             seconds, proc = timed_cli(*args)
             assert proc.returncode == code, (args, proc.stderr)
             assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
             assert seconds < 5.0, (args, seconds)
+
+
+def test_simulate_never_writes_over_its_input(tmp_path: Path) -> None:
+    events = tmp_path / "e.jsonl"
+    text = '{"k": "a", "ts": 1}\n'
+    events.write_text(text)
+    (tmp_path / "link.jsonl").symlink_to(events)
+    job = str(job_file(tmp_path, "in"))
+    same = ["simulate", "--config", job, "--input", str(events)]
+    for extra, message in [
+        (["--output", str(events)], f"--output {events} is the file of --input"),
+        (["--errors", str(tmp_path / "link.jsonl")], "is the file of --input"),
+        (["--output", str(tmp_path / "o"), "--errors", f"{tmp_path}/./o"],
+         "is the file of --output"),
+    ]:  # fmt: skip
+        proc = cli(*same, *extra)
+        assert proc.returncode == 3 and message in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert events.read_text() == text
+
+
+def test_a_state_of_another_window_shape_is_one_line(tmp_path: Path) -> None:
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1}\n')
+    job = job_file(tmp_path, "in")
+    state = ["--state-dir", str(tmp_path / "state"), "--keep-open"]
+    first = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    assert first.returncode == 0, first.stderr
+    job.write_text(job.read_text().replace("{type: tumbling, size: 10s}", "{type: count, size: 2}"))
+    proc = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("window-operator: ") and "state" in line
 
 
 def test_status_without_a_broker_exits_2_even_for_a_job_that_never_ran(tmp_path: Path) -> None:
