@@ -115,8 +115,8 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
     conf = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep:
-            raise CliError(f"--conf expects key=value, got {pair!r}")
+        if not sep or not key.strip():
+            raise CliError(f"--conf expects key=value, got {pair!r}", EXIT_CONFIG)
         conf[key] = value
     return conf
 

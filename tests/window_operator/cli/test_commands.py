@@ -413,6 +413,8 @@ def test_argument_mistakes_are_one_line_before_anything_starts(tmp_path: Path) -
             (["status", "--config", job, "--interval", "inf", "--bootstrap-servers", closed],
              2, "--interval: must be a finite number >= 0, got inf"),
             (["broker", "--port", "-1"], 2, "--port: must be a port from 0 to 65535, got -1"),
+            (["run", "--config", job, "--conf", "=x", "--bootstrap-servers", closed],
+             2, "--conf expects key=value, got '=x'"),
             (["simulate", "--config", job, "--input", str(events), "--output", str(tmp_path)],
              3, f"window-operator: {tmp_path}: Is a directory"),
             (["simulate", "--config", job, "--input", str(events),
