@@ -147,6 +147,8 @@ def _check_port(host: str, port: int) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from pyspark.errors import PySparkException
+
     from window_operator.spark.driver import prepare_topics
     from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
@@ -173,11 +175,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if os.environ.get("WINDOW_OPERATOR_CRASH_AT"):
         # recovery tests: let the armed task kill this whole job (see runtime.faults)
         os.environ["WINDOW_OPERATOR_CRASH_PGID"] = str(os.getpgid(0))
-    spark = build_session(
-        app_name=f"window-operator-{config.job}",
-        master=args.master or config.spark.master,
-        conf=conf,
-    )
+    master = args.master or config.spark.master
+    try:
+        spark = build_session(app_name=f"window-operator-{config.job}", master=master, conf=conf)
+    except PySparkException as exc:  # e.g. a master URL Spark does not know: its JVM exited
+        where = f" with master {master!r}" if master else ""
+        reason = str(exc).splitlines()[0]
+        raise CliError(f"Spark did not start{where}: {reason} (see above)", EXIT_CONFIG) from None
     job = job_for(
         config,
         bootstrap_servers=bootstrap,
