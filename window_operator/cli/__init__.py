@@ -23,7 +23,7 @@ from window_operator.broker import BrokerError
 from window_operator.cli import jobs, produce, state, tools
 from window_operator.cli.common import EXIT_CONFIG, EXIT_INPUT, CliError
 from window_operator.config import ConfigError
-from window_operator.errors import IncompatibleStateError
+from window_operator.errors import IncompatibleStateError, JobSetupError
 from window_operator.kafka_admin import KafkaAdminError
 from window_operator.observe.logs import setup_logging
 from window_operator.observe.metrics import MetricsPortError
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KafkaAdminError, BrokerError, TaskCountError, TransactionsUnsupportedError) as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except (MetricsPortError, IncompatibleStateError) as exc:
+    except (MetricsPortError, IncompatibleStateError, JobSetupError) as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except OSError as exc:

@@ -28,6 +28,8 @@ earliest offset.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
-from window_operator.errors import WindowOperatorError
+from window_operator.errors import JobSetupError, WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.runtime.longrun.control import Coordinator
 from window_operator.runtime.longrun.prepare import worker_spec
@@ -48,7 +50,14 @@ from window_operator.runtime.plans import plan_for
 from window_operator.spark.driver import BatchReport, JobOptions, SparkJob, StreamingJob
 from window_operator.spark.failures import root_cause
 
-__all__ = ["MAX_RESTARTS", "LongRunningJob", "WorkersFailedError", "job_for"]
+__all__ = [
+    "MAX_RESTARTS",
+    "LongRunningJob",
+    "WorkerSlotsError",
+    "WorkersFailedError",
+    "job_for",
+    "local_slots",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,21 @@ MAX_RESTARTS = 3
 
 class WorkersFailedError(WindowOperatorError):
     """The workers failed and could not be started again (the message says why)."""
+
+
+class WorkerSlotsError(JobSetupError):
+    """``spark.workers`` asks for more workers than a local Spark has task slots."""
+
+
+def local_slots(master: str) -> int | None:
+    """The task slots of a ``local`` master (``None``: not local, the cluster decides)."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    threads = match.group(1)
+    if threads is None:
+        return 1
+    return os.cpu_count() or 1 if threads == "*" else int(threads)
 
 
 def run_worker(spec: WorkerSpec, _rows: Iterator[object]) -> Iterator[WorkerSummary]:
@@ -113,6 +137,14 @@ class LongRunningJob(SparkJob):
         """Create topics, fix the number of state tasks and start the workers."""
         tasks = self._prepare_tasks()
         sc = self.spark.sparkContext
+        slots = local_slots(sc.master or "")
+        if self.workers and slots is not None and self.workers > slots:
+            # a barrier stage waits for its slots: Spark would retry it for 10 minutes
+            raise WorkerSlotsError(
+                f"spark.workers is {self.workers}, but Spark {sc.master} has {slots} task "
+                f"slots: each long-running worker holds one (set spark.workers to at most "
+                f"{slots}, or leave it out)"
+            )
         self._worker_count = self.workers or max(1, min(sc.defaultParallelism, tasks))
         spec = self._worker_spec()
         host = sc.getConf().get("spark.driver.host") or "127.0.0.1"

@@ -7,6 +7,7 @@ which only the exchange between the workers brings to one state task.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.observe.checkpoint import read_checkpoint
 from window_operator.observe.status import job_status
 from window_operator.spark.driver import BatchReport
-from window_operator.spark.longrun import LongRunningJob
+from window_operator.spark.longrun import LongRunningJob, WorkerSlotsError, local_slots
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -212,3 +213,25 @@ def test_a_task_over_its_memory_budget_spills_and_its_results_match_the_oracle(
     kinds = Counter(orjson.loads(m.value())["kind"] for m in messages if m.value() is not None)
     assert kinds["EARLY"] > 0 and kinds["ON_TIME"] > 0, kinds
     assert_matches_oracle(latest_results(config, messages), oracle(stream, 60_000, 10_000))
+
+
+@pytest.mark.parametrize(
+    ("master", "slots"),
+    [("local", 1), ("local[2]", 2), ("local[3, 4]", 3), ("local[*]", os.cpu_count()),
+     ("spark://host:7077", None), ("yarn", None)],
+)  # fmt: skip
+def test_the_task_slots_of_a_local_master(master: str, slots: int | None) -> None:
+    assert local_slots(master) == slots
+
+
+def test_more_workers_than_local_slots_is_refused_at_start(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A barrier stage of more tasks than slots would wait (Spark retries it for 10 min)."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 2)
+    config = job_config(tmp_path, topic, unique_name("job"), spark={**LONG, "workers": 3})
+    job = LongRunningJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+    refused = r"spark.workers is 3, but Spark local\[2,4\] has 2 task slots"
+    with pytest.raises(WorkerSlotsError, match=refused):
+        job.start()
