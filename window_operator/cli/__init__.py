@@ -63,11 +63,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MetricsPortError, IncompatibleStateError, JobSetupError) as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except OSError as exc:
-        if exc.filename is None:  # not a file named on the command line or in the config
-            raise
-        print(f"window-operator: {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -75,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        if exc.filename is None:  # not a file named on the command line or in the config
+            raise
+        print(f"window-operator: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_INPUT
     return code
 
 

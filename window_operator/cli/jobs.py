@@ -147,8 +147,6 @@ def _check_port(host: str, port: int) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pyspark.errors import PySparkException
-
     from window_operator.spark.driver import prepare_topics
     from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
@@ -178,7 +176,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     master = args.master or config.spark.master
     try:
         spark = build_session(app_name=f"window-operator-{config.job}", master=master, conf=conf)
-    except PySparkException as exc:  # e.g. a master URL Spark does not know: its JVM exited
+    except Exception as exc:
+        from pyspark.errors import PySparkException  # pyspark loads in seconds: only now
+
+        if not isinstance(exc, PySparkException):
+            raise
+        # e.g. a master URL Spark does not know: its JVM exited
         where = f" with master {master!r}" if master else ""
         reason = str(exc).splitlines()[0]
         raise CliError(f"Spark did not start{where}: {reason} (see above)", EXIT_CONFIG) from None
