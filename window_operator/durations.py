@@ -28,8 +28,10 @@ __all__ = [
     "parse_duration_ms",
 ]
 
-#: The largest duration accepted: durations are added to int64 millisecond timestamps.
-MAX_DURATION_MS = 2**63 - 1
+#: The largest duration accepted (and the largest count or size a job sets): durations
+#: are added to int64 epoch-millisecond event times, whose ends of time are +-2**62, so a
+#: few of them added must not overflow. 2**53 ms is about 285,000 years.
+MAX_DURATION_MS = 2**53
 
 _HINT = "use a number with a unit, e.g. 250ms, 30s, 5m, 1h, 1d"
 
@@ -92,8 +94,15 @@ def _checked(original: object, ms: int | Fraction) -> int:
             )
         ms = ms.numerator
     if ms > MAX_DURATION_MS:
-        raise DurationError(f"{original!r} is too long a duration (at most {MAX_DURATION_MS}ms)")
+        most = f"at most {MAX_DURATION_MS}ms"
+        raise DurationError(f"{_short(original)} is too long a duration ({most})")
     return ms
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, its middle left out when long (a number of many digits)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-6:]} ({len(text)} characters)"
 
 
 def format_duration_ms(ms: int) -> str:

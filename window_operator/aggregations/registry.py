@@ -208,6 +208,10 @@ def _construct(op: str, cls: type, params: Mapping[str, Any], **internal: Any) -
         return cls(**params, **internal)
     except (TypeError, ValueError) as exc:
         raise OpParamError(f"op {op!r}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # a user-defined op may fail with anything
+        raise OpParamError(
+            f"op {op!r}: the constructor raised {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _import_target(path: str) -> Any:
@@ -222,7 +226,7 @@ def _import_target(path: str) -> Any:
         )
     try:
         target: Any = importlib.import_module(module_name)
-    except Exception as exc:  # user code may fail with anything while importing
+    except (Exception, SystemExit) as exc:  # user code may fail with anything while importing
         raise OpLoadError(
             f"op {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
         ) from exc

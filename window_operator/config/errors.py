@@ -69,7 +69,12 @@ def show(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return str(value)
+        try:
+            text = str(value)
+        except ValueError:  # an int of more digits than str() converts
+            return f"an integer of about {int(abs(int(value)).bit_length() * 0.30103)} digits"
+        digits = len(text.lstrip("-"))
+        return text if len(text) <= 60 else f"{text[:20]}... ({digits} digits)"
     if isinstance(value, str):
         text = repr(value)
         return text if len(text) <= 60 else text[:57] + "...'"

@@ -26,10 +26,11 @@ from pydantic import (
 )
 
 from window_operator.config.errors import show
-from window_operator.durations import DurationError, parse_duration_ms
+from window_operator.durations import MAX_DURATION_MS, DurationError, parse_duration_ms
 
 __all__ = [
     "DEFAULT_STATE_DIR",
+    "MAX_CONFIG_INT",
     "OFF",
     "RESERVED_OUTPUT_NAMES",
     "AggregationName",
@@ -44,6 +45,7 @@ __all__ = [
     "StrictPositiveInt",
     "TopicName",
     "check_avro_schema",
+    "check_topic_name",
     "duration_ms_or",
     "is_valid_job_name",
     "none_to_empty_mapping",
@@ -55,6 +57,10 @@ RESERVED_OUTPUT_NAMES = frozenset({"key", "window_start", "window_end", "kind", 
 
 #: Where task state lives unless ``state.dir`` says otherwise (relative to the working dir).
 DEFAULT_STATE_DIR = Path("./state")
+
+#: The largest count or size a job may set: the largest duration (in ms), for the same
+#: reason (counts and offsets are added to int64 values too).
+MAX_CONFIG_INT = MAX_DURATION_MS
 
 #: The YAML spelling of "disabled" (YAML 1.1 also reads a bare ``off`` as false).
 OFF = "off"
@@ -96,7 +102,8 @@ def _job_name(value: str) -> str:
     return value
 
 
-def _topic_name(value: str) -> str:
+def check_topic_name(value: str) -> str:
+    """``value`` if it is a Kafka topic name; raises :class:`ValueError` saying what is."""
     if not _TOPIC_NAME.fullmatch(value) or value in (".", ".."):
         raise ValueError(
             f"must be a Kafka topic name: 1 to 249 letters, digits, '.', '_' or '-' (got {value!r})"
@@ -172,11 +179,12 @@ def _spark_setting(value: object) -> object:
 
 NonEmptyStr = Annotated[str, AfterValidator(_non_empty)]
 JobName = Annotated[str, AfterValidator(_job_name)]
-TopicName = Annotated[str, AfterValidator(_topic_name)]
+TopicName = Annotated[str, AfterValidator(check_topic_name)]
 AggregationName = Annotated[str, AfterValidator(_non_empty), AfterValidator(_aggregation_name)]
 FilePath = Annotated[Path, AfterValidator(_non_empty_path)]
 OptionalPositiveDuration = Annotated[int | None, BeforeValidator(_optional_positive_duration)]
-StrictPositiveInt = Annotated[int, Strict(), Field(gt=0)]
+#: A count or size: an integer from 1 to :data:`MAX_CONFIG_INT`.
+StrictPositiveInt = Annotated[int, Strict(), Field(gt=0, le=MAX_CONFIG_INT)]
 KafkaSetting = Annotated[str | int | bool, BeforeValidator(_kafka_setting)]
 SparkSetting = Annotated[str, BeforeValidator(_spark_setting)]
 
@@ -225,6 +233,26 @@ def check_avro_schema(
     return _resolve_existing_file(value, info)
 
 
+def _check_record_schema(path: Path) -> None:
+    """Records are decoded with the schema in ``path``: it must parse as the decoder
+    parses it and be a record; raises :class:`ValueError` naming the file."""
+    # imported here: the codecs import this package
+    from window_operator.codecs.avro_schema import (
+        AvroSchemaError,
+        keep_raw_millis,
+        load_schema_file,
+        parse_schema,
+    )
+
+    try:
+        schema = load_schema_file(path)
+        parsed = parse_schema(keep_raw_millis(schema), str(path))
+    except AvroSchemaError as exc:
+        raise ValueError(str(exc)) from None
+    if not (isinstance(parsed, Mapping) and parsed.get("type") == "record"):
+        raise ValueError(f"{path}: the input schema must be an Avro record (got {show(schema)})")
+
+
 #: Avro logical types of a long that is a point in time, and the unit their values are
 #: read in: milli- and microseconds become epoch ms, nanoseconds stay a count of ns.
 _TIMESTAMP_LOGICAL = {
@@ -270,7 +298,10 @@ class InputModel(FrozenModel):
     @field_validator("avro_schema", check_fields=False)
     @classmethod
     def _avro_schema(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        return check_avro_schema(cls.section, value, info, required=True)
+        path = check_avro_schema(cls.section, value, info, required=True)
+        if path is not None:
+            _check_record_schema(path)
+        return path
 
     @field_validator("timestamp_unit", check_fields=False)
     @classmethod

@@ -15,22 +15,28 @@ from window_operator.config.fields import (
     NonEmptyStr,
     StrictPositiveInt,
     TopicName,
+    check_topic_name,
 )
 from window_operator.config.sections import JobSections
 from window_operator.durations import Duration, parse_duration_ms
 
-__all__ = ["JoinConfig", "JoinInputConfig", "JoinJobConfig", "SignedDuration"]
+__all__ = [
+    "JoinConfig",
+    "JoinInputConfig",
+    "JoinJobConfig",
+    "JoinLeftConfig",
+    "JoinRightConfig",
+    "SignedDuration",
+]
 
 
 def _signed_duration(value: object) -> object:
-    if isinstance(value, str):
-        text = value.strip()
-        if text[:1] in "+-":
-            ms = parse_duration_ms(text[1:])
-            return -ms if text[0] == "-" else ms
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return parse_duration_ms(value)  # type: ignore[arg-type]  # bad types raise DurationError
+    sign, magnitude = 1, value
+    if isinstance(value, str) and value.strip()[:1] in ("+", "-"):
+        sign, magnitude = (-1 if value.strip()[0] == "-" else 1), value.strip()[1:]
+    elif isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        sign, magnitude = -1, -value
+    return sign * parse_duration_ms(magnitude)  # type: ignore[arg-type]  # bad types raise
 
 
 #: A duration that may be negative: ``-2m``, ``+5m``, ``30s``.
@@ -56,10 +62,33 @@ class JoinInputConfig(InputModel):
 
     section: ClassVar[str] = "join"
 
+    @model_validator(mode="after")
+    def _name_is_a_topic(self) -> Self:
+        """Without ``topic`` the name is the topic too: it must be a topic name."""
+        if self.topic is None:
+            try:
+                check_topic_name(self.name)
+            except ValueError as exc:
+                message = f"is the topic too when {self.section}.topic is not set: {exc}"
+                raise FieldProblems([(("name",), message)]) from None
+        return self
+
     @property
     def topic_name(self) -> str:
         """The topic to read (``topic``, or ``name`` when unset)."""
         return self.topic or self.name
+
+
+class JoinLeftConfig(JoinInputConfig):
+    """``join.left``: a :class:`JoinInputConfig` whose problems name ``join.left``."""
+
+    section: ClassVar[str] = "join.left"
+
+
+class JoinRightConfig(JoinInputConfig):
+    """``join.right``: a :class:`JoinInputConfig` whose problems name ``join.right``."""
+
+    section: ClassVar[str] = "join.right"
 
 
 class JoinConfig(FrozenModel):
@@ -74,8 +103,8 @@ class JoinConfig(FrozenModel):
     (``auto`` follows the Samza seed's matrix).
     """
 
-    left: JoinInputConfig
-    right: JoinInputConfig
+    left: JoinLeftConfig
+    right: JoinRightConfig
     on: tuple[NonEmptyStr, ...] = ()
     kind: Literal["inner", "left", "full"] = "inner"
     range: Duration | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,46 @@ from window_operator.config.translate import problems_of
 __all__ = ["load_any_config", "load_config", "parse_any_config", "parse_config"]
 
 
+#: YAML nested deeper than this is refused (PyYAML composes nodes recursively).
+_MAX_DEPTH = 100
+
+
 class _DuplicateKeyError(yaml.constructor.ConstructorError):
     """A key repeated in one YAML mapping (PyYAML would silently keep the last value)."""
 
 
+class _LimitError(yaml.MarkedYAMLError):
+    """YAML the loader refuses to take although it is well-formed: too deep, too long."""
+
+
 class _JobYamlLoader(yaml.SafeLoader):
-    """The safe loader, except that a key repeated in one mapping is an error."""
+    """The safe loader, except that a key repeated in one mapping is an error, and so are
+    nodes nested more than :data:`_MAX_DEPTH` deep and integers too long to convert."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self._depth >= _MAX_DEPTH:
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise _LimitError(None, None, f"nested more than {_MAX_DEPTH} levels deep", mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # more digits than int() converts
+            digits = sum(c.isdigit() for c in str(node.value))
+            raise _LimitError(
+                None,
+                None,
+                f"an integer of {digits} digits is too long "
+                f"(at most {sys.get_int_max_str_digits()})",
+                node.start_mark,
+            ) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         seen: dict[Hashable, yaml.Node] = {}
@@ -45,6 +80,9 @@ class _JobYamlLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_JobYamlLoader.add_constructor("tag:yaml.org,2002:int", _JobYamlLoader.construct_yaml_int)
+
+
 @dataclass(frozen=True, slots=True)
 class _Document:
     """A job file's parsed YAML, not validated yet."""
@@ -58,7 +96,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> ConfigProblem:
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        if isinstance(exc, _DuplicateKeyError):
+        if isinstance(exc, _DuplicateKeyError | _LimitError):
             return ConfigProblem("", f"{where}{exc.problem}")
         what = exc.problem or exc.context or "cannot be parsed"
         if exc.problem and exc.context:
@@ -148,5 +186,5 @@ def parse_any_config(
         try:
             return JoinJobConfig.model_validate(data, context={"base_dir": Path(base_dir)})
         except ValidationError as exc:
-            raise ConfigError(source, problems_of(exc, list(data))) from exc
+            raise ConfigError(source, problems_of(exc, list(data), JoinJobConfig)) from exc
     return parse_config(data, base_dir=base_dir, source=source)

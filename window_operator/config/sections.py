@@ -12,10 +12,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    Strict,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from window_operator.config.fields import (
     DEFAULT_STATE_DIR,
+    MAX_CONFIG_INT,
     OFF,
     FilePath,
     FrozenModel,
@@ -106,7 +114,7 @@ class LateEmit(FrozenModel):
     """
 
     mode: Literal["period", "per_arrival", "off"]
-    period_ms: int = Field(ge=0)
+    period_ms: int = Field(ge=0, le=MAX_CONFIG_INT)
 
     @model_validator(mode="after")
     def _period_matches_mode(self) -> Self:
@@ -313,7 +321,7 @@ class MetricsConfig(FrozenModel):
     bind (all interfaces by default, so a Prometheus server elsewhere can scrape it).
     """
 
-    port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    port: Annotated[int, Strict(), Field(ge=0, le=65535)] | None = None
     host: NonEmptyStr = "0.0.0.0"
 
 

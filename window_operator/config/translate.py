@@ -47,6 +47,7 @@ class _Error:
     """One pydantic error, with its location followed through the models."""
 
     kind: str
+    root: type[JobSections]  # the model the location starts at
     raw_loc: Location  # as pydantic reports it, with union tags
     loc: Location  # without union tags: the path users write
     tp: object  # the type found at ``loc`` (``None`` when it cannot be followed)
@@ -55,15 +56,18 @@ class _Error:
     msg: str
 
 
-def problems_of(exc: ValidationError, sections: Sequence[object] = ()) -> list[ConfigProblem]:
+def problems_of(
+    exc: ValidationError, sections: Sequence[object] = (), root: type[JobSections] = JobConfig
+) -> list[ConfigProblem]:
     """Every problem of ``exc`` without repeats, in the order of the document's ``sections``.
 
+    ``root`` is the model that was validated (the aggregation or the join job root).
     Problems of one section keep pydantic's order; those of sections the document does
     not hold (a missing required one) come last.
     """
     problems: list[ConfigProblem] = []
     for error in exc.errors():
-        for problem in _translate(error):
+        for problem in _translate(error, root):
             if problem not in problems:
                 problems.append(problem)
     rank = {str(name): i for i, name in enumerate(sections)}
@@ -100,14 +104,14 @@ def _tagged_variants(tp: object) -> dict[str, type[BaseModel]]:
     return variants
 
 
-def _walk(loc: Sequence[str | int]) -> tuple[Location, object]:
-    """Follow a pydantic error location through the models.
+def _walk(loc: Sequence[str | int], root: type[JobSections]) -> tuple[Location, object]:
+    """Follow a pydantic error location through the models from ``root``.
 
     Returns the location without discriminated-union tags (``window.hopping.size`` ->
     ``window.size``) and the type found there (``None`` when it cannot be followed).
     """
     clean: list[str | int] = []
-    tp: object = JobConfig
+    tp: object = root
     for part in loc:
         tp = _strip_type(tp)
         variants = _tagged_variants(tp)
@@ -133,12 +137,16 @@ def _allowed_values(tp: object, expected: object) -> list[str]:
     return re.findall(r"'([^']*)'", str(expected))
 
 
-def _translate(details: ErrorDetails) -> list[ConfigProblem]:
+def _translate(details: ErrorDetails, root: type[JobSections]) -> list[ConfigProblem]:
     """Turn one pydantic error into problems that say what is allowed."""
     raw_loc = tuple(details["loc"])
-    loc, tp = _walk(raw_loc)
+    if details["type"] == "invalid_key" and raw_loc:
+        # pydantic puts a key that is not a string in the location as an int (true is 1)
+        raw_loc = (*raw_loc[:-1], show(details.get("input")))
+    loc, tp = _walk(raw_loc, root)
     error = _Error(
         kind=details["type"],
+        root=root,
         raw_loc=raw_loc,
         loc=loc,
         tp=tp,
@@ -158,7 +166,8 @@ def _validator_problems(error: _Error) -> list[ConfigProblem]:
     cause = error.ctx.get("error")
     if isinstance(cause, FieldProblems):
         return [
-            ConfigProblem(dotted(_walk(error.raw_loc + sub)[0]), msg) for sub, msg in cause.problems
+            ConfigProblem(dotted(_walk(error.raw_loc + sub, error.root)[0]), msg)
+            for sub, msg in cause.problems
         ]
     return [ConfigProblem(dotted(error.loc), str(cause) if cause is not None else error.msg)]
 
@@ -170,6 +179,8 @@ def _union_tag_problem(error: _Error) -> ConfigProblem:
     path = dotted((*error.loc, discriminator))
     if error.kind == "union_tag_not_found":
         return ConfigProblem(path, f"required: one of {', '.join(tags)}")
+    if isinstance(error.value, Mapping) and error.value.get(discriminator) is None:
+        return ConfigProblem(path, f"required: one of {', '.join(tags)} (got null)")
     return ConfigProblem(
         path, f"must be one of {', '.join(tags)} (got {show(error.ctx.get('tag'))})"
     )
@@ -177,7 +188,7 @@ def _union_tag_problem(error: _Error) -> ConfigProblem:
 
 def _unknown_key_message(error: _Error) -> str:
     """``unknown key``, with the allowed keys and the closest one."""
-    parent = _walk(error.raw_loc[:-1])[1]
+    parent = _walk(error.raw_loc[:-1], error.root)[1]
     message = "unknown key"
     if isinstance(parent, type) and issubclass(parent, BaseModel):
         keys = (
@@ -207,6 +218,8 @@ def _message(error: _Error) -> str:
         return f"must be greater than {ctx.get('gt')} (got {got})"
     if kind == "greater_than_equal":
         return f"must be at least {ctx.get('ge')} (got {got})"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx.get('le')} (got {got})"
     if kind in _TYPE_MESSAGES:
         return f"{_TYPE_MESSAGES[kind]} (got {got})"
     return f"{error.msg[:1].lower()}{error.msg[1:]} (got {got})"

@@ -8,10 +8,16 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, model_validator
 
 from window_operator.config.errors import FieldProblems
-from window_operator.config.fields import FrozenModel, OptionalPositiveDuration, StrictPositiveInt
+from window_operator.config.fields import (
+    MAX_CONFIG_INT,
+    FrozenModel,
+    OptionalPositiveDuration,
+    StrictPositiveInt,
+)
 from window_operator.durations import PositiveDuration, format_duration_ms
 
 __all__ = [
+    "MAX_WINDOW_STEPS",
     "CountWindow",
     "HoppingWindow",
     "OffsetsWindow",
@@ -19,6 +25,24 @@ __all__ = [
     "TumblingWindow",
     "WindowConfig",
 ]
+
+
+#: The most steps a hopping window spans: every event falls into that many windows, and
+#: every step fires one window per key (a day in steps of a second is 86,400).
+MAX_WINDOW_STEPS = 1_000_000
+
+
+def _check_steps(steps: int, what: str) -> None:
+    if steps > MAX_WINDOW_STEPS:
+        raise FieldProblems(
+            [
+                (
+                    ("size",),
+                    f"spans {steps} {what}, at most {MAX_WINDOW_STEPS:,} (every event is "
+                    "in that many windows): make window.step longer",
+                )
+            ]
+        )
 
 
 class TumblingWindow(FrozenModel):
@@ -69,6 +93,7 @@ class HoppingWindow(FrozenModel):
 
     @model_validator(mode="after")
     def _size_multiple_of_step(self) -> Self:
+        _check_steps(self.size // self.step, f"{format_duration_ms(self.step)} steps")
         if self.size % self.step:
             below = self.size // self.step * self.step
             hint = [format_duration_ms(s) for s in (below, below + self.step) if s > 0]
@@ -114,7 +139,10 @@ class SessionWindow(FrozenModel):
 
 def _count_step_default(data: object) -> object:
     if isinstance(data, Mapping) and data.get("step") is None and "size" in data:
-        return {**data, "step": data["size"]}
+        size = data["size"]
+        valid = type(size) is int and 0 < size <= MAX_CONFIG_INT
+        # an invalid size is reported once, not again through the step it would give
+        return {**data, "step": size if valid else 1}
     return data
 
 
@@ -137,6 +165,7 @@ class CountWindow(FrozenModel):
 
     @model_validator(mode="after")
     def _size_multiple_of_step(self) -> Self:
+        _check_steps(self.size // self.step, f"steps of {self.step}")
         if self.size % self.step:
             raise FieldProblems(
                 [

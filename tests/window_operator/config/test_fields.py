@@ -51,7 +51,8 @@ def test_avro_schema_resolved_against_the_yaml_directory(
 ) -> None:
     jobs = tmp_path / "jobs"
     (jobs / "schemas").mkdir(parents=True)
-    (jobs / "schemas" / "click.avsc").write_text('{"type": "record"}', encoding="utf-8")
+    click = {"type": "record", "name": "Click", "fields": [{"name": "ts", "type": "long"}]}
+    (jobs / "schemas" / "click.avsc").write_bytes(orjson.dumps(click))
     (jobs / "out.avsc").write_text('{"type": "record"}', encoding="utf-8")
     write(
         jobs,
@@ -135,3 +136,44 @@ def test_an_avro_timestamp_logical_type_fixes_the_unit(
     good = minimal()
     good["input"] |= avro | {"timestamp_unit": unit}
     assert parse_config(good, base_dir=tmp_path).input.timestamp_unit == unit
+
+
+_RECORD = {"type": "record", "name": "E", "fields": [{"name": "ts", "type": "long"}]}
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"not json", "the Avro schema is not JSON: "),
+        (b"", "the Avro schema is not JSON: "),
+        (b'"\xff\xfe"', "the Avro schema is not JSON: "),
+        (b'"string"', "the input schema must be an Avro record (got 'string')"),
+        (
+            orjson.dumps(_RECORD | {"fields": [{"name": "ts", "type": "lnog"}]}),
+            "invalid Avro schema: ",
+        ),
+        (b"{}", "invalid Avro schema: "),
+        (orjson.dumps([_RECORD]), "the input schema must be an Avro record (got a list)"),
+    ],
+)
+@pytest.mark.parametrize("section", ["input", "join.left", "join.right"])
+def test_an_input_avro_schema_must_be_a_record_schema(
+    tmp_path: Path, content: bytes, reason: str, section: str
+) -> None:
+    """The decoder would fail on it when the job starts (``simulate`` never reads it)."""
+    (tmp_path / "e.avsc").write_bytes(content)
+    avro = {"format": "avro", "avro_schema": "e.avsc", "timestamp": "ts"}
+    if section == "input":
+        doc = minimal()
+        doc["input"] |= avro
+    else:
+        sides = {"left": {"name": "a", "timestamp": "t"}, "right": {"name": "b", "timestamp": "t"}}
+        sides[section.split(".")[1]] |= avro
+        doc = {"job": "j", "join": sides | {"on": ["k"], "range": "1m"}}
+    with pytest.raises(ConfigError) as info:
+        parse_any_config(doc, base_dir=tmp_path, source="job.yaml")
+    (problem,) = info.value.problems
+    assert problem.path == f"{section}.avro_schema"
+    assert problem.message.startswith(f"{tmp_path / 'e.avsc'}: {reason}")
+    (tmp_path / "e.avsc").write_bytes(orjson.dumps(_RECORD))
+    assert parse_any_config(doc, base_dir=tmp_path) is not None

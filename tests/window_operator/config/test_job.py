@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from configkit import CONFIG_DIR, ROOT, minimal, one_problem, problem_lines
 from pydantic import ValidationError
 
 from window_operator.config import (
     AggregationConfig,
+    ConfigError,
+    ConfigProblem,
     JobConfig,
     TumblingWindow,
     load_config,
     parse_config,
 )
+from window_operator.job import build_runtime
 
 
 def test_models_are_frozen() -> None:
@@ -90,3 +96,59 @@ def test_op_is_not_checked_against_a_catalogue() -> None:
     assert [a.op for a in aggs] == ["no_such_op", "my.pkg:MyOp", "my.pkg.MyOp"]
     assert aggs[1] == AggregationConfig(name="b", op="my.pkg:MyOp", params={"k": [1, 2]})
     assert aggs[2].params == {}
+
+
+_USER_OPS = """
+class RaisingOp:
+    def __init__(self):
+        raise RuntimeError("no licence")
+
+    def create(self): return 0
+    def accumulate(self, acc, value): return acc
+    def combine(self, a, b): return a
+    def finish(self, acc): return acc
+
+
+class KeyErrorOp(RaisingOp):
+    def __init__(self, table=None):
+        (table or {})["rate"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "op", "path", "message"),
+    [
+        (
+            _USER_OPS,
+            "raising:RaisingOp",
+            "aggregations.0.params",
+            "op 'raising:RaisingOp': the constructor raised RuntimeError: no licence",
+        ),
+        (
+            _USER_OPS,
+            "raising:KeyErrorOp",
+            "aggregations.0.params",
+            "op 'raising:KeyErrorOp': the constructor raised KeyError: 'rate'",
+        ),
+        (
+            "import sys\nsys.exit(3)\n",
+            "exiting:Op",
+            "aggregations.0.op",
+            "op 'exiting:Op': cannot import module 'exiting': SystemExit: 3",
+        ),
+    ],
+)
+def test_a_user_op_failing_in_any_way_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, op: str, path: str, message: str
+) -> None:
+    """Only TypeError and ValueError from a constructor were; the rest was a traceback,
+    and a module calling sys.exit ended the process without a word."""
+    name = op.partition(":")[0]
+    (tmp_path / f"{name}.py").write_text(module, encoding="utf-8")
+    monkeypatch.syspath_prepend(tmp_path)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    doc = minimal() | {"aggregations": [{"name": "n", "op": op}]}
+    config = parse_config(doc, base_dir=ROOT)
+    with pytest.raises(ConfigError) as info:
+        build_runtime(config, source="job.yaml")
+    assert info.value.problems == (ConfigProblem(path, message),)

@@ -1,10 +1,13 @@
-"""The join job root: the bare YAML ``on`` key and the one-condition rule."""
+"""The join job root: the bare YAML ``on`` key, the one-condition rule, bounds, the wording
+of its problems and side names that are topics."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from configkit import ROOT
 
 from window_operator.config import ConfigError, JoinJobConfig, load_any_config, parse_any_config
 
@@ -41,3 +44,93 @@ def test_join_config_needs_exactly_one_condition(tmp_path: Path) -> None:
     text = str(err.value)
     assert "join.range: set exactly one of join.range, join.between or join.rows" in text
     assert "join.right.name: must differ from join.left.name" in text
+
+
+def _join_doc(**join: Any) -> dict[str, Any]:
+    """A valid join job document, with ``join`` keys replaced."""
+    sides = {
+        "left": {"name": "orders", "timestamp": "t"},
+        "right": {"name": "ships", "timestamp": "t"},
+    }
+    return {"job": "oj", "join": sides | {"on": ["id"], "range": "1m"} | join}
+
+
+def _join_problems(doc: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse_any_config(doc, base_dir=ROOT, source="job.yaml")
+    return [str(problem) for problem in err.value.problems]
+
+
+def test_join_between_is_bounded_either_way() -> None:
+    """A plain integer skipped the duration maximum and overflowed checkpoint encoding."""
+    doc = _join_doc(range=None, between=[-(10**30), 10**30])
+    assert _join_problems(doc) == [
+        f"join.between.{i}: {10**30} is too long a duration (at most {2**53}ms)"  # its size
+        for i in range(2)
+    ]
+    doc = _join_doc(range=None, between=[f"-{2**63}ms", "+5m"])
+    assert _join_problems(doc) == [
+        f"join.between.0: '{2**63}ms' is too long a duration (at most {2**53}ms)"
+    ]
+    for bound in (2**53, f"{2**53}ms", f"+{2**53}ms"):
+        config = parse_any_config(
+            _join_doc(range=None, between=[f"-{2**53}", bound]), base_dir=ROOT
+        )
+        assert isinstance(config, JoinJobConfig)
+        assert config.join.bounds == (-(2**53), 2**53)
+    assert _join_problems(_join_doc(range=None, rows=2**64)) == [
+        f"join.rows: must be at most {2**53} (got {2**64})"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("retension", "; did you mean 'retention'?"),
+        ("window", ""),  # a join job has none: no suggestion of itself
+    ],
+)
+def test_an_unknown_root_key_of_a_join_job_lists_the_join_jobs_keys(key: str, message: str) -> None:
+    assert _join_problems(_join_doc() | {key: {}}) == [
+        f"{key}: unknown key (allowed keys: job, join, watermark, emit, retention, output, state,"
+        f" processing, kafka, spark, metrics){message}"
+    ]
+
+
+def test_unknown_keys_in_the_join_section_list_the_allowed_keys() -> None:
+    doc = _join_doc(kindd="left")
+    doc["join"]["left"]["tiemstamp_unit"] = "s"
+    assert _join_problems(doc) == [
+        "join.left.tiemstamp_unit: unknown key (allowed keys: name, topic, format, avro_schema,"
+        " avro_wire, timestamp, timestamp_unit, fields); did you mean 'timestamp_unit'?",
+        "join.kindd: unknown key (allowed keys: left, right, on, kind, range, between, rows,"
+        " store); did you mean 'kind'?",
+    ]
+
+
+def test_avro_schema_problems_of_a_join_side_name_its_format(tmp_path: Path) -> None:
+    (tmp_path / "e.avsc").write_text("{}", encoding="utf-8")
+    doc = _join_doc()
+    doc["join"]["right"]["format"] = "avro"
+    doc["join"]["left"]["avro_schema"] = "e.avsc"
+    with pytest.raises(ConfigError) as err:
+        parse_any_config(doc, base_dir=tmp_path)
+    assert [str(problem) for problem in err.value.problems] == [
+        "join.left.avro_schema: only allowed when join.left.format is avro"
+        " (join.left.format is json)",
+        "join.right.avro_schema: required when join.right.format is avro: the path of the Avro"
+        " schema (.avsc), relative to the job file",
+    ]
+
+
+def test_a_join_sides_name_is_its_topic_without_topic() -> None:
+    doc = _join_doc()
+    doc["join"]["left"]["name"] = "my orders"
+    assert _join_problems(doc) == [
+        "join.left.name: is the topic too when join.left.topic is not set: must be a Kafka topic"
+        " name: 1 to 249 letters, digits, '.', '_' or '-' (got 'my orders')"
+    ]
+    doc["join"]["left"]["topic"] = "orders"
+    config = parse_any_config(doc, base_dir=ROOT)
+    assert isinstance(config, JoinJobConfig)
+    assert (config.join.left.name, config.join.left.topic_name) == ("my orders", "orders")

@@ -125,3 +125,28 @@ def test_parse_config_rejects_non_mapping() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(["job"], base_dir=ROOT)  # type: ignore[arg-type]
     assert str(info.value).startswith("invalid job config:\n  - expected a mapping")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "job: j\nwindow: {type: count, size: " + "9" * 5000 + "}\n",
+            "line 2, column 29: an integer of 5000 digits is too long (at most 4300)",
+        ),
+        ("job: " + "[" * 3000 + "\n", "line 1, column 105: nested more than 100 levels deep"),
+        (
+            "job: j\nkafka: " + "{a: " * 200 + "\n",
+            "line 2, column 401: nested more than 100 levels deep",
+        ),
+    ],
+)
+def test_yaml_the_parser_cannot_take_is_a_config_error(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    """A ValueError (int digits limit) or a RecursionError escaped as a traceback."""
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.source == str(path)
+    assert info.value.problems == (ConfigProblem("", problem),)

@@ -160,3 +160,56 @@ def test_invalid_job_name_is_reported_once() -> None:
     lines = problem_lines(minimal() | {"job": "my job"})
     assert len(lines) == 1
     assert lines[0].startswith("job: ")
+
+
+@pytest.mark.parametrize(
+    ("section", "path", "message"),
+    [
+        (
+            {"retention": {"time": 2**53 + 1}},
+            "retention.time",
+            f"{2**53 + 1} is too long a duration (at most {2**53}ms)",
+        ),
+        (
+            {"watermark": {"allowed_lateness": 2**64}},
+            "watermark.allowed_lateness",
+            f"{2**64} is too long a duration (at most {2**53}ms)",
+        ),
+        (
+            {"emit": {"late": f"{2**63}ms"}},
+            "emit.late",
+            f"'{2**63}ms' is too long a duration (at most {2**53}ms); or per_arrival, or off",
+        ),
+        (
+            {"processing": {"broker_timeout": "300000000000d"}},
+            "processing.broker_timeout",
+            f"'300000000000d' is too long a duration (at most {2**53}ms)",
+        ),
+        (
+            {"retention": {"size": 2**63}},
+            "retention.size",
+            f"must be at most {2**53} (got {2**63})",
+        ),
+        (
+            {"state": {"tasks": 10**100}},
+            "state.tasks",
+            f"must be at most {2**53} (got 10000000000000000000... (101 digits))",
+        ),
+        (
+            {"spark": {"max_offsets_per_trigger": 10**5000}},
+            "spark.max_offsets_per_trigger",
+            f"must be at most {2**53} (got an integer of about 5000 digits)",
+        ),
+    ],
+)
+def test_durations_and_counts_of_the_sections_are_bounded(
+    section: dict[str, Any], path: str, message: str
+) -> None:
+    assert problem_lines(minimal() | section) == [f"{path}: {message}"]
+
+
+@pytest.mark.parametrize("port", [True, False])
+def test_metrics_port_is_not_a_boolean(port: bool) -> None:
+    assert problem_lines(minimal() | {"metrics": {"port": port}}) == [
+        f"metrics.port: must be an integer (got {str(port).lower()})"
+    ]

@@ -216,3 +216,21 @@ def test_every_problem_is_listed() -> None:
     doc["kafka"] = {"bootstrap": "x"}
     paths = [line.partition(": ")[0] for line in problem_lines(doc)]
     assert paths == ["window.size", "aggregations.1.name", "emit.late", "kafka.bootstrap"]
+
+
+@pytest.mark.parametrize(
+    ("key", "shown"), [(True, "true"), (False, "false"), (7, "7"), (None, "null")]
+)
+def test_a_key_that_is_not_a_string_is_shown_as_written(key: object, shown: str) -> None:
+    """pydantic reports the key true as 1 in its location."""
+    doc: dict[Any, Any] = minimal()
+    doc[key] = "x"
+    assert one_problem(doc) == (shown, f"keys should be strings (got {shown})")
+
+
+def test_a_null_window_type_is_a_missing_one() -> None:
+    doc = minimal() | {"window": {"type": None, "size": "1m"}}
+    assert one_problem(doc) == (
+        "window.type",
+        "required: one of tumbling, hopping, session, count, offsets (got null)",
+    )
