@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from window_operator.config.errors import FieldProblems, Location
 from window_operator.config.fields import (
     DEFAULT_STATE_DIR,
     MAX_CONFIG_INT,
@@ -228,6 +229,26 @@ class ProcessingConfig(FrozenModel):
         return self.guarantee == "exactly_once"
 
 
+def librdkafka_problem(role: str, settings: Mapping[str, str | int | bool]) -> str | None:
+    """What librdkafka says of ``settings`` for a ``role`` (consumer or producer) client
+    (``None``: it takes them). Files (``*.location``) are left to the hosts the job runs
+    on; the client is created without brokers, so nothing connects."""
+    if not settings:
+        return None
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    conf: dict[str, str | int | bool] = {"log_level": 0}  # no warning about the brokers
+    conf.update((k, v) for k, v in settings.items() if not k.endswith(".location"))
+    try:
+        if role == "consumer":
+            Consumer({"group.id": "window-operator-config-check", **conf}).close()
+        else:
+            Producer(conf)
+    except KafkaException as exc:
+        return f"librdkafka does not take these settings: {exc.args[0].str()}"
+    return None
+
+
 class KafkaConfig(FrozenModel):
     """``kafka:``: broker address and extra librdkafka settings.
 
@@ -242,6 +263,17 @@ class KafkaConfig(FrozenModel):
     producer: Annotated[dict[str, KafkaSetting], BeforeValidator(none_to_empty_mapping)] = Field(
         default_factory=dict
     )
+
+    @model_validator(mode="after")
+    def _librdkafka_takes_them(self) -> Self:
+        problems: list[tuple[Location, str]] = []
+        for role, settings in (("consumer", self.consumer), ("producer", self.producer)):
+            problem = librdkafka_problem(role, settings)
+            if problem is not None:
+                problems.append(((role,), problem))
+        if problems:
+            raise FieldProblems(problems)
+        return self
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         # secrets (SASL passwords, SSL keys) never show in a repr, a log or a traceback

@@ -133,7 +133,9 @@ def test_bare_off_in_yaml_disables_early_and_late(tmp_path: Path) -> None:
 def test_spark_trigger_available_now_and_settings() -> None:
     doc = minimal() | {
         "spark": {"trigger": "available_now", "conf": {"a.b": 4, "c": True, "d": "x"}},
-        "kafka": {"consumer": {"fetch.min.bytes": 1, "enable.auto.commit": False, "x": "y"}},
+        "kafka": {
+            "consumer": {"fetch.min.bytes": 1, "enable.auto.commit": False, "client.id": "y"}
+        },
     }
     cfg = parse_config(doc, base_dir=ROOT)
     assert (cfg.spark.trigger, cfg.spark.trigger_ms, cfg.spark.available_now) == (
@@ -142,7 +144,28 @@ def test_spark_trigger_available_now_and_settings() -> None:
         True,
     )
     assert cfg.spark.conf == {"a.b": "4", "c": "true", "d": "x"}
-    assert cfg.kafka.consumer == {"fetch.min.bytes": 1, "enable.auto.commit": False, "x": "y"}
+    assert cfg.kafka.consumer == {
+        "fetch.min.bytes": 1, "enable.auto.commit": False, "client.id": "y"
+    }  # fmt: skip
+
+
+def test_librdkafka_settings_it_does_not_take_are_field_problems() -> None:
+    """They made every task fail to create its clients until ``broker_timeout`` ran out,
+    reported as a broker outage."""
+    doc = minimal() | {
+        "kafka": {
+            "producer": {"bogus.setting": 1, "linger.ms": 5},
+            "consumer": {"fetch.wait.max.ms": "abc", "ssl.ca.location": "/only/on/executors"},
+        }
+    }
+    assert problem_lines(doc) == [
+        "kafka.consumer: librdkafka does not take these settings: Invalid value for "
+        'configuration property "fetch.wait.max.ms"',
+        "kafka.producer: librdkafka does not take these settings: No such configuration "
+        'property: "bogus.setting"',
+    ]
+    doc["kafka"] = {"producer": {"linger.ms": 5}, "consumer": {"ssl.ca.location": "/nope"}}
+    assert parse_config(doc, base_dir=ROOT).kafka.producer == {"linger.ms": 5}
 
 
 def test_spark_mode_long_running_and_its_workers() -> None:
