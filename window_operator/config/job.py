@@ -19,8 +19,10 @@ from window_operator.config.fields import (
 from window_operator.config.sections import JobSections
 from window_operator.config.windows import (
     CountWindow,
+    HoppingWindow,
     OffsetsWindow,
     SessionWindow,
+    TumblingWindow,
     WindowConfig,
 )
 
@@ -123,6 +125,22 @@ class JobConfig(JobSections):
                     )
         if problems:
             raise FieldProblems(problems)
+        return self
+
+    @model_validator(mode="after")
+    def _retention_size_of_time_windows(self) -> Self:
+        if self.retention.size is not None and not isinstance(
+            self.window, TumblingWindow | HoppingWindow
+        ):
+            raise FieldProblems(
+                [
+                    (
+                        ("retention", "size"),
+                        "counts past windows of a time axis: it applies to tumbling and "
+                        f"hopping windows, not to window.type {self.window.type}",
+                    )
+                ]
+            )
         return self
 
     @property

@@ -154,6 +154,13 @@ class JoinJobConfig(JobSections):
     join: JoinConfig
 
     @model_validator(mode="after")
+    def _no_retention_size(self) -> Self:
+        if self.retention.size is not None:
+            message = "does not apply to joins: their messages are kept for retention.time"
+            raise FieldProblems([(("retention", "size"), message)])
+        return self
+
+    @model_validator(mode="after")
     def _json_results(self) -> Self:
         # a join result carries its inputs' records, whose fields no schema fixes
         if self.output.format != "json":

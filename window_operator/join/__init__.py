@@ -39,8 +39,8 @@ key-first layouts; rows joins delete the few expired keys one by one.
 :class:`JoinResultBatch` and :class:`JoinWindow`): ``add_batch(rows)`` takes decoded
 rows that name their source; ``add_records`` / ``add_message`` take records of an input
 by name. Results are emitted as soon as they are known (the seed's join defaults: per
-incoming message, and per late arrival); the ``emit`` section and ``retention.size`` of
-a job do not apply to joins.
+incoming message, and per late arrival); the ``emit`` section of a job does not apply
+to joins (and ``retention.size`` is refused).
 
 **Outer joins** (``kind: left`` / ``full``). A left row that has not matched is emitted
 once as ``LEFT_UNMATCHED`` when the watermark proves no on-time right row can match it

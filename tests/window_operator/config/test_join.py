@@ -134,3 +134,11 @@ def test_a_join_sides_name_is_its_topic_without_topic() -> None:
     config = parse_any_config(doc, base_dir=ROOT)
     assert isinstance(config, JoinJobConfig)
     assert (config.join.left.name, config.join.left.topic_name) == ("my orders", "orders")
+
+
+def test_retention_size_is_refused_for_a_join() -> None:
+    """It had no effect, silently."""
+    doc = _join_doc() | {"retention": {"time": "1h", "size": 3}}
+    assert _join_problems(doc) == [
+        "retention.size: does not apply to joins: their messages are kept for retention.time"
+    ]

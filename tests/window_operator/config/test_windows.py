@@ -120,3 +120,20 @@ def test_a_window_of_more_than_a_million_steps_is_refused(
     assert parse_config({**minimal(), "window": day}, base_dir=ROOT).window == HoppingWindow(
         size=86_400_000, step=1_000
     )
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        {"type": "session", "gap": "1m"},
+        {"type": "count", "size": 5},
+        {"type": "offsets", "size": 5},
+    ],
+)
+def test_retention_size_is_refused_for_windows_off_the_time_axis(
+    window: dict[str, object],
+) -> None:
+    """It had no effect on them, silently."""
+    path, message = one_problem({**minimal(), "window": window, "retention": {"size": 3}})
+    assert path == "retention.size"
+    assert message.endswith(f"not to window.type {window['type']}")
