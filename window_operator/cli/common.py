@@ -62,12 +62,17 @@ class CliError(Exception):
         self.code = code
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (argparse reports anything else as a usage error)."""
+def _number(text: str, parse: type[int] | type[float], what: str) -> float:
+    """``text`` as ``parse`` reads it; argparse reports a failure as a usage error."""
     try:
-        value = int(text)
+        return parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = int(_number(text, int, "an integer"))
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
@@ -75,10 +80,7 @@ def positive_int(text: str) -> int:
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 (any free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    value = int(_number(text, int, "a port number"))
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, got {value}")
     return value
@@ -86,10 +88,7 @@ def port_number(text: str) -> int:
 
 def seconds(text: str) -> float:
     """An argparse type: a finite number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    value = _number(text, float, "a number of seconds")
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value

@@ -7,19 +7,26 @@ from pathlib import Path
 import orjson
 import pytest
 
-from window_operator.cli.produce import Produced, kafka_key, route, targets
+from window_operator.cli.produce import Produced, Target, kafka_key, route, targets
 from window_operator.config import load_any_config
 
 ROOT = Path(__file__).resolve().parents[3]
+#: A job's inputs, and what routing lines to them counted.
+Counted = tuple[dict[str | None, Target], Produced]
+
+
+def first_route(config: str, line: bytes) -> tuple[Target, bytes | None, bytes, Counted]:
+    """Where ``line`` goes for the job of ``config``, and the means to route more."""
+    inputs = targets(load_any_config(ROOT / config))
+    produced = Produced()
+    routed = route(line, inputs, produced)
+    assert routed is not None
+    return (*routed, (inputs, produced))
 
 
 def test_an_aggregation_line_goes_as_it_is_keyed_by_the_key_field() -> None:
-    inputs = targets(load_any_config(ROOT / "config/clicks.yaml"))
-    produced = Produced()
     line = b'{"page": "/a", "ts": 1, "offset": 7}'
-    routed = route(line, inputs, produced)
-    assert routed is not None
-    target, key, value = routed
+    target, key, value, (inputs, produced) = first_route("config/clicks.yaml", line)
     assert (target.topic, key, value) == ("clicks", b"/a", line)
     # a broken line goes as it is too: the job sends it to its errors topic
     assert route(b"{broken", inputs, produced) == (target, None, b"{broken")
@@ -27,12 +34,8 @@ def test_an_aggregation_line_goes_as_it_is_keyed_by_the_key_field() -> None:
 
 
 def test_a_join_line_goes_to_the_input_it_names_without_the_meta_fields() -> None:
-    inputs = targets(load_any_config(ROOT / "config/orders-shipments.yaml"))
-    produced = Produced()
     line = b'{"source":"shipments","offset":3,"wall_ms":9,"partition":1,"id":7,"cost":2}'
-    routed = route(line, inputs, produced)
-    assert routed is not None
-    target, key, value = routed
+    target, key, value, (inputs, produced) = first_route("config/orders-shipments.yaml", line)
     assert (target.topic, key, orjson.loads(value)) == ("shipments", b"7", {"id": 7, "cost": 2})
     for unroutable in (b'{"source": "returns", "id": 1}', b'{"id": 1}', b"{broken", b"[1]"):
         assert route(unroutable, inputs, produced) is None
