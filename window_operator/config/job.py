@@ -19,10 +19,8 @@ from window_operator.config.fields import (
 from window_operator.config.sections import JobSections
 from window_operator.config.windows import (
     CountWindow,
-    HoppingWindow,
     OffsetsWindow,
     SessionWindow,
-    TumblingWindow,
     WindowConfig,
 )
 
@@ -129,9 +127,7 @@ class JobConfig(JobSections):
 
     @model_validator(mode="after")
     def _retention_size_of_time_windows(self) -> Self:
-        if self.retention.size is not None and not isinstance(
-            self.window, TumblingWindow | HoppingWindow
-        ):
+        if self.retention.size is not None and self.window.type not in ("tumbling", "hopping"):
             raise FieldProblems(
                 [
                     (
