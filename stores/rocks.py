@@ -125,7 +125,7 @@ class StoreLockedError(StoreError):
 
 
 class StoreReadOnlyError(StoreError):
-    """A write to a store opened with :meth:`TaskStore.reader`."""
+    """A write to a store opened with ``read_only`` (see :class:`TaskStore`)."""
 
 
 class StoreClosedError(StoreError):
