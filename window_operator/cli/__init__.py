@@ -32,6 +32,18 @@ from window_operator.spark.topics import TaskCountError, TransactionsUnsupported
 __all__ = ["main"]
 
 
+#: What keeps a job from starting, whatever its records: one line, exit status 2.
+_STARTUP_FAILURES = (
+    KafkaAdminError,
+    BrokerError,
+    TaskCountError,
+    TransactionsUnsupportedError,
+    MetricsPortError,
+    IncompatibleStateError,
+    JobSetupError,
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="window-operator",
@@ -57,10 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return exc.code
-    except (KafkaAdminError, BrokerError, TaskCountError, TransactionsUnsupportedError) as exc:
-        print(f"window-operator: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except (MetricsPortError, IncompatibleStateError, JobSetupError) as exc:
+    except _STARTUP_FAILURES as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:

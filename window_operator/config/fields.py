@@ -234,22 +234,17 @@ def check_avro_schema(
 
 
 def _check_record_schema(path: Path) -> None:
-    """Records are decoded with the schema in ``path``: it must parse as the decoder
-    parses it and be a record; raises :class:`ValueError` naming the file."""
+    """Records are decoded with the schema in ``path``: the job's decoder must take it,
+    and it must be a record; raises :class:`ValueError` naming the file."""
     # imported here: the codecs import this package
-    from window_operator.codecs.avro_schema import (
-        AvroSchemaError,
-        keep_raw_millis,
-        load_schema_file,
-        parse_schema,
-    )
+    from window_operator.codecs.avro_input import AvroPayloadDecoder
+    from window_operator.codecs.avro_schema import AvroSchemaError
 
     try:
-        schema = load_schema_file(path)
-        parsed = parse_schema(keep_raw_millis(schema), str(path))
+        schema = AvroPayloadDecoder(path).schema
     except AvroSchemaError as exc:
         raise ValueError(str(exc)) from None
-    if not (isinstance(parsed, Mapping) and parsed.get("type") == "record"):
+    if not (isinstance(schema, Mapping) and schema.get("type") == "record"):
         raise ValueError(f"{path}: the input schema must be an Avro record (got {show(schema)})")
 
 
