@@ -21,6 +21,8 @@ from window_operator.aggregations.base import (
     ObjectOp,
     VectorOp,
 )
+from window_operator.errors import exception_text
+from window_operator.results import FailedValue
 
 __all__ = ["AggregationSet", "BoundAggregation", "PendingMessage"]
 
@@ -182,15 +184,42 @@ class AggregationSet:
     # -- results ------------------------------------------------------------------------
 
     def finish(self, acc: FloatArray, objs: Sequence[list[Any]] | None) -> dict[str, list[Any]]:
-        """Finished values per aggregation name for ``n`` windows (declaration order)."""
+        """Finished values per aggregation name for ``n`` windows (declaration order).
+
+        Where an operation's ``finish`` raises (a user-defined one), that window's value
+        is a :class:`~window_operator.results.FailedValue`; the other windows' values
+        are what they would be.
+        """
         out: dict[str, list[Any]] = {}
         with _overflow_is_null():
-            vec = {agg.name: op.finish(acc[:, sl]) for agg, op, sl in self.vector}
+            vec = {agg.name: _finish_rows(agg.name, op, acc[:, sl]) for agg, op, sl in self.vector}
         obj: dict[str, list[Any]] = {}
         if self.objects:
             assert objs is not None
             for j, (agg, op) in enumerate(self.objects):
-                obj[agg.name] = [op.finish(o[j]) for o in objs]
+                try:
+                    obj[agg.name] = [op.finish(o[j]) for o in objs]
+                except Exception:  # noqa: BLE001 - user code: find the windows it fails on
+                    obj[agg.name] = [_finish_one(agg.name, op.finish, o[j]) for o in objs]
         for agg in self.aggregations:
             out[agg.name] = vec[agg.name] if agg.name in vec else obj[agg.name]
         return out
+
+
+def _finish_rows(name: str, op: VectorOp, acc: FloatArray) -> list[Any]:
+    """``op.finish`` of every row; row by row, to find the failing ones, if it raises."""
+    try:
+        return op.finish(acc)
+    except Exception:  # noqa: BLE001 - user code: find the windows it fails on
+        return [
+            _finish_one(name, lambda row: op.finish(row)[0], acc[i : i + 1])
+            for i in range(len(acc))
+        ]
+
+
+def _finish_one(name: str, finish: Callable[[Any], Any], acc: Any) -> Any:
+    """``finish(acc)``, or the :class:`FailedValue` of what it raised."""
+    try:
+        return finish(acc)
+    except Exception as exc:  # noqa: BLE001 - user code: the window's result is an error
+        return FailedValue(f"aggregation {name!r}: finish raised {exception_text(exc)}", exc)

@@ -15,6 +15,7 @@ __all__ = [
     "OutputSendError",
     "UnknownSourceError",
     "WindowOperatorError",
+    "exception_text",
 ]
 
 
@@ -37,3 +38,10 @@ class UnknownSourceError(WindowOperatorError, ValueError):
 
 class OutputSendError(WindowOperatorError):
     """Results, error records or changelog records were not acknowledged by Kafka."""
+
+
+def exception_text(exc: BaseException) -> str:
+    """``ValueError: the message`` (the name alone when the message is empty): how an
+    error record's reason names an exception that user code or a codec raised."""
+    detail = str(exc)
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ErrorCode", "ErrorRecord", "Kind", "ResultBatch", "WindowResult"]
+__all__ = ["ErrorCode", "ErrorRecord", "FailedValue", "Kind", "ResultBatch", "WindowResult"]
 
 
 class Kind(enum.StrEnum):
@@ -20,6 +20,32 @@ class Kind(enum.StrEnum):
     LATE = "LATE"
     #: The window no longer exists (a session merged or moved): drop what was emitted for it.
     RETRACT = "RETRACT"
+
+
+class FailedValue:
+    """The value of an aggregation whose ``finish`` raised for this window.
+
+    It stands in the window's values where the value would be; such a result is not
+    written to the output: it goes to the errors as ``RESULT_ERROR`` with ``reason``.
+    Not a dataclass: orjson writes dataclasses as JSON objects, and no encoder may
+    write this one.
+    """
+
+    __slots__ = ("error", "reason")
+
+    def __init__(self, reason: str, error: Exception | None = None) -> None:
+        self.reason = reason
+        #: what ``finish`` raised (for the log's traceback)
+        self.error = error
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FailedValue) and other.reason == self.reason
+
+    def __hash__(self) -> int:
+        return hash(self.reason)
+
+    def __repr__(self) -> str:
+        return f"FailedValue({self.reason!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +101,19 @@ class ResultBatch:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def take(self, idx: list[int]) -> ResultBatch:
+        """The rows ``idx``, in that order."""
+        rows = np.asarray(idx, dtype=np.int64)
+        return ResultBatch(
+            kind=self.kind,
+            keys=[self.keys[i] for i in idx],
+            window_start=self.window_start[rows],
+            window_end=self.window_end[rows],
+            update_seq=self.update_seq[rows],
+            values={name: [col[i] for i in idx] for name, col in self.values.items()},
+            partition=None if self.partition is None else self.partition[rows],
+        )
+
     def to_results(self) -> list[WindowResult]:
         """Materialize one :class:`WindowResult` per row."""
         names = list(self.values)
@@ -98,7 +137,8 @@ class ResultBatch:
 
 
 class ErrorCode(enum.StrEnum):
-    """Why an input record was rejected (the README lists the rules behind each code)."""
+    """Why an input record was rejected, or a result not written (the README lists the
+    rules behind each code)."""
 
     #: Not one JSON document: broken or empty text, invalid UTF-8, data after the
     #: document, nesting deeper than 1024 levels, or a null payload (a tombstone).
@@ -122,11 +162,16 @@ class ErrorCode(enum.StrEnum):
     #: Processing the record raised an unexpected exception (a bug, or a user-defined
     #: operation that fails on it); the reason names the exception.
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    #: Not an input record: a window result that could not be made (a user-defined
+    #: operation's ``finish`` raised) or written (the output format cannot hold a value);
+    #: the reason names the key, the window and the exception.
+    RESULT_ERROR = "RESULT_ERROR"
 
 
 @dataclass(frozen=True, slots=True)
 class ErrorRecord:
-    """A rejected input record, with the reason and where it came from."""
+    """A rejected input record, with the reason and where it came from (or, as
+    ``RESULT_ERROR``, a window result that was not written: no position, no bytes)."""
 
     code: ErrorCode
     reason: str

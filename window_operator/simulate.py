@@ -30,6 +30,8 @@ import orjson
 
 from window_operator.arrival import ArrivalClock, future_error, future_errors
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
+from window_operator.codecs.result_errors import encode_checked
+from window_operator.codecs.result_json import dumps_json
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
@@ -61,7 +63,12 @@ class SimulationSummary:
     @property
     def rejected(self) -> int:
         """Input records sent to the error output."""
-        return sum(self.errors.values())
+        return sum(n for code, n in self.errors.items() if code != ErrorCode.RESULT_ERROR)
+
+    @property
+    def result_errors(self) -> int:
+        """Window results not written (sent to the error output as ``RESULT_ERROR``)."""
+        return self.errors[ErrorCode.RESULT_ERROR.value]
 
 
 def _chunks(stream: IO[bytes], size: int) -> Iterator[list[bytes]]:
@@ -283,32 +290,40 @@ def _drain(
     errors_out: IO[bytes] | None,
     summary: SimulationSummary,
 ) -> None:
-    """Write the operator's pending results, then ``rejected`` and its error records."""
+    """Write the operator's pending results, then ``rejected``, its error records and
+    those of the results that cannot be written."""
+    unwritten: list[ErrorRecord] = []
     for batch in op.take_result_batches():
-        summary.results += len(batch)
         if isinstance(batch, JoinResultBatch):
+            summary.results += len(batch)
             out.write(batch.to_json_lines())
-        else:
-            out.write(_result_lines(batch))
-    for err in rejected + op.get_errors():
+            continue
+        checked = encode_checked(batch, _result_lines)
+        summary.results += len(checked.records)
+        if checked.records:
+            out.write(b"\n".join(checked.records) + b"\n")
+        unwritten += checked.errors
+    for err in rejected + op.get_errors() + unwritten:
         summary.errors[err.code.value] += 1
         if errors_out is not None:
             errors_out.write(orjson.dumps(err.to_dict()) + b"\n")
 
 
-def _result_lines(batch: ResultBatch) -> bytes:
-    dumps = orjson.dumps
+def _result_lines(batch: ResultBatch) -> list[bytes]:
+    """Each result's JSON line (no newline), as the output topic's JSON value: orjson,
+    or its stdlib fallback for what orjson refuses (ints beyond 64 bits); a value with
+    no JSON form raises."""
     if batch.partition is not None:
         # windows of one partition name it, as on Kafka (WindowResult.to_dict)
-        return b"".join(dumps(r.to_dict()) + b"\n" for r in batch.to_results())
-    names = list(batch.values)
-    cols = [batch.values[n] for n in names]
-    starts = batch.window_start.tolist()
-    ends = batch.window_end.tolist()
-    seqs = batch.update_seq.tolist()
-    kind = batch.kind.value
-    lines = [
-        dumps(
+        docs = [r.to_dict() for r in batch.to_results()]
+    else:
+        names = list(batch.values)
+        cols = [batch.values[n] for n in names]
+        starts = batch.window_start.tolist()
+        ends = batch.window_end.tolist()
+        seqs = batch.update_seq.tolist()
+        kind = batch.kind.value
+        docs = [
             {
                 "key": key,
                 "window_start": starts[i],
@@ -317,11 +332,12 @@ def _result_lines(batch: ResultBatch) -> bytes:
                 "update_seq": seqs[i],
                 "values": {n: c[i] for n, c in zip(names, cols, strict=True)},
             }
-        )
-        for i, key in enumerate(batch.keys)
-    ]
-    lines.append(b"")
-    return b"\n".join(lines)
+            for i, key in enumerate(batch.keys)
+        ]
+    try:
+        return list(map(orjson.dumps, docs))
+    except orjson.JSONEncodeError:
+        return list(map(dumps_json, docs))
 
 
 # ---------------------------------------------------------------------------------------
@@ -455,9 +471,7 @@ def _reject_future_rows(
         i = timed[j]
         code, reason = future_error(int(ts[j]), int(check.arrival[j]), clock.max_future)
         errors.append(
-            ErrorRecord(
-                code, reason, run.partitions[i], run.offsets[i], run.raws[i], decoder.topic
-            )
+            ErrorRecord(code, reason, run.partitions[i], run.offsets[i], run.raws[i], decoder.topic)
         )
         rejected.add(i)
     keep = [i for i in range(len(run.records)) if i not in rejected]

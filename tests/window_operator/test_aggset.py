@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from helpers import runtime_for
 
 from window_operator.aggset import AggregationSet
+from window_operator.results import FailedValue
 
 
 def test_rows_combine_deduct_and_finish_per_operation() -> None:
@@ -57,3 +61,36 @@ def test_deduct_is_only_forced_where_every_operation_has_one() -> None:
     aggs("max").check_deduct(False)
     with pytest.raises(ValueError, match="use_deduct=True but not every aggregation"):
         aggs("max").check_deduct(True)
+
+
+def test_a_finish_that_raises_fails_only_its_windows() -> None:
+    """A user operation's ``finish`` that raises makes that window's value a
+    FailedValue naming the aggregation and the exception; every other value, in the
+    same rows and in other rows, is what it would be (vector and object operations)."""
+    udf_dir = str(Path(__file__).resolve().parent)
+    if udf_dir not in sys.path:
+        sys.path.insert(0, udf_dir)
+    aggs = runtime_for(
+        aggregations=[
+            {"name": "n", "op": "count"},
+            {"name": "obj", "op": "udf_example:FinishFailsOverTenOp", "field": "v"},
+            {"name": "vec", "op": "udf_example:VectorFinishFailsOp", "field": "v",
+             "params": {"power": 1}},
+        ]
+    ).aggregations  # fmt: skip
+    groups = np.array([0, 0, 1, 2, 2])
+    values = np.array([1.0, 2.0, 30.0, 4.0, 8.0])  # sums 3, 30, 12
+    acc = aggs.accumulate({"v": values}, np.arange(5), groups, 3)
+    objs = [aggs.create_objects() for _ in range(3)]
+    for g, v in zip(groups.tolist(), values.tolist(), strict=True):
+        objs[g] = [
+            op.accumulate(o, v, None) for (_, op), o in zip(aggs.objects, objs[g], strict=True)
+        ]
+    got = aggs.finish(acc, objs)
+    assert got["n"] == [2, 1, 2]
+    for name in ("obj", "vec"):
+        assert got[name][0] == 3.0
+        for failed in got[name][1:]:
+            assert isinstance(failed, FailedValue)
+            assert failed.reason.startswith(f"aggregation {name!r}: finish raised ValueError: ")
+            assert isinstance(failed.error, ValueError)

@@ -164,9 +164,7 @@ def test_results_of_a_batch_that_made_a_user_operation_raise_are_written(
     simulate(rt, source, out, errors_out=errors, batch_size=10, final=False)
     results = [orjson.loads(x) for x in out.getvalue().splitlines()]
     assert [(r["window_start"], r["values"]["s"]) for r in results] == [(BASE, 3.0)]
-    assert [orjson.loads(x)["code"] for x in errors.getvalue().splitlines()] == [
-        "INTERNAL_ERROR"
-    ]
+    assert [orjson.loads(x)["code"] for x in errors.getvalue().splitlines()] == ["INTERNAL_ERROR"]
 
 
 def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:
@@ -452,3 +450,49 @@ def test_a_continued_run_checks_its_first_line_for_a_far_future_time(tmp_path: P
     assert [orjson.loads(e)["code"] for e in errors.getvalue().splitlines()] == ["FUTURE_TIMESTAMP"]
     assert summary.applied == 1
     assert _answers(out.getvalue()) == {("a", BASE, BASE + 10_000): {"s": 5.0}}
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        {"type": "tumbling", "size": "10s"},
+        {"type": "hopping", "size": "10s", "step": "5s"},
+        {"type": "session", "gap": "2s"},
+        {"type": "count", "size": 3},
+    ],
+    ids=["tumbling", "hopping", "session", "count"],
+)
+def test_a_window_whose_result_cannot_be_made_is_a_result_error(
+    tmp_path: Path, window: dict[str, Any]
+) -> None:
+    """A user ``finish`` that raises, or a result with no JSON form, fails that window's
+    result alone: it is a RESULT_ERROR naming the key and window; the other windows'
+    results are written, and every line is applied (none is rejected)."""
+    # key a: three ones (sum 3); key b: three fives (sum 15, over 10)
+    lines = [
+        orjson.dumps({"k": k, "ts": BASE + i * 500, "v": v, "t": f"{k}{i}"})
+        for i, (k, v) in enumerate([("a", 1), ("b", 5), ("a", 1), ("b", 5), ("a", 1), ("b", 5)])
+    ]
+    aggs = [
+        {"name": "n", "op": "count"},
+        {"name": "s", "op": "udf_example:FinishFailsOverTenOp", "field": "v"},
+    ]
+    # count windows have no time retention nor LATE period
+    cfg: dict[str, Any] = {"retention": {}, "emit": {}} if window["type"] == "count" else {}
+    results, errors, summary = run(lines, tmp_path, 2, window=window, aggregations=aggs, **cfg)
+    assert summary.applied == 6 and summary.rejected == 0
+    assert {r["key"] for r in results} == {"a"}
+    assert all(r["values"]["s"] <= 10 for r in results)
+    assert errors and {e["code"] for e in errors} == {"RESULT_ERROR"}
+    assert summary.result_errors == len(errors)
+    assert all(e["reason"].startswith("the ") and "result of key 'b', window [" in e["reason"]
+               for e in errors)  # fmt: skip
+    assert "aggregation 's': finish raised ValueError: a sum of 15.0 is over 10" in {
+        e["reason"].split("): ", 1)[1] for e in errors
+    }
+    # a result with no JSON form: the same, with the encoder's reason
+    aggs = [{"name": "tags", "op": "udf_example:SetResultOp", "field": "t"}]
+    results, errors, summary = run(lines, tmp_path, 2, window=window, aggregations=aggs, **cfg)
+    assert summary.applied == 6 and summary.result_errors == len(errors) > 0
+    assert all("cannot be written: TypeError" in e["reason"] for e in errors)
+    assert all(len(r["values"]["tags"]) <= 1 for r in results)

@@ -119,3 +119,52 @@ class FailsOnThirteenOp:
 
     def finish(self, acc: float) -> float:
         return acc
+
+
+class FinishFailsOverTenOp:
+    """Duck-typed sum with a bug in ``finish``: it raises for a sum over 10."""
+
+    numeric = True
+
+    def create(self) -> float:
+        return 0.0
+
+    def accumulate(self, acc: float, value: float) -> float:
+        return acc + value
+
+    def combine(self, a: float, b: float) -> float:
+        return a + b
+
+    def finish(self, acc: float) -> float:
+        if acc > 10:
+            raise ValueError(f"a sum of {acc} is over 10")
+        return acc
+
+
+class SetResultOp:
+    """Duck-typed op whose result has no JSON form: a Python set, once it holds two values."""
+
+    def create(self) -> list[Any]:
+        return []
+
+    def accumulate(self, acc: list[Any], value: Any) -> list[Any]:
+        return [*acc, value]
+
+    def combine(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return a + b
+
+    def finish(self, acc: list[Any]) -> Any:
+        return set(acc) if len(acc) > 1 else acc
+
+
+class VectorFinishFailsOp(PowerSumOp):
+    """A VectorOp whose ``finish`` raises for a whole batch of windows when one sum is
+    over 10 (so the aggregation set finds the failing rows one by one)."""
+
+    op_name: ClassVar[str] = "vector_finish_fails"
+
+    def finish(self, acc: Any) -> list[Any]:
+        sums = super().finish(acc)
+        if any(s is not None and s > 10 for s in sums):
+            raise ValueError("a sum is over 10")
+        return sums

@@ -80,11 +80,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         f"{summary.rejected} rejected",
         f"{summary.results} {'join' if isinstance(runtime, JoinRuntime) else 'window'} results",
     ]
+    if summary.result_errors:
+        parts.append(f"{summary.result_errors} not written (RESULT_ERROR)")
     print("simulate: " + ", ".join(parts), file=sys.stderr)
     if summary.errors:
         detail = ", ".join(f"{code}: {n}" for code, n in sorted(summary.errors.items()))
         where = f" (see {args.errors})" if args.errors else " (use --errors FILE for details)"
-        print(f"simulate: rejected records by reason: {detail}{where}", file=sys.stderr)
+        print(f"simulate: error records by code: {detail}{where}", file=sys.stderr)
     return 0
 
 

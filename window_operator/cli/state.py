@@ -72,8 +72,6 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    import orjson
-
     from window_operator.runtime.settings import task_state_dir
 
     settings = task_settings(args, with_kafka=False)
@@ -91,10 +89,30 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     for task in tasks:
         for line in _inspect_task(settings, task, args.key, start, end):
             found += 1
-            sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
+            sys.stdout.buffer.write(_inspect_json(line) + b"\n")
     if not found:
         print(f"no stored state for key {args.key!r} in that range", file=sys.stderr)
     return 0
+
+
+def _inspect_json(line: dict[str, object]) -> bytes:
+    """One line of ``inspect``: a value whose ``finish`` raised shows as
+    ``{"error": reason}``, one with no JSON form as ``{"error": "no JSON form: set"}``."""
+    import json
+
+    import orjson
+
+    from window_operator.results import FailedValue
+
+    def shown(value: object) -> dict[str, str]:
+        if isinstance(value, FailedValue):
+            return {"error": value.reason}
+        return {"error": f"no JSON form: {type(value).__name__}"}
+
+    try:
+        return orjson.dumps(line, default=shown)
+    except orjson.JSONEncodeError:  # ints beyond 64 bits
+        return json.dumps(line, default=shown, separators=(",", ":")).encode()
 
 
 def _inspect_task(

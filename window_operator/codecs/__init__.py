@@ -19,6 +19,9 @@ Output
     :class:`JsonResultEncoder` writes the value as JSON, :class:`AvroResultEncoder`
     (:mod:`.result_avro`) as Avro with the job's ``output.avro_schema`` or the schema
     :func:`derive_result_schema` (:mod:`.result_schema`) derives from the aggregations.
+    :func:`encode_checked` (:mod:`.result_errors`) writes a batch but the results that
+    cannot be written (a user ``finish`` that raised, a value the format cannot hold),
+    which become ``RESULT_ERROR`` records.
 
 Errors
     :func:`encode_error` (:mod:`.errors`) gives the Kafka record of a rejected input for
@@ -48,6 +51,7 @@ from window_operator.codecs.result_avro import (
     result_decoder_for,
     result_encoder_for,
 )
+from window_operator.codecs.result_errors import CheckedResults, encode_checked
 from window_operator.codecs.result_json import (
     JsonResultDecoder,
     JsonResultEncoder,
@@ -71,6 +75,7 @@ __all__ = [
     "AvroResultEncoder",
     "AvroSchemaError",
     "AvroWire",
+    "CheckedResults",
     "ColumnarJsonDecoder",
     "JsonPayloadDecoder",
     "JsonResultDecoder",
@@ -83,6 +88,7 @@ __all__ = [
     "decode_result_key",
     "decode_result_value",
     "derive_result_schema",
+    "encode_checked",
     "encode_error",
     "error_json",
     "payload_decoder_for",

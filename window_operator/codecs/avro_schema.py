@@ -22,6 +22,8 @@ from uuid import UUID
 import fastavro
 import orjson
 
+from window_operator.errors import exception_text
+
 __all__ = [
     "CONFLUENT_HEADER",
     "CONFLUENT_MAGIC",
@@ -84,8 +86,7 @@ def avro_reason(exc: Exception, body_size: int) -> str:
     elif isinstance(exc, UnicodeDecodeError):
         what = f"a string is not valid UTF-8 ({exc.reason})"
     else:
-        detail = str(exc)
-        what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+        what = exception_text(exc)
     return f"invalid Avro: {what} ({body_size}-byte body)"
 
 

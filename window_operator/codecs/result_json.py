@@ -37,9 +37,7 @@ __all__ = [
 JSON_OPTS: Final = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
-def result_key(
-    key: str, window_start: int, window_end: int, partition: int | None = None
-) -> bytes:
+def result_key(key: str, window_start: int, window_end: int, partition: int | None = None) -> bytes:
     """The Kafka key of a window: ``{"key":...,"window_start":...,"window_end":...}``,
     then ``"partition":...`` for a window of one input partition."""
     doc: dict[str, str | int] = {"key": key, "window_start": window_start, "window_end": window_end}
@@ -81,17 +79,20 @@ def batch_keys(batch: ResultBatch) -> list[bytes]:
             for k, s, e, p in zip(batch.keys, starts, ends, parts, strict=True)
         ]
     template = b'{"key":%b,"window_start":%d,"window_end":%d}'
-    return [
-        template % (quoted[k], s, e) for k, s, e in zip(batch.keys, starts, ends, strict=True)
-    ]
+    return [template % (quoted[k], s, e) for k, s, e in zip(batch.keys, starts, ends, strict=True)]
 
 
 def dumps_json(value: Any) -> bytes:
-    """orjson, falling back to the stdlib for what orjson refuses (e.g. ints > 64 bits)."""
+    """orjson, falling back to the stdlib for what orjson refuses (e.g. ints > 64 bits).
+
+    A value with no JSON form (a set, an arbitrary object) raises :class:`TypeError`:
+    the result is then a ``RESULT_ERROR`` (:mod:`.result_errors`), not a string of the
+    value's ``repr``.
+    """
     try:
         return orjson.dumps(value, option=JSON_OPTS)
     except orjson.JSONEncodeError:
-        text = json.dumps(_finite(value), separators=(",", ":"), ensure_ascii=False, default=repr)
+        text = json.dumps(_finite(value), separators=(",", ":"), ensure_ascii=False)
         return text.encode()
 
 

@@ -124,6 +124,9 @@ class BatchLog:
             parts.append(f"{sum(t.late for t in tasks)} late")
             parts.append(f"{sum(t.rejected for t in tasks)} rejected")
         parts.append(f"{results} results" + (f" ({by_kind})" if by_kind else ""))
+        unwritten = sum(t.result_errors for t in tasks)
+        if unwritten:
+            parts.append(f"{unwritten} not written (RESULT_ERROR)")
         parts.append(f"watermark {_time(report.clock.watermark)}")
         if self.metrics is not None:
             parts.append(f"lag {self.metrics.summary().lag}")
@@ -133,7 +136,12 @@ class BatchLog:
     def __call__(self, report: BatchReport) -> None:
         """Log the line (at DEBUG when the batch, epoch or pass did nothing)."""
         idle = not any(m.records for m in report.ranges) and not any(
-            t.results or t.applied or t.replayed or t.rejected or t.restored_records
+            t.results
+            or t.result_errors
+            or t.applied
+            or t.replayed
+            or t.rejected
+            or t.restored_records
             for t in report.tasks
         )
         self.log.log(logging.DEBUG if idle else logging.INFO, "%s", self.line(report))

@@ -35,7 +35,7 @@ import numpy as np
 from stores.errors import StoreError
 from window_operator.arrays import IntArray
 from window_operator.codecs.inputs import InputDecoder
-from window_operator.errors import JobSetupError
+from window_operator.errors import JobSetupError, exception_text
 from window_operator.events import DecodeResult, EventBatch
 from window_operator.kernel import StepStats, WindowOperator
 from window_operator.results import ErrorCode, ErrorRecord
@@ -66,11 +66,9 @@ def internal_error(
         offset,
         exc_info=exc,
     )
-    detail = str(exc)
-    name = type(exc).__name__
     return ErrorRecord(
         code=ErrorCode.INTERNAL_ERROR,
-        reason=f"{stage} raised {name}: {detail}" if detail else f"{stage} raised {name}",
+        reason=f"{stage} raised {exception_text(exc)}",
         partition=partition,
         offset=offset,
         raw=raw,

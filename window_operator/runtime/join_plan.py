@@ -21,7 +21,12 @@ from stores.keys import decode_fields, encode_fields
 from stores.rocks import TaskStore
 from window_operator.arrays import IntArray
 from window_operator.arrival import future_error
-from window_operator.codecs import AvroPayloadDecoder, JsonPayloadDecoder, PayloadDecoder
+from window_operator.codecs import (
+    AvroPayloadDecoder,
+    CheckedResults,
+    JsonPayloadDecoder,
+    PayloadDecoder,
+)
 from window_operator.config import JoinInputConfig, JoinJobConfig
 from window_operator.join import JoinRuntime, build_join_runtime
 from window_operator.join.common import POSITION_BITS, JoinKey
@@ -220,16 +225,17 @@ class JoinPlan:
         op: WindowOperator[JoinRows, JoinResultBatch, object] = self.runtime.operator(store)
         return op
 
-    def encode_results(self, results: JoinResultBatch) -> list[KafkaRecord]:
-        """Output records keyed by the pair's positions; a RETRACT is a tombstone."""
+    def encode_results(self, results: JoinResultBatch) -> CheckedResults[KafkaRecord]:
+        """Output records keyed by the pair's positions; a RETRACT is a tombstone (a
+        pair's records are decoded JSON: every one can be written)."""
         n = len(results)
         left = _positions(results.left_pos, n)
         right = _positions(results.right_pos, n)
         keys = [join_result_key(lp, rp) for lp, rp in zip(left, right, strict=True)]
         if results.kind is JoinKind.RETRACT:
-            return [(k, None) for k in keys]
+            return CheckedResults([(k, None) for k in keys], [])
         values = results.to_json_lines().split(b"\n")[:n]
-        return list(zip(keys, values, strict=True))
+        return CheckedResults(list(zip(keys, values, strict=True)), [])
 
 
 def _ordered(table: pa.Table) -> pa.Table:

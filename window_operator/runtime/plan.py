@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from stores.rocks import TaskStore
 from window_operator.arrays import IntArray
+from window_operator.codecs import CheckedResults
 from window_operator.kernel import WindowOperator
 from window_operator.results import ErrorRecord
 from window_operator.runtime.inputs import InputRecords
@@ -100,6 +101,7 @@ class JobPlan(Protocol[B, R]):
         """The job's operator over a task store (restored from it)."""
         ...
 
-    def encode_results(self, results: R) -> list[KafkaRecord]:
-        """Results as Kafka records for the output topic."""
+    def encode_results(self, results: R) -> CheckedResults[KafkaRecord]:
+        """Results as Kafka records for the output topic, and the ``RESULT_ERROR``
+        records of those that cannot be written."""
         ...

@@ -16,7 +16,12 @@ import pyarrow as pa
 from stores.rocks import TaskStore
 from window_operator.arrays import IntArray
 from window_operator.arrival import reject_future
-from window_operator.codecs import ResultEncoder, result_encoder_for
+from window_operator.codecs import (
+    CheckedResults,
+    ResultEncoder,
+    encode_checked,
+    result_encoder_for,
+)
 from window_operator.codecs.inputs import InputDecoder
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.events import DecodeResult, EventBatch
@@ -136,9 +141,9 @@ class AggregationPlan:
         op: WindowOperator[EventBatch, ResultBatch, StoredWindow] = self.runtime.operator(store)
         return op
 
-    def encode_results(self, results: ResultBatch) -> list[KafkaRecord]:
-        """Upsert-keyed output records."""
-        return list(self.encoder.encode_batch(results))
+    def encode_results(self, results: ResultBatch) -> CheckedResults[KafkaRecord]:
+        """Upsert-keyed output records, and the errors of results that cannot be written."""
+        return encode_checked(results, self.encoder.encode_batch)
 
 
 def _with_keys(decoded: DecodeResult, records: InputRecords) -> DecodedInput[EventBatch]:

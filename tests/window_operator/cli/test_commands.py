@@ -260,6 +260,44 @@ def test_inspect_answers_while_a_running_task_holds_its_store(tmp_path: Path) ->
     assert held.stdout == alone.stdout
 
 
+def test_a_user_finish_that_raises_is_an_error_record_and_shows_in_inspect(
+    tmp_path: Path,
+) -> None:
+    """simulate writes the windows it can finish and exits 0; the window whose user
+    ``finish`` raised is a RESULT_ERROR error line; inspect shows such values as the
+    error, where it wrote a traceback before."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: udf\ninput: {key: k, timestamp: ts}\nwindow: {type: tumbling, size: 10s}\n"
+        "aggregations: [{name: s, op: 'udf_example:FinishFailsOverTenOp', field: v}]\n"
+    )
+    events = tmp_path / "e.jsonl"
+    rows = [("a", 0, 1), ("b", 0, 20), ("a", 20_000, 1), ("b", 20_000, 30)]
+    events.write_bytes(b"".join(orjson.dumps({"k": k, "ts": t, "v": v}) + b"\n"
+                                for k, t, v in rows))  # fmt: skip
+    env = {"PYTHONPATH": str(ROOT / "tests" / "window_operator")}
+    state, out, errors = tmp_path / "state", tmp_path / "out.jsonl", tmp_path / "err.jsonl"
+    proc = cli(
+        "simulate", "--config", str(job), "--input", str(events), "--keep-open",
+        "--state-dir", str(state), "--output", str(out), "--errors", str(errors), env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "0 rejected, 1 window results, 1 not written (RESULT_ERROR)" in proc.stderr
+    assert "error records by code: RESULT_ERROR: 1" in proc.stderr
+    assert [orjson.loads(x)["key"] for x in out.read_bytes().splitlines()] == ["a"]
+    (error,) = [orjson.loads(x) for x in errors.read_bytes().splitlines()]
+    assert error["code"] == "RESULT_ERROR" and "a sum of 20.0 is over 10" in error["reason"]
+    shown = cli("inspect", "--config", str(job), "--state-dir", str(state), "--key", "b", env=env)
+    assert shown.returncode == 0, shown.stderr
+    lines = [orjson.loads(x) for x in shown.stdout.splitlines()]
+    assert {(w["window_start"], w["fired"]): w["values"]["s"] for w in lines} == {
+        (0, True): {"error": "aggregation 's': finish raised ValueError: a sum of 20.0 is over 10"},
+        (20_000, False): {
+            "error": "aggregation 's': finish raised ValueError: a sum of 30.0 is over 10"
+        },
+    }
+
+
 #: Opens a task store (argv[1]) the way a running task does, and holds it until stdin ends.
 HOLD_STORE = """
 import sys

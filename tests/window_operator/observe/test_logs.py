@@ -28,6 +28,7 @@ def report(batch_id: int, read: int = 0, **task: int) -> BatchReport:
         (report(3, replayed=4), logging.INFO),
         (report(3, restored_records=7), logging.INFO),
         (report(-1, results=2), logging.INFO),  # a timer pass that emitted
+        (report(-1, result_errors=1), logging.INFO),  # one whose result was not written
         (report(3), logging.DEBUG),  # an epoch of a long-running worker that read nothing
         (report(-1), logging.DEBUG),  # a timer pass that emitted nothing
     ],
@@ -46,3 +47,8 @@ def test_the_line_names_the_batch_and_its_counts() -> None:
     assert line == (
         "batch 7, 10 read, 9 applied, 2 late, 1 rejected, 0 results, watermark -, 0.50 s"
     )
+
+
+def test_the_line_tells_results_that_were_not_written() -> None:
+    line = BatchLog().line(report(-1, result_errors=1))
+    assert line == "timer pass, 0 results, 1 not written (RESULT_ERROR), watermark -, 0.50 s"

@@ -188,3 +188,33 @@ def test_far_future_events_are_rejected_by_their_kafka_timestamp(
     headers = {k: v.decode() for k, v in errors[0].headers()}
     assert headers["error.code"] == "FUTURE_TIMESTAMP" and headers["source.offset"] == "10"
     assert report.watermark < YEAR_3000
+
+
+@pytest.mark.kafka
+def test_a_result_that_cannot_be_made_goes_to_the_errors_and_the_rest_is_written(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A user ``finish`` that raises for one window: that result is a RESULT_ERROR record
+    in the error topic (not a rejected input), the other windows are written, and a
+    re-delivered batch sends neither twice."""
+    aggs = [{"name": "s", "op": "udf_example:FinishFailsOverTenOp", "field": "v"}]
+    runner, config, topic = _runner(tmp_path, kafka_bootstrap, unique_name, aggregations=aggs)
+    events = [{"k": k, "ts": BASE + i * 100, "v": v} for i, (k, v) in
+              enumerate([("a", 1), ("b", 6), ("a", 2), ("b", 6)])]  # fmt: skip
+    events.append({"k": "a", "ts": BASE + 60 * S, "v": 1})  # fires the first windows
+    batch = _input(topic, events, None)
+    report = runner.run_batch([batch], 1_000).tasks[0]
+    assert (report.applied, report.rejected, report.results, report.result_errors) == (5, 0, 1, 1)
+    assert report.rejected_by_code == {"RESULT_ERROR": 1}
+    again = runner.run_batch([batch], 2_000).tasks[0]
+    assert (again.replayed, again.results, again.result_errors) == (5, 0, 0)
+    (error,) = read_topic(kafka_bootstrap, config.output.errors_topic)
+    headers = {k: v.decode() for k, v in error.headers()}
+    assert headers == {
+        "error.code": "RESULT_ERROR",
+        "error.reason": f"the ON_TIME result of key 'b', window [{BASE}, {BASE + 10 * S}): "
+        "aggregation 's': finish raised ValueError: a sum of 12.0 is over 10",
+    }
+    assert error.key() is None and error.value() is None
+    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    assert [(r["key"], r["values"]) for r in results] == [("a", {"s": 3.0})]

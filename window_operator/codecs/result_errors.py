@@ -1,0 +1,82 @@
+"""Window results that cannot be written go to the errors, not through the job.
+
+A result cannot be written when a user-defined operation's ``finish`` raised for its
+window (its value is a :class:`~window_operator.results.FailedValue`), or when the
+output format cannot hold one of its values (a Python set in JSON, a string where the
+Avro schema wants a number). :func:`encode_checked` writes the rest of the batch and
+makes each such result a ``RESULT_ERROR`` record naming the key, the window and why: a
+job is not stopped, nor its other results held back, by one window a user function
+cannot finish. The fast path is one encode of the whole batch; only a batch that fails
+is encoded row by row to find the rows at fault.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from window_operator.errors import exception_text
+from window_operator.results import ErrorCode, ErrorRecord, FailedValue, ResultBatch
+
+__all__ = ["CheckedResults", "encode_checked"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedResults(Generic[T]):
+    """A result batch's encoded rows, and the error records of those not written."""
+
+    records: list[T]
+    errors: list[ErrorRecord]
+
+
+def encode_checked(
+    batch: ResultBatch, encode: Callable[[ResultBatch], Sequence[T]]
+) -> CheckedResults[T]:
+    """``encode(batch)``; where it raises, the rows it can encode, and a ``RESULT_ERROR``
+    record for each other row (also logged, with the traceback of the first ``finish``
+    that raised)."""
+    try:
+        return CheckedResults(list(encode(batch)), [])
+    except Exception:  # noqa: BLE001 - a row's value (user code's): find the rows at fault
+        pass
+    good: list[int] = []
+    errors: list[ErrorRecord] = []
+    first: Exception | None = None
+    for i in range(len(batch)):
+        row = batch.take([i])
+        failed = next(
+            (v for col in row.values.values() if isinstance(v := col[0], FailedValue)), None
+        )
+        if failed is not None:
+            why = failed.reason
+            first = first or failed.error
+        else:
+            try:
+                encode(row)
+            except Exception as error:  # noqa: BLE001 - the output format cannot hold it
+                why = f"cannot be written: {exception_text(error)}"
+            else:
+                good.append(i)
+                continue
+        errors.append(ErrorRecord(code=ErrorCode.RESULT_ERROR, reason=_where(row) + why))
+    if errors:
+        _log.warning(
+            "%d window result(s) not written (RESULT_ERROR in the error output), the first: %s",
+            len(errors),
+            errors[0].reason,
+            exc_info=first,
+        )
+    return CheckedResults(list(encode(batch.take(good))) if good else [], errors)
+
+
+def _where(row: ResultBatch) -> str:
+    """``the ON_TIME result of key 'k', window [0, 10000): `` (and the partition)."""
+    start, end = int(row.window_start[0]), int(row.window_end[0])
+    part = "" if row.partition is None else f" of partition {int(row.partition[0])}"
+    return f"the {row.kind.value} result of key {row.keys[0]!r}, window [{start}, {end}){part}: "
