@@ -9,12 +9,13 @@ generate`` (:mod:`.tools`). Configuration mistakes are reported as
 a list of field problems on stderr with exit status 2, never as a traceback; so are
 startup failures (no broker configured or answering, a missing input or changelog
 topic, a state of another job shape), each as one line, and a file that cannot be read
-or written (exit status 3).
+or written, or an output with no room left (exit status 3).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -76,15 +77,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # the reader of our output went away (``| head``): stop quietly, as cat does
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _quiet_stdout()
         return 141
     except OSError as exc:
-        if exc.filename is None:  # not a file named on the command line or in the config
+        if exc.filename is not None:  # a file named on the command line or in the config
+            print(f"window-operator: {exc.filename}: {exc.strerror}", file=sys.stderr)
+            return EXIT_INPUT
+        if exc.errno not in _FULL:
             raise
-        print(f"window-operator: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        # a write to an output stream (stdout, --output, --errors) found no room
+        print(f"window-operator: cannot write the output: {exc.strerror}", file=sys.stderr)
+        _quiet_stdout()  # its buffer would fail again at exit
         return EXIT_INPUT
     return code
+
+
+#: The errors of a write that found no room (disk full, quota, file size limit).
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: what is left in its buffer goes nowhere at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

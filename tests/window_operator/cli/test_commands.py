@@ -527,6 +527,27 @@ def test_output_piped_to_a_reader_that_stops_early_ends_quietly(tmp_path: Path) 
     assert "Traceback" not in err and "BrokenPipe" not in err, err
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("target", ["--output", "--errors", "stdout"])
+def test_an_output_with_no_room_left_is_one_line(tmp_path: Path, target: str) -> None:
+    """A full disk (``/dev/full``) under the results, the errors or stdout: one line
+    naming the cause, exit 3, no traceback."""
+    args = ["simulate", "--config", "config/clicks.yaml", "--input", "config/samples/clicks.jsonl"]
+    with open("/dev/full", "wb") as full:
+        if target == "stdout":
+            proc = subprocess.run(
+                [sys.executable, "-m", "window_operator", *args],
+                cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+            )  # fmt: skip
+        else:
+            proc = cli(*args, target, "/dev/full")
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "window-operator: cannot write the output: No space left on device"
+    )
+
+
 @pytest.mark.kafka
 @pytest.mark.parametrize("wire", ["schemaless", "confluent"])
 def test_produce_writes_the_lines_of_an_avro_job_as_avro(
