@@ -198,7 +198,7 @@ class RecordDecoder:
     def __init__(
         self,
         *,
-        key_field: str | None,
+        key_field: str | Sequence[str] | None,
         timestamp_field: str,
         timestamp_unit: TimestampUnit = "ms",
         numeric_fields: Sequence[str] = (),
@@ -206,7 +206,14 @@ class RecordDecoder:
         counted_fields: Sequence[str] = (),
         max_key_bytes: int = MAX_KEY_BYTES,
     ) -> None:
-        self.key_field = key_field
+        #: The grouping fields: none (one global key ``""``), one, or several.
+        self.key_fields: tuple[str, ...] = (
+            ()
+            if key_field is None
+            else (key_field,)
+            if isinstance(key_field, str)
+            else tuple(key_field)
+        )
         self.timestamp_field = timestamp_field
         self.timestamp_unit = timestamp_unit
         self.numeric_fields = tuple(dict.fromkeys(numeric_fields))
@@ -265,10 +272,25 @@ class RecordDecoder:
         return int(ts)
 
     def key_of(self, record: Mapping[str, Any]) -> str:
-        """The grouping key as a string, or raise a rejection."""
-        kf = self.key_field
-        if kf is None:
+        """The grouping key as a string, or raise a rejection: the key field's text, or
+        for several key fields the JSON array of their texts (``["US","7"]``)."""
+        fields = self.key_fields
+        if len(fields) == 1:
+            return self._key_text(record, fields[0])
+        if not fields:
             return ""
+        key = orjson.dumps([self._key_text(record, f) for f in fields]).decode()
+        size = len(key) if key.isascii() else len(key.encode())
+        if size > self.max_key_bytes:
+            names = ", ".join(map(repr, fields))
+            raise RecordRejected(
+                ErrorCode.BAD_KEY,
+                f"key fields {names} make a key of {size} bytes; the limit is {self.max_key_bytes}",
+            )
+        return key
+
+    def _key_text(self, record: Mapping[str, Any], kf: str) -> str:
+        """The text of key field ``kf`` of ``record``, or raise a rejection."""
         if kf not in record:
             raise RecordRejected(ErrorCode.MISSING_KEY, f"missing key field {kf!r}")
         raw = record[kf]

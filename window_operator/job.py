@@ -171,7 +171,7 @@ def _decoder(config: JobConfig, bound: list[BoundAggregation]) -> RecordDecoder:
             numeric.append(b.x_field)
     inp = config.input
     return RecordDecoder(
-        key_field=inp.key,
+        key_field=inp.key_fields,
         timestamp_field=inp.timestamp,
         timestamp_unit=inp.timestamp_unit,
         numeric_fields=numeric,

@@ -4,6 +4,7 @@ far-future guard (a year-3000 event must not block its partition)."""
 from __future__ import annotations
 
 import io
+import random
 import sys
 import tempfile
 from collections import Counter
@@ -496,3 +497,30 @@ def test_a_window_whose_result_cannot_be_made_is_a_result_error(
     assert summary.applied == 6 and summary.result_errors == len(errors) > 0
     assert all("cannot be written: TypeError" in e["reason"] for e in errors)
     assert all(len(r["values"]["tags"]) <= 1 for r in results)
+
+
+@pytest.mark.parametrize("batch_size", [1, 10_000])
+def test_a_job_keyed_by_several_fields_counts_each_combination(
+    tmp_path: Path, batch_size: int
+) -> None:
+    """``key: [country, year]`` groups by the pair (an oracle counts the pairs); a key
+    field that is also a value (``sum`` of the year) reads as both."""
+    rng = random.Random(3)
+    rows = [
+        {"country": rng.choice(["US", "DE", "a,b"]), "year": rng.choice([2023, 2024]),
+         "ts": BASE + i * 100}
+        for i in range(400)
+    ]  # fmt: skip
+    rows[7]["year"] = None  # MISSING_KEY, naming the field
+    lines = [orjson.dumps(r) for r in rows]
+    aggs = [{"name": "n", "op": "count"}, {"name": "y", "op": "sum", "field": "year"}]
+    results, errors, _ = run(
+        lines, tmp_path, batch_size, input={"key": ["country", "year"], "timestamp": "ts"},
+        aggregations=aggs, window={"type": "tumbling", "size": "1m"},
+    )  # fmt: skip
+    assert [(e["code"], e["offset"]) for e in errors] == [("MISSING_KEY", 7)]
+    assert "key field 'year' is null" in errors[0]["reason"]
+    want = Counter((r["country"], str(r["year"])) for i, r in enumerate(rows) if i != 7)
+    got = {tuple(orjson.loads(key)): v for (key, _), v in final_windows(results).items()}
+    assert {k: v["n"] for k, v in got.items()} == dict(want)
+    assert all(v["y"] == v["n"] * int(k[1]) for k, v in got.items())

@@ -1,7 +1,7 @@
 """``produce``: load a JSONL file into a job's input topics, as the job reads them.
 
-An aggregation job's lines go to ``input.topic`` as they are, keyed by ``input.key``. A
-join's lines name their input in ``source``, as in ``simulate``; each goes to that
+An aggregation job's lines go to ``input.topic`` as they are, keyed by ``input.key`` (the
+JSON array of the values of several key fields). A join's lines name their input in ``source``, as in ``simulate``; each goes to that
 input's topic, keyed by the join key (``join.on``), without the fields ``simulate``
 takes as meta fields (``source``, ``partition``, ``offset``, ``wall_ms``), so that the
 job carries the same records into its results as ``simulate`` does. A line of an Avro
@@ -86,8 +86,7 @@ def targets(config: JobConfig | JoinJobConfig) -> dict[str | None, Target]:
         sides = (config.join.left, config.join.right)
         return {s.name: Target(s.topic_name, on, _encoder(s)) for s in sides}
     inp = config.input
-    keys = () if inp.key is None else (inp.key,)
-    return {None: Target(inp.topic, keys, _encoder(inp))}
+    return {None: Target(inp.topic, inp.key_fields, _encoder(inp))}
 
 
 def _encoder(inp: InputConfig | JoinInputConfig) -> Callable[[Any], bytes] | None:

@@ -14,16 +14,19 @@ one) would shift rows between payloads -- every payload must begin with ``{`` an
 with ``}`` with no newline inside; it does not validate UTF-8; it accepts ``NaN`` and
 ``Inf`` literals; it has no nesting limit. After parsing it declines a field of another
 type, a null or missing key, timestamp or value, a value ``-0`` (an integer 0 to orjson,
-``-0.0`` to Arrow), object-valued operations and ISO-8601 timestamps.
+``-0.0`` to Arrow), object-valued operations, ISO-8601 timestamps and keys of more than
+three fields.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as paj
@@ -34,6 +37,9 @@ from window_operator.timeunits import floats_to_ms
 __all__ = ["ColumnarJsonDecoder"]
 
 _INT_UNITS = {"us": 1000, "ns": 1_000_000}
+#: Jobs keyed by more fields decode record by record (each key field is tried as a
+#: string and as an integer column: 2^k schemas).
+_MAX_KEY_FIELDS = 3
 #: A JSON string (group 1 unset) or, outside strings, a literal Arrow reads as a
 #: non-finite number (group 1), or the integer -0 (group 2).
 _LITERALS = re.compile(
@@ -114,22 +120,28 @@ class ColumnarJsonDecoder:
         #: a chunk carrying any of them is left to the per-record path.
         self.absent_fields = tuple(absent_fields)
         self._absent_names = tuple(b'"' + f.encode() + b'"' for f in self.absent_fields)
-        self.enabled = not decoder.object_fields and decoder.timestamp_unit != "iso8601"
-        self._key_types = [pa.string(), pa.int64()]
+        k = len(decoder.key_fields)
+        # one field read two ways (a key that is also the timestamp or a value) is
+        # one Arrow column of one type: left to the per-record path
+        names = [*decoder.key_fields, decoder.timestamp_field, *decoder.float_fields]
+        self.enabled = (
+            not decoder.object_fields
+            and decoder.timestamp_unit != "iso8601"
+            and k <= _MAX_KEY_FIELDS
+            and len(set(names)) == len(names)
+            and not set(names) & set(self.absent_fields)
+        )
+        #: The key columns' types to try, string or int64 each; the last that worked first.
+        self._key_types = list(itertools.product((pa.string(), pa.int64()), repeat=k))
 
-    def _schema(self, key_type: pa.DataType) -> pa.Schema:
+    def _schema(self, key_types: tuple[pa.DataType, ...]) -> pa.Schema:
         d = self.decoder
-        fields = []
-        if d.key_field is not None:
-            fields.append(pa.field(d.key_field, key_type))
+        fields = [pa.field(f, t) for f, t in zip(d.key_fields, key_types, strict=True)]
         ts_type = pa.int64() if d.timestamp_unit in _INT_UNITS else pa.float64()
         fields.append(pa.field(d.timestamp_field, ts_type))
         fields += [pa.field(f, pa.float64()) for f in d.float_fields]
         fields += [pa.field(f, pa.int64()) for f in self.absent_fields]
-        names = [f.name for f in fields]
-        if len(set(names)) != len(names):
-            raise ValueError(f"overlapping field names: {names}")
-        return pa.schema(fields)
+        return pa.schema(fields)  # distinct names: see ``enabled``
 
     def decode(self, lines: Sequence[bytes]) -> EventBatch | None:
         """The chunk as a batch (offsets left for the aggregator to assign), or ``None``."""
@@ -140,22 +152,22 @@ class ColumnarJsonDecoder:
             return None
         if any(name in data for name in self._absent_names):
             return None  # even as null: the per-record path judges the field
-        for key_type in list(self._key_types):
-            table = self._read(data, key_type)
+        for key_types in list(self._key_types):
+            table = self._read(data, key_types)
             if table is not None:
-                # keep the type that worked first for the next chunk
-                self._key_types.remove(key_type)
-                self._key_types.insert(0, key_type)
+                # keep the types that worked first for the next chunk
+                self._key_types.remove(key_types)
+                self._key_types.insert(0, key_types)
                 return self._to_batch(table, len(lines), data)
         return None
 
-    def _read(self, data: bytes, key_type: pa.DataType) -> pa.Table | None:
+    def _read(self, data: bytes, key_types: tuple[pa.DataType, ...]) -> pa.Table | None:
         try:
             return paj.read_json(
                 pa.BufferReader(data),
                 read_options=paj.ReadOptions(use_threads=False, block_size=len(data) + 1),
                 parse_options=paj.ParseOptions(
-                    explicit_schema=self._schema(key_type),
+                    explicit_schema=self._schema(key_types),
                     unexpected_field_behavior="ignore",
                     newlines_in_values=False,
                 ),
@@ -170,22 +182,12 @@ class ColumnarJsonDecoder:
         for f in self.absent_fields:
             if table.column(f).null_count != n:
                 return None
-        cols = [d.timestamp_field, *d.float_fields]
-        if d.key_field is not None:
-            cols.append(d.key_field)
+        cols = [d.timestamp_field, *d.float_fields, *d.key_fields]
         if any(table.column(c).null_count for c in cols):
             return None
-        keys: list[str]
-        if d.key_field is None:
-            keys = [""] * n
-        else:
-            kcol = table.column(d.key_field)
-            if pa.types.is_integer(kcol.type):
-                keys = [str(k) for k in kcol.to_pylist()]
-            else:
-                if len(kcol) and pc.max(pc.binary_length(kcol)).as_py() > d.max_key_bytes:
-                    return None  # an oversized key: the exact path rejects it with a reason
-                keys = kcol.to_pylist()
+        keys = self._keys(table, n)
+        if keys is None:
+            return None
         ts = self._timestamps(_values(table.column(d.timestamp_field)))
         if ts is None:
             return None
@@ -205,6 +207,32 @@ class ColumnarJsonDecoder:
             objects={},
             wall_ms=None,
         )
+
+    def _keys(self, table: pa.Table, n: int) -> list[str] | None:
+        """Each row's key as :meth:`RecordDecoder.key_of` makes it (``None``: a key over
+        the size limit, which the exact path rejects with its reason)."""
+        d = self.decoder
+        texts: list[list[str]] = []
+        for f in d.key_fields:
+            kcol = table.column(f)
+            if pa.types.is_integer(kcol.type):
+                texts.append([str(k) for k in kcol.to_pylist()])
+            else:
+                if len(kcol) and pc.max(pc.binary_length(kcol)).as_py() > d.max_key_bytes:
+                    return None
+                texts.append(kcol.to_pylist())
+        if len(texts) == 1:
+            return texts[0]
+        if not texts:
+            return [""] * n
+        dumps = orjson.dumps
+        keys = [dumps(row).decode() for row in zip(*texts, strict=True)]
+        # a character is at most 4 UTF-8 bytes: only then count the bytes
+        if max(map(len, keys)) * 4 > d.max_key_bytes and any(
+            len(k.encode()) > d.max_key_bytes for k in keys
+        ):
+            return None
+        return keys
 
     def _timestamps(self, raw: Any) -> Any:
         unit = self.decoder.timestamp_unit

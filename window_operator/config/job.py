@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from window_operator.config.errors import FieldProblems, Location
+from window_operator.config.errors import FieldProblems, Location, show
 from window_operator.config.fields import (
     AggregationName,
     FilePath,
@@ -26,15 +26,40 @@ from window_operator.config.windows import (
 
 __all__ = ["AggregationConfig", "InputConfig", "JobConfig"]
 
+#: The most fields ``input.key`` may list.
+MAX_KEY_FIELDS = 16
+
 #: Operations whose ``params.x`` names a second input field (linear regression's x).
 _X_PARAM_OPS = frozenset({"linreg"})
+
+
+def _key_fields(value: object) -> object:
+    """``input.key``: a field name, or a list of them (a list of one is that name)."""
+    if value is None or (isinstance(value, str) and value):
+        return value
+    if isinstance(value, str):
+        raise ValueError("must not be empty (leave key out for one global key)")
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"must be a field name or a list of field names (got {show(value)})")
+    for index, name in enumerate(value):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"item {index} must be a field name (got {show(name)})")
+    if not value:
+        raise ValueError("list at least one field (or leave key out for one global key)")
+    if len(value) > MAX_KEY_FIELDS:
+        raise ValueError(f"at most {MAX_KEY_FIELDS} key fields (got {len(value)})")
+    twice = sorted({f for f in value if value.count(f) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(map(repr, twice))} listed twice")
+    return value[0] if len(value) == 1 else tuple(value)
 
 
 class InputConfig(InputModel):
     """``input:`` the topic events are read from and how an event is decoded.
 
-    ``key`` is the grouping field; ``None`` puts every event under the one global key
-    ``""``. ``timestamp`` is the event-time field, read in ``timestamp_unit``.
+    ``key`` is the grouping field, or a list of them (a list of one is that field);
+    ``None`` puts every event under the one global key ``""``. ``timestamp`` is the
+    event-time field, read in ``timestamp_unit``.
     ``fields`` lists the value fields to decode (``None``: the fields the aggregations
     reference, see :meth:`JobConfig.value_fields`). ``avro_schema`` is required exactly
     when ``format`` is ``avro``; it is resolved against the YAML file's directory and
@@ -45,12 +70,21 @@ class InputConfig(InputModel):
     format: Literal["json", "avro"] = "json"
     avro_schema: FilePath | None = Field(default=None, validate_default=True)
     avro_wire: Literal["schemaless", "confluent"] = "schemaless"
-    key: NonEmptyStr | None = None
+    key: Annotated[NonEmptyStr | tuple[NonEmptyStr, ...] | None, BeforeValidator(_key_fields)] = (
+        None
+    )
     timestamp: NonEmptyStr
     timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = "ms"
     fields: tuple[NonEmptyStr, ...] | None = None
 
     section: ClassVar[str] = "input"
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        """The grouping fields: none, one or several."""
+        if self.key is None:
+            return ()
+        return (self.key,) if isinstance(self.key, str) else self.key
 
 
 class AggregationConfig(FrozenModel):

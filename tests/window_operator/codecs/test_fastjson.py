@@ -76,3 +76,47 @@ def test_columns_are_read_from_every_chunk_at_their_offset() -> None:
     floats = pa.chunked_array([[0.5], [-1.25, 3.0]], pa.float64())
     np.testing.assert_array_equal(_values(floats), floats.to_numpy())
     assert _values(pa.chunked_array([], pa.float64())).tolist() == []
+
+
+COMPOSITE = RecordDecoder(key_field=("c", "k"), timestamp_field="ts", numeric_fields=["v"])
+key_value = st.one_of(st.text(max_size=6, alphabet='ab"\\,[é'), st.integers(-(10**6), 10**6))
+composite_event: Any = st.one_of(
+    st.fixed_dictionaries(
+        {"c": key_value, "k": key_value, "ts": st.integers(0, 10**6), "v": st.integers(-5, 5)}
+    ),  # fmt: skip
+    st.fixed_dictionaries({"c": st.none(), "k": key_value, "ts": st.just(1), "v": st.just(1)}),
+    st.fixed_dictionaries({"k": key_value, "ts": st.just(1), "v": st.just(1)}),
+    st.fixed_dictionaries({"c": st.booleans(), "k": key_value, "ts": st.just(1), "v": st.just(1)}),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(composite_event, min_size=1, max_size=20))
+def test_composite_keys_fast_path_equals_the_exact_path_or_declines(events: list[Any]) -> None:
+    lines = lines_of(events)
+    fast = ColumnarJsonDecoder(COMPOSITE).decode(lines)
+    exact = COMPOSITE.decode_records([orjson.loads(line) for line in lines])
+    if fast is None:
+        return
+    assert exact.errors == []
+    assert fast.keys == exact.batch.keys
+    assert all(
+        orjson.loads(k) == [str(e["c"]), str(e["k"])]
+        for k, e in zip(fast.keys, events, strict=True)
+    )
+
+
+def test_composite_keys_of_strings_and_integers_take_the_fast_path() -> None:
+    lines = [b'{"c":"US","k":7,"ts":1,"v":1}', b'{"c":"DE","k":2024,"ts":2,"v":1}']
+    batch = ColumnarJsonDecoder(COMPOSITE).decode(lines)
+    assert batch is not None and batch.keys == ['["US","7"]', '["DE","2024"]']
+
+
+def test_a_key_field_read_as_a_value_or_the_time_too_is_left_to_the_exact_path() -> None:
+    """One field cannot be two Arrow columns: such a job decodes record by record."""
+    as_value = RecordDecoder(key_field="v", timestamp_field="ts", numeric_fields=["v"])
+    as_time = RecordDecoder(key_field=("c", "ts"), timestamp_field="ts")
+    assert not ColumnarJsonDecoder(as_value).enabled
+    assert not ColumnarJsonDecoder(as_time).enabled
+    assert not ColumnarJsonDecoder(DECODER, absent_fields=("k",)).enabled
+    assert ColumnarJsonDecoder(DECODER, absent_fields=("partition",)).enabled

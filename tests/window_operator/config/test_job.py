@@ -152,3 +152,32 @@ def test_a_user_op_failing_in_any_way_is_a_config_error(
     with pytest.raises(ConfigError) as info:
         build_runtime(config, source="job.yaml")
     assert info.value.problems == (ConfigProblem(path, message),)
+
+
+@pytest.mark.parametrize(
+    ("key", "fields"),
+    [(None, ()), ("page", ("page",)), (["page"], ("page",)), (["a", "b"], ("a", "b"))],
+)
+def test_the_key_is_one_field_or_a_list_of_them(key: object, fields: tuple[str, ...]) -> None:
+    doc = minimal()
+    doc["input"] = {"timestamp": "ts", "key": key}
+    assert parse_config(doc, base_dir=ROOT).input.key_fields == fields
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (5, "must be a field name or a list of field names (got 5)"),
+        ({"a": 1}, "must be a field name or a list of field names (got a mapping)"),
+        ("", "must not be empty (leave key out for one global key)"),
+        ([], "list at least one field (or leave key out for one global key)"),
+        (["a", 5], "item 1 must be a field name (got 5)"),
+        (["a", ""], "item 1 must be a field name (got '')"),
+        (["a", "b", "a"], "'a' listed twice"),
+        ([f"f{i}" for i in range(17)], "at most 16 key fields (got 17)"),
+    ],
+)
+def test_a_bad_key_is_one_problem_naming_it(key: object, message: str) -> None:
+    doc = minimal()
+    doc["input"] = {"timestamp": "ts", "key": key}
+    assert one_problem(doc) == ("input.key", message)
