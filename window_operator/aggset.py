@@ -8,7 +8,7 @@ whole rows at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,10 +197,7 @@ class AggregationSet:
         if self.objects:
             assert objs is not None
             for j, (agg, op) in enumerate(self.objects):
-                try:
-                    obj[agg.name] = [op.finish(o[j]) for o in objs]
-                except Exception:  # noqa: BLE001 - user code: find the windows it fails on
-                    obj[agg.name] = [_finish_one(agg.name, op.finish, o[j]) for o in objs]
+                obj[agg.name] = _finish_each(agg.name, op.finish, (o[j] for o in objs))
         for agg in self.aggregations:
             out[agg.name] = vec[agg.name] if agg.name in vec else obj[agg.name]
         return out
@@ -217,9 +214,29 @@ def _finish_rows(name: str, op: VectorOp, acc: FloatArray) -> list[Any]:
         ]
 
 
+def _finish_each(name: str, finish: Callable[[Any], Any], accs: Iterable[Any]) -> list[Any]:
+    """``finish`` of each accumulator, once each: where it raises, a FailedValue, and
+    the loop goes on with the next one."""
+    out: list[Any] = []
+    append = out.append
+    rest = iter(accs)
+    while True:
+        try:
+            for acc in rest:
+                append(finish(acc))
+        except Exception as exc:  # noqa: BLE001 - user code: the window's result is an error
+            append(_failed(name, exc))
+        else:
+            return out
+
+
+def _failed(name: str, exc: Exception) -> FailedValue:
+    return FailedValue(f"aggregation {name!r}: finish raised {exception_text(exc)}", exc)
+
+
 def _finish_one(name: str, finish: Callable[[Any], Any], acc: Any) -> Any:
     """``finish(acc)``, or the :class:`FailedValue` of what it raised."""
     try:
         return finish(acc)
     except Exception as exc:  # noqa: BLE001 - user code: the window's result is an error
-        return FailedValue(f"aggregation {name!r}: finish raised {exception_text(exc)}", exc)
+        return _failed(name, exc)

@@ -43,5 +43,8 @@ class OutputSendError(WindowOperatorError):
 def exception_text(exc: BaseException) -> str:
     """``ValueError: the message`` (the name alone when the message is empty): how an
     error record's reason names an exception that user code or a codec raised."""
-    detail = str(exc)
+    try:
+        detail = str(exc)
+    except Exception:  # noqa: BLE001 - user code's exception may fail to print itself
+        detail = "<its message could not be printed>"
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__

@@ -94,3 +94,27 @@ def test_a_finish_that_raises_fails_only_its_windows() -> None:
             assert isinstance(failed, FailedValue)
             assert failed.reason.startswith(f"aggregation {name!r}: finish raised ValueError: ")
             assert isinstance(failed.error, ValueError)
+
+
+def test_each_finish_runs_once_and_an_unprintable_exception_is_named() -> None:
+    """After a window whose finish raised, the next windows go on: each finish runs
+    once (a finish with side effects is not run twice), and an exception whose message
+    cannot be printed still gives a reason."""
+    udf_dir = str(Path(__file__).resolve().parent)
+    if udf_dir not in sys.path:
+        sys.path.insert(0, udf_dir)
+    import udf_example
+
+    aggs = runtime_for(
+        aggregations=[{"name": "c", "op": "udf_example:CountedFinishOp", "field": "v"}]
+    ).aggregations
+    acc = aggs.accumulate({"v": np.zeros(0)}, np.zeros(0, dtype=np.int64), np.zeros(0), 4)
+    udf_example.CountedFinishOp.calls = 0
+    got = aggs.finish(acc, [[1.0], [20.0], [2.0], [30.0]])["c"]
+    assert udf_example.CountedFinishOp.calls == 4
+    assert [v if not isinstance(v, FailedValue) else v.reason for v in got] == [
+        1.0,
+        "aggregation 'c': finish raised UnprintableError: <its message could not be printed>",
+        2.0,
+        "aggregation 'c': finish raised UnprintableError: <its message could not be printed>",
+    ]

@@ -524,3 +524,22 @@ def test_a_job_keyed_by_several_fields_counts_each_combination(
     got = {tuple(orjson.loads(key)): v for (key, _), v in final_windows(results).items()}
     assert {k: v["n"] for k, v in got.items()} == dict(want)
     assert all(v["y"] == v["n"] * int(k[1]) for k, v in got.items())
+
+
+def test_clean_lines_keyed_by_several_fields_take_the_fast_path_to_the_same_results(
+    tmp_path: Path,
+) -> None:
+    """Strings and integers in the key fields: the columnar path (a batch of 10,000)
+    gives the results of the exact path (a batch of 1)."""
+    rng = random.Random(4)
+    rows = [{"c": rng.choice(["US", 'a"b']), "y": rng.choice([1, -7]), "ts": BASE + i * 100,
+             "v": i} for i in range(300)]  # fmt: skip
+    lines = [orjson.dumps(r) for r in rows]
+    overrides: dict[str, Any] = {"input": {"key": ["c", "y"], "timestamp": "ts"}}
+    fast, errors, _ = run(lines, tmp_path, 10_000, **overrides)
+    exact, _, _ = run(lines, tmp_path, 1, **overrides)
+    assert errors == []
+    assert sorted(map(orjson.dumps, fast)) == sorted(map(orjson.dumps, exact))
+    assert {r["key"] for r in fast} == {
+        orjson.dumps([c, str(y)]).decode() for c in ["US", 'a"b'] for y in [1, -7]
+    }

@@ -168,3 +168,30 @@ class VectorFinishFailsOp(PowerSumOp):
         if any(s is not None and s > 10 for s in sums):
             raise ValueError("a sum is over 10")
         return sums
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+class CountedFinishOp:
+    """Duck-typed sum that counts its ``finish`` calls (class-wide) and raises, with an
+    exception that cannot print itself, for a sum over 10."""
+
+    calls: ClassVar[int] = 0
+
+    def create(self) -> float:
+        return 0.0
+
+    def accumulate(self, acc: float, value: float) -> float:
+        return acc + value
+
+    def combine(self, a: float, b: float) -> float:
+        return a + b
+
+    def finish(self, acc: float) -> float:
+        CountedFinishOp.calls += 1
+        if acc > 10:
+            raise UnprintableError
+        return acc

@@ -1,8 +1,9 @@
 """``produce``: load a JSONL file into a job's input topics, as the job reads them.
 
-An aggregation job's lines go to ``input.topic`` as they are, keyed by ``input.key`` (the
-JSON array of the values of several key fields). A join's lines name their input in ``source``, as in ``simulate``; each goes to that
-input's topic, keyed by the join key (``join.on``), without the fields ``simulate``
+An aggregation job's lines go to ``input.topic`` as they are, keyed by the job's key of
+the record (the text of ``input.key``, or the JSON array of the texts of several key
+fields). A join's lines name their input in ``source``, as in ``simulate``; each goes to
+that input's topic, keyed by the join key (``join.on``), without the fields ``simulate``
 takes as meta fields (``source``, ``partition``, ``offset``, ``wall_ms``), so that the
 job carries the same records into its results as ``simulate`` does. A line of an Avro
 input is written with the input's schema; one that does not fit it is written as it is
@@ -18,6 +19,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -33,6 +35,7 @@ from window_operator.cli.common import (
     positive_int,
 )
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.events import RecordDecoder, RecordRejected
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.simulate_input import META_FIELDS
 
@@ -50,11 +53,11 @@ _UNFIT = (ValueError, TypeError, AttributeError, OverflowError)
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where the lines of one input go: its topic, the fields of the Kafka key, and the
-    value encoding (``None``: the JSON line)."""
+    """Where the lines of one input go: its topic, the Kafka key of a record (``None``:
+    no key), and the value encoding (``None``: the JSON line)."""
 
     topic: str
-    key_fields: tuple[str, ...]
+    key_of: Callable[[object], bytes | None]
     encode: Callable[[Any], bytes] | None
 
 
@@ -73,20 +76,21 @@ class Produced:
         if self.unfit:
             out += f"; {self.unfit} lines did not fit the Avro schema: produced as they are"
         if self.unrouted:
-            out += (
-                f"; {self.unrouted} lines named no input of the join in 'source': skipped"
-            )
+            out += f"; {self.unrouted} lines named no input of the join in 'source': skipped"
         return out
 
 
 def targets(config: JobConfig | JoinJobConfig) -> dict[str | None, Target]:
     """The inputs of a job by the ``source`` naming them (``None``: the one input)."""
     if isinstance(config, JoinJobConfig):
-        on = tuple(config.join.on)
+        on = partial(kafka_key, fields=tuple(config.join.on))
         sides = (config.join.left, config.join.right)
         return {s.name: Target(s.topic_name, on, _encoder(s)) for s in sides}
     inp = config.input
-    return {None: Target(inp.topic, inp.key_fields, _encoder(inp))}
+    if not inp.key_fields:
+        return {None: Target(inp.topic, _no_key, _encoder(inp))}
+    decoder = RecordDecoder(key_field=inp.key_fields, timestamp_field=inp.timestamp)
+    return {None: Target(inp.topic, partial(group_key, decoder=decoder), _encoder(inp))}
 
 
 def _encoder(inp: InputConfig | JoinInputConfig) -> Callable[[Any], bytes] | None:
@@ -97,6 +101,22 @@ def _encoder(inp: InputConfig | JoinInputConfig) -> Callable[[Any], bytes] | Non
 
     assert inp.avro_schema is not None  # required with format avro
     return avro_payload_encoder(inp.avro_schema, inp.avro_wire)
+
+
+def group_key(record: object, decoder: RecordDecoder) -> bytes | None:
+    """An aggregation job's key of a record, as the job makes it (so that one key always
+    goes to one partition); ``None`` for a record whose key the job rejects."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        return decoder.key_of(record).encode()
+    except RecordRejected:
+        return None
+
+
+def _no_key(record: object) -> None:
+    """A job with one global key: its records go without a Kafka key."""
+    return None
 
 
 def kafka_key(record: object, fields: tuple[str, ...]) -> bytes | None:
@@ -136,7 +156,7 @@ def route(
             value = target.encode(record)
         except _UNFIT:
             produced.unfit += 1  # as it is: the job routes it to the errors
-    return target, kafka_key(record, target.key_fields), value
+    return target, target.key_of(record), value
 
 
 def _send(producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:

@@ -96,23 +96,32 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _inspect_json(line: dict[str, object]) -> bytes:
-    """One line of ``inspect``: a value whose ``finish`` raised shows as
-    ``{"error": reason}``, one with no JSON form as ``{"error": "no JSON form: set"}``."""
-    import json
-
-    import orjson
-
-    from window_operator.results import FailedValue
-
-    def shown(value: object) -> dict[str, str]:
-        if isinstance(value, FailedValue):
-            return {"error": value.reason}
-        return {"error": f"no JSON form: {type(value).__name__}"}
+    """One line of ``inspect``, written as results are (:func:`dumps_json`); a value
+    whose ``finish`` raised shows as ``{"error": reason}``, one with no JSON form as
+    ``{"error": "no JSON form: set"}``."""
+    from window_operator.codecs.result_json import dumps_json
 
     try:
-        return orjson.dumps(line, default=shown)
-    except orjson.JSONEncodeError:  # ints beyond 64 bits
-        return json.dumps(line, default=shown, separators=(",", ":")).encode()
+        return dumps_json(line)
+    except TypeError:
+        values = line.get("values")
+        if not isinstance(values, dict):
+            raise
+        return dumps_json({**line, "values": {n: _shown(v) for n, v in values.items()}})
+
+
+def _shown(value: object) -> object:
+    """A stored window's value as ``inspect`` shows it."""
+    from window_operator.codecs.result_json import dumps_json
+    from window_operator.results import FailedValue
+
+    if isinstance(value, FailedValue):
+        return {"error": value.reason}
+    try:
+        dumps_json(value)
+    except TypeError:
+        return {"error": f"no JSON form: {type(value).__name__}"}
+    return value
 
 
 def _inspect_task(

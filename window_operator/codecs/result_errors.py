@@ -4,19 +4,22 @@ A result cannot be written when a user-defined operation's ``finish`` raised for
 window (its value is a :class:`~window_operator.results.FailedValue`), or when the
 output format cannot hold one of its values (a Python set in JSON, a string where the
 Avro schema wants a number). :func:`encode_checked` writes the rest of the batch and
-makes each such result a ``RESULT_ERROR`` record naming the key, the window and why: a
-job is not stopped, nor its other results held back, by one window a user function
-cannot finish. The fast path is one encode of the whole batch; only a batch that fails
-is encoded row by row to find the rows at fault.
+makes each such result a ``RESULT_ERROR`` record naming the key, the window and why
+(keyed by the window's output key): a job is not stopped, nor its other results held
+back, by one window a user function cannot finish. The fast path is one encode of the
+whole batch and a scan of its value types; only a batch that fails either is encoded
+row by row to find the rows at fault.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from window_operator.codecs.result_json import result_key
 from window_operator.errors import exception_text
 from window_operator.results import ErrorCode, ErrorRecord, FailedValue, ResultBatch
 
@@ -25,6 +28,10 @@ __all__ = ["CheckedResults", "encode_checked"]
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: What an encoder raises for a value it cannot write (fastavro: ``struct.error`` for a
+#: non-number in a double field).
+_REFUSED = (TypeError, ValueError, OverflowError, struct.error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +45,19 @@ class CheckedResults(Generic[T]):
 def encode_checked(
     batch: ResultBatch, encode: Callable[[ResultBatch], Sequence[T]]
 ) -> CheckedResults[T]:
-    """``encode(batch)``; where it raises, the rows it can encode, and a ``RESULT_ERROR``
-    record for each other row (also logged, with the traceback of the first ``finish``
-    that raised)."""
+    """``encode(batch)`` but the rows that hold a ``FailedValue`` (which an encoder may
+    not write, nor silently drop, as an Avro schema without that field would) or that the
+    encoder refuses: a ``RESULT_ERROR`` record for each of those (also logged, with the
+    traceback of the first ``finish`` that raised). An encoder raising anything but a
+    refusal of a value (``TypeError``, ``ValueError``, ``OverflowError``,
+    ``struct.error``) is a bug, and raises."""
     try:
-        return CheckedResults(list(encode(batch)), [])
-    except Exception:  # noqa: BLE001 - a row's value (user code's): find the rows at fault
+        records = list(encode(batch))
+    except _REFUSED:
         pass
+    else:
+        if not _has_failed(batch):
+            return CheckedResults(records, [])
     good: list[int] = []
     errors: list[ErrorRecord] = []
     first: Exception | None = None
@@ -59,12 +72,12 @@ def encode_checked(
         else:
             try:
                 encode(row)
-            except Exception as error:  # noqa: BLE001 - the output format cannot hold it
+            except _REFUSED as error:
                 why = f"cannot be written: {exception_text(error)}"
             else:
                 good.append(i)
                 continue
-        errors.append(ErrorRecord(code=ErrorCode.RESULT_ERROR, reason=_where(row) + why))
+        errors.append(_error(row, why))
     if errors:
         _log.warning(
             "%d window result(s) not written (RESULT_ERROR in the error output), the first: %s",
@@ -73,6 +86,22 @@ def encode_checked(
             exc_info=first,
         )
     return CheckedResults(list(encode(batch.take(good))) if good else [], errors)
+
+
+def _has_failed(batch: ResultBatch) -> bool:
+    """Whether a value of ``batch`` is a FailedValue (a scan of the value types, in C)."""
+    return any(FailedValue in map(type, col) for col in batch.values.values())
+
+
+def _error(row: ResultBatch, why: str) -> ErrorRecord:
+    """The RESULT_ERROR record of a one-row batch, keyed by its window's output key."""
+    part = None if row.partition is None else int(row.partition[0])
+    start, end = int(row.window_start[0]), int(row.window_end[0])
+    return ErrorRecord(
+        code=ErrorCode.RESULT_ERROR,
+        reason=_where(row) + why,
+        key=result_key(row.keys[0], start, end, part),
+    )
 
 
 def _where(row: ResultBatch) -> str:

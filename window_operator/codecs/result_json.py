@@ -12,11 +12,16 @@ with Avro values so that it needs no schema registry and is readable by every co
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import math
 from collections.abc import Mapping
+from datetime import date, datetime, time
 from typing import Any, Final, Literal, NamedTuple, Protocol
+from uuid import UUID
 
+import numpy as np
 import orjson
 
 from window_operator.results import Kind, ResultBatch
@@ -92,8 +97,26 @@ def dumps_json(value: Any) -> bytes:
     try:
         return orjson.dumps(value, option=JSON_OPTS)
     except orjson.JSONEncodeError:
-        text = json.dumps(_finite(value), separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(
+            _finite(value), separators=(",", ":"), ensure_ascii=False, default=_as_orjson
+        )
         return text.encode()
+
+
+def _as_orjson(value: Any) -> Any:
+    """For the stdlib fallback: what orjson writes natively (NumPy values, dataclasses,
+    dates and times, UUIDs, enums) in a JSON-ready form; anything else raises."""
+    if isinstance(value, np.generic | np.ndarray):
+        return _finite(value.tolist())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _finite(dataclasses.asdict(value))
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return _finite(value.value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _finite(value: Any) -> Any:

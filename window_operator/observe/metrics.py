@@ -42,6 +42,7 @@ _TASK_COUNTS = {
     "late": "records_late",
     "restored_records": "restore_records",
     "changelog_records": "changelog_records",
+    "result_errors": "results_not_written",
 }
 
 

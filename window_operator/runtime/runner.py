@@ -46,7 +46,7 @@ from window_operator.arrays import IntArray
 from window_operator.errors import OutputSendError, WindowOperatorError
 from window_operator.kafka_range import KafkaSourceError
 from window_operator.kernel import InputPosition, WindowOperator
-from window_operator.results import ErrorCode, ErrorRecord
+from window_operator.results import ErrorRecord
 from window_operator.runtime.commit import TaskState
 from window_operator.runtime.exchange import Rows, TaskInput, from_ipc, to_ipc
 from window_operator.runtime.faults import crash_point, trace, tracing
@@ -119,10 +119,10 @@ class TaskReport:
     seconds_commit: float = 0.0
     location: str = ""
     # -- observability (window_operator.observe): what the metrics need per task
-    #: records sent to the error topic, by code (``RESULT_ERROR``: results not written)
     rejected_by_code: dict[str, int] = field(default_factory=dict)
     results_by_kind: dict[str, int] = field(default_factory=dict)
-    #: window results not written (a user ``finish`` raised, or the format refused a value)
+    #: window results not written, sent to the error topic as ``RESULT_ERROR`` (a user
+    #: ``finish`` raised, or the output format refused a value): not input records
     result_errors: int = 0
     seconds_outputs: float = 0.0
     seconds_changelog: float = 0.0
@@ -445,7 +445,7 @@ class TaskRunner(Generic[B, R]):
             _count_kind(report.results_by_kind, results, len(encoded.records))
             unwritten += encoded.errors
         sink.errors(errors + unwritten)
-        _count_result_errors(report, unwritten)
+        report.result_errors += len(unwritten)
         sink.acknowledge_outputs()
         trace("outputs", self.task, inp.batch_id)
         t_outputs = time.perf_counter()
@@ -478,14 +478,6 @@ def _count_kind(counts: dict[str, int], results: object, written: int) -> None:
     """Count a result batch's written results under its kind (a batch holds one kind)."""
     kind = str(getattr(results, "kind", "RESULT"))
     counts[kind] = counts.get(kind, 0) + written
-
-
-def _count_result_errors(report: TaskReport, unwritten: list[ErrorRecord]) -> None:
-    """Results not written are error records (by code), not rejected input records."""
-    if unwritten:
-        report.result_errors += len(unwritten)
-        code = ErrorCode.RESULT_ERROR.value
-        report.rejected_by_code[code] = report.rejected_by_code.get(code, 0) + len(unwritten)
 
 
 def _state_report(op: WindowOperator[Never, object, object], state: TaskState) -> StateFigures:

@@ -60,6 +60,31 @@ def test_the_kafka_key_of_a_record(
     assert kafka_key(record, fields) == key
 
 
+@pytest.mark.parametrize(
+    ("key", "line", "kafka"),
+    [
+        ("[country, year]", b'{"country": "US", "year": 2024}', b'["US","2024"]'),
+        ("[country, year]", b'{"country": "US", "year": "2024"}', b'["US","2024"]'),
+        ("[country, year]", b'{"country": "US"}', None),  # the job rejects it: MISSING_KEY
+        ("flag", b'{"flag": true}', b"true"),
+        ("n", b'{"n": 1e3}', b"1000.0"),
+        ("null", b'{"n": 1}', None),
+    ],
+)
+def test_an_aggregation_line_is_keyed_by_the_job_key(
+    tmp_path: Path, key: str, line: bytes, kafka: bytes | None
+) -> None:
+    """The Kafka key is the key the job groups by, so one group key is one partition
+    (the year 2024 and the string "2024" are one key to the job, and to Kafka)."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: j\ninput: {{topic: t, key: {key}, timestamp: ts}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    routed = route(line, targets(load_any_config(job)), Produced())
+    assert routed is not None and routed[1] == kafka
+
+
 def test_the_summary_names_every_topic_and_what_was_skipped() -> None:
     produced = Produced(unfit=1, unrouted=2)
     produced.records.update({"b": 2, "a": 1})

@@ -8,9 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
-from window_operator.codecs import AvroResultEncoder, JsonResultEncoder, encode_checked
+from window_operator.codecs import (
+    AvroResultEncoder,
+    JsonResultEncoder,
+    encode_checked,
+    result_key,
+)
 from window_operator.codecs.result_json import dumps_json
 from window_operator.config import JobConfig, parse_config
 from window_operator.results import ErrorCode, FailedValue, Kind, ResultBatch
@@ -80,6 +86,9 @@ def test_results_that_cannot_be_written_are_errors_and_the_rest_is_written(
             "the ON_TIME result of key 'k2', window [20000, 30000): cannot be written: TypeError"
         )
         assert all(e.raw is None and e.partition is None for e in checked.errors)
+        assert [e.key for e in checked.errors] == [
+            result_key(f"k{i}", i * 10_000, (i + 1) * 10_000) for i in (1, 2, 4)
+        ]
         assert "3 window result(s) not written" in caplog.text
         caplog.clear()
 
@@ -98,6 +107,37 @@ def test_a_window_of_one_partition_is_named_with_it() -> None:
     batch.partition = np.array([7], dtype=np.int64)
     (error,) = encode_checked(batch, JsonResultEncoder().encode_batch).errors
     assert "window [0, 10000) of partition 7: aggregation 'avg'" in error.reason
+    assert error.key == result_key("k0", 0, 10_000, 7)
+
+
+def test_a_failed_value_an_encoder_would_drop_is_still_an_error(tmp_path: Path) -> None:
+    """A user output schema without the aggregation's field writes the rest of the
+    result: the window is still a RESULT_ERROR, not a result without its value."""
+    schema = {
+        "type": "record",
+        "name": "Mine",
+        "fields": [
+            {"name": "key", "type": "string"},
+            {"name": "values", "type": {"type": "record", "name": "V",
+                                        "fields": [{"name": "n", "type": "long"}]}},
+        ],
+    }  # fmt: skip
+    (tmp_path / "mine.avsc").write_bytes(orjson.dumps(schema))
+    doc = {**JOB, "output": {"format": "avro", "avro_schema": "mine.avsc"}}
+    encoder = AvroResultEncoder(parse_config(doc, base_dir=tmp_path))
+    batch = batch_of(n=[1, 2], avg=[RAISED, 2.0], tags=[[], []])
+    assert len(encoder.encode_batch(batch)) == 2  # fastavro leaves the FailedValue out
+    checked = encode_checked(batch, encoder.encode_batch)
+    assert checked.records == encoder.encode_batch(batch.take([1]))
+    assert [e.reason.split("): ")[1] for e in checked.errors] == [RAISED.reason]
+
+
+def test_an_encoder_failing_otherwise_is_a_bug_and_raises() -> None:
+    def broken(batch: ResultBatch) -> list[bytes]:
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        encode_checked(batch_of(n=[1], avg=[1.0], tags=[[]]), broken)
 
 
 def test_a_value_with_no_json_form_raises_instead_of_becoming_its_repr() -> None:

@@ -1,0 +1,23 @@
+"""JobMetrics folds batch reports into counters (no broker, no Spark)."""
+
+from __future__ import annotations
+
+from helpers import runtime_for
+
+from window_operator.kernel import ClockState
+from window_operator.observe.metrics import JobMetrics
+from window_operator.runtime.exchange import InputPartition, MapReport
+from window_operator.runtime.runner import TaskReport
+from window_operator.spark.driver import BatchReport
+
+
+def test_results_not_written_are_counted_apart_from_rejected_records() -> None:
+    metrics = JobMetrics(runtime_for().config)
+    task = TaskReport(0, 4, applied=10, rejected=1, result_errors=2)
+    task.rejected_by_code = {"BAD_JSON": 1}
+    ranges = [MapReport(InputPartition(0, "in", 0).span(0, 11), 11, None)]
+    metrics(BatchReport(4, [task], ranges, ClockState(), 0.1))
+    sample = metrics.registry.get_sample_value
+    assert sample("window_operator_results_not_written_total", {"task": "0"}) == 2
+    assert sample("window_operator_records_rejected_total", {"reason": "BAD_JSON"}) == 1
+    assert sample("window_operator_records_rejected_total", {"reason": "RESULT_ERROR"}) is None
