@@ -10,6 +10,7 @@ from typing import Any
 import fastavro
 import orjson
 
+from window_operator.config import JobConfig, parse_config
 from window_operator.events import RecordDecoder
 
 CLICK_SCHEMA: dict[str, Any] = {
@@ -43,3 +44,20 @@ def confluent(schema_id: int, body: bytes) -> bytes:
 
 def click_decoder() -> RecordDecoder:
     return RecordDecoder(key_field="page", timestamp_field="ts", numeric_fields=["latency_ms"])
+
+
+#: A small aggregation job of the result codec tests: a count, a mean and a collect.
+SMALL_JOB: dict[str, Any] = {
+    "job": "small",
+    "input": {"key": "k", "timestamp": "ts"},
+    "window": {"type": "tumbling", "size": "10s"},
+    "aggregations": [
+        {"name": "n", "op": "count"},
+        {"name": "avg", "op": "mean", "field": "v"},
+        {"name": "tags", "op": "collect", "field": "tag"},
+    ],
+}
+
+
+def small_config(tmp_path: Path, **output: Any) -> JobConfig:
+    return parse_config({**SMALL_JOB, "output": output or None}, base_dir=tmp_path)

@@ -175,20 +175,11 @@ class UnprintableError(Exception):
         raise RuntimeError("no str")
 
 
-class CountedFinishOp:
-    """Duck-typed sum that counts its ``finish`` calls (class-wide) and raises, with an
-    exception that cannot print itself, for a sum over 10."""
+class CountedFinishOp(FinishFailsOverTenOp):
+    """:class:`FinishFailsOverTenOp` that counts its ``finish`` calls (class-wide) and
+    raises an exception that cannot print itself."""
 
     calls: ClassVar[int] = 0
-
-    def create(self) -> float:
-        return 0.0
-
-    def accumulate(self, acc: float, value: float) -> float:
-        return acc + value
-
-    def combine(self, a: float, b: float) -> float:
-        return a + b
 
     def finish(self, acc: float) -> float:
         CountedFinishOp.calls += 1

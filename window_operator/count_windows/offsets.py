@@ -194,13 +194,4 @@ def from_offset_zero(batch: ResultBatch) -> ResultBatch:
     keep = batch.window_start >= 0
     if keep.all():
         return batch
-    idx = np.flatnonzero(keep)
-    rows = idx.tolist()
-    return ResultBatch(
-        kind=batch.kind,
-        keys=[batch.keys[i] for i in rows],
-        window_start=batch.window_start[idx],
-        window_end=batch.window_end[idx],
-        update_seq=batch.update_seq[idx],
-        values={name: [col[i] for i in rows] for name, col in batch.values.items()},
-    )
+    return batch.take(np.flatnonzero(keep).tolist())

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from codeckit import small_config
 
 from window_operator.codecs import (
     AvroResultEncoder,
@@ -18,26 +19,16 @@ from window_operator.codecs import (
     result_key,
 )
 from window_operator.codecs.result_json import dumps_json
-from window_operator.config import JobConfig, parse_config
+from window_operator.config import JobConfig
 from window_operator.results import ErrorCode, FailedValue, Kind, ResultBatch
 
-JOB: dict[str, Any] = {
-    "job": "small",
-    "input": {"key": "k", "timestamp": "ts"},
-    "window": {"type": "tumbling", "size": "10s"},
-    "aggregations": [
-        {"name": "n", "op": "count"},
-        {"name": "avg", "op": "mean", "field": "v"},
-        {"name": "tags", "op": "collect", "field": "tag"},
-    ],
-}
 RAISED = FailedValue("aggregation 'avg': finish raised ValueError: no", ValueError("no"))
 #: without the exception too: no encoder may write a FailedValue in any form
 BARE = FailedValue("aggregation 'tags': finish raised KeyError")
 
 
 def avro_config(tmp_path: Path) -> JobConfig:
-    return parse_config({**JOB, "output": {"format": "avro"}}, base_dir=tmp_path)
+    return small_config(tmp_path, format="avro")
 
 
 def batch_of(**values: list[Any]) -> ResultBatch:
@@ -123,8 +114,7 @@ def test_a_failed_value_an_encoder_would_drop_is_still_an_error(tmp_path: Path) 
         ],
     }  # fmt: skip
     (tmp_path / "mine.avsc").write_bytes(orjson.dumps(schema))
-    doc = {**JOB, "output": {"format": "avro", "avro_schema": "mine.avsc"}}
-    encoder = AvroResultEncoder(parse_config(doc, base_dir=tmp_path))
+    encoder = AvroResultEncoder(small_config(tmp_path, format="avro", avro_schema="mine.avsc"))
     batch = batch_of(n=[1, 2], avg=[RAISED, 2.0], tags=[[], []])
     assert len(encoder.encode_batch(batch)) == 2  # fastavro leaves the FailedValue out
     checked = encode_checked(batch, encoder.encode_batch)

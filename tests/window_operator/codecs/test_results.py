@@ -13,7 +13,7 @@ import fastavro
 import numpy as np
 import orjson
 import pytest
-from codeckit import write_schema
+from codeckit import SMALL_JOB, small_config, write_schema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -246,22 +246,6 @@ def result_batch(
         update_seq=np.arange(len(keys), dtype=np.int64),
         values=dict(values),
     )
-
-
-SMALL_JOB: dict[str, Any] = {
-    "job": "small",
-    "input": {"key": "k", "timestamp": "ts"},
-    "window": {"type": "tumbling", "size": "10s"},
-    "aggregations": [
-        {"name": "n", "op": "count"},
-        {"name": "avg", "op": "mean", "field": "v"},
-        {"name": "tags", "op": "collect", "field": "tag"},
-    ],
-}
-
-
-def small_config(tmp_path: Path, **output: Any) -> JobConfig:
-    return parse_config({**SMALL_JOB, "output": output or None}, base_dir=tmp_path)
 
 
 def test_retract_is_a_tombstone_under_the_window_key(tmp_path: Path) -> None:
