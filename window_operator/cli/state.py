@@ -85,14 +85,46 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     )
     if not tasks:
         raise CliError(f"no local state under {root}: run the job or `window-operator restore`")
+    key, hint = _group_key(settings.config, args.key)
     found = 0
     for task in tasks:
-        for line in _inspect_task(settings, task, args.key, start, end):
+        for line in _inspect_task(settings, task, key, start, end):
             found += 1
             sys.stdout.buffer.write(_inspect_json(line) + b"\n")
     if not found:
-        print(f"no stored state for key {args.key!r} in that range", file=sys.stderr)
+        print(f"no stored state for key {key!r} in that range{hint}", file=sys.stderr)
     return 0
+
+
+def _group_key(config: object, given: str) -> tuple[str, str]:
+    """The job's text of the key ``given`` (a job keyed by several fields takes a JSON
+    array, written as the job writes it: ``'["US", 2024]'`` is ``["US","2024"]``), and a
+    hint for a miss."""
+    import orjson
+
+    from window_operator.config import JobConfig
+    from window_operator.events import RecordDecoder, RecordRejected
+
+    if not isinstance(config, JobConfig) or len(fields := config.input.key_fields) < 2:
+        return given, ""
+    hint = f" (a key of {', '.join(fields)} is a JSON array, such as {_example(fields)})"
+    try:
+        values = orjson.loads(given)
+    except orjson.JSONDecodeError:
+        return given, hint
+    if not isinstance(values, list) or len(values) != len(fields):
+        return given, hint
+    decoder = RecordDecoder(key_field=fields, timestamp_field=config.input.timestamp)
+    try:
+        return decoder.key_of(dict(zip(fields, values, strict=True))), hint
+    except RecordRejected:
+        return given, hint
+
+
+def _example(fields: tuple[str, ...]) -> str:
+    import orjson
+
+    return "'" + orjson.dumps([f"<{f}>" for f in fields]).decode() + "'"
 
 
 def _inspect_json(line: dict[str, object]) -> bytes:

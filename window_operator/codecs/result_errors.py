@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from window_operator.codecs.result_json import result_key
@@ -47,8 +47,8 @@ def encode_checked(
 ) -> CheckedResults[T]:
     """``encode(batch)`` but the rows that hold a ``FailedValue`` (which an encoder may
     not write, nor silently drop, as an Avro schema without that field would) or that the
-    encoder refuses: a ``RESULT_ERROR`` record for each of those (also logged, with the
-    traceback of the first ``finish`` that raised). An encoder raising anything but a
+    encoder refuses: a ``RESULT_ERROR`` record for each of those (also logged, and the
+    first ``finish`` that raised with its traceback). An encoder raising anything but a
     refusal of a value (``TypeError``, ``ValueError``, ``OverflowError``,
     ``struct.error``) is a bug, and raises."""
     try:
@@ -60,32 +60,45 @@ def encode_checked(
             return CheckedResults(records, [])
     good: list[int] = []
     errors: list[ErrorRecord] = []
-    first: Exception | None = None
+    raised: tuple[ErrorRecord, Exception] | None = None  # the first finish that raised
     for i in range(len(batch)):
         row = batch.take([i])
         failed = next(
             (v for col in row.values.values() if isinstance(v := col[0], FailedValue)), None
         )
         if failed is not None:
-            why = failed.reason
-            first = first or failed.error
+            errors.append(_error(row, failed.reason))
+            if raised is None and failed.error is not None:
+                raised = (errors[-1], failed.error)
+            continue
+        try:
+            encode(row)
+        except _REFUSED as error:
+            errors.append(_error(row, _refused(row, encode, error)))
         else:
-            try:
-                encode(row)
-            except _REFUSED as error:
-                why = f"cannot be written: {exception_text(error)}"
-            else:
-                good.append(i)
-                continue
-        errors.append(_error(row, why))
+            good.append(i)
     if errors:
         _log.warning(
             "%d window result(s) not written (RESULT_ERROR in the error output), the first: %s",
             len(errors),
             errors[0].reason,
-            exc_info=first,
         )
+    if raised is not None:
+        _log.warning("a user finish raised: %s", raised[0].reason, exc_info=raised[1])
     return CheckedResults(list(encode(batch.take(good))) if good else [], errors)
+
+
+def _refused(row: ResultBatch, encode: Callable[[ResultBatch], object], error: Exception) -> str:
+    """Why the encoder refused a one-row batch, naming the aggregation whose value it is
+    when the row can be written with that value alone left out (as null)."""
+    why = f"cannot be written: {exception_text(error)}"
+    for name in row.values:
+        try:
+            encode(replace(row, values={**row.values, name: [None]}))
+        except _REFUSED:
+            continue
+        return f"aggregation {name!r}: its value {why}"
+    return why
 
 
 def _has_failed(batch: ResultBatch) -> bool:

@@ -86,6 +86,8 @@ class JobMetrics:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._topics = _source_topics(config)
+        #: the largest watermark (key None) and max event time per (topic, partition) set
+        self._seen: dict[tuple[str, str] | None, int] = {}
         self._define()
 
     # -- definitions ---------------------------------------------------------------------
@@ -186,14 +188,21 @@ class JobMetrics:
             self.windows.labels(task).set(t.live_windows)
 
     def _clock(self, report: BatchReport) -> None:
+        # Event-time figures only move forward: the long-running shape reports each
+        # worker's clock, and one worker's may trail another's.
         clock = report.clock
-        if clock.watermark > -(2**62):
+        seen = self._seen
+        if clock.watermark > max(seen.get(None, -(2**62)), -(2**62)):
+            seen[None] = clock.watermark
             self.watermark.set(clock.watermark)
         lateness = self.config.watermark.allowed_lateness
         for pos, ts in clock.max_ts.items():
             if pos.source >= len(self._topics):
                 continue
             labels = (self._topics[pos.source], str(pos.partition))
+            if ts <= seen.get(labels, -(2**63)):
+                continue
+            seen[labels] = ts
             self.max_ts.labels(*labels).set(ts)
             self.part_wm.labels(*labels).set(ts - lateness)
 

@@ -58,14 +58,8 @@ def internal_error(
     raw: bytes | None,
 ) -> ErrorRecord:
     """The error record of a record whose ``stage`` raised ``exc`` (also logged)."""
-    _log.warning(
-        "%s raised on %s/%s@%s; the record goes to the error output",
-        stage,
-        topic,
-        partition,
-        offset,
-        exc_info=exc,
-    )
+    where = f"{topic}/{partition}@{offset}" if topic else f"partition {partition} offset {offset}"
+    _log.warning("%s raised on %s; the record goes to the error output", stage, where, exc_info=exc)
     return ErrorRecord(
         code=ErrorCode.INTERNAL_ERROR,
         reason=f"{stage} raised {exception_text(exc)}",

@@ -1,11 +1,15 @@
-"""``inspect``'s JSON lines: stored values written as results are, failures shown."""
+"""``inspect``: its JSON lines (stored values written as results are, failures shown)
+and the key it looks up."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import orjson
 
-from window_operator.cli.state import _inspect_json
+from window_operator.cli.state import _group_key, _inspect_json
+from window_operator.config import parse_config
 from window_operator.results import FailedValue
 
 
@@ -28,3 +32,20 @@ def test_stored_values_are_written_as_results_are_and_failures_are_shown() -> No
             "set": {"error": "no JSON form: set"},
         },
     }
+
+
+def test_inspect_takes_a_several_field_key_as_any_json_array_of_it() -> None:
+    doc = {
+        "job": "j",
+        "input": {"key": ["country", "year"], "timestamp": "ts"},
+        "window": {"type": "tumbling", "size": "10s"},
+        "aggregations": [{"name": "n", "op": "count"}],
+    }
+    config = parse_config(doc, base_dir=Path("."))
+    hint = ' (a key of country, year is a JSON array, such as \'["<country>","<year>"]\')'
+    assert _group_key(config, '["US", 2024]') == ('["US","2024"]', hint)
+    assert _group_key(config, '["US","2024"]') == ('["US","2024"]', hint)
+    assert _group_key(config, "US") == ("US", hint)  # not JSON: as it is, with the hint
+    assert _group_key(config, '["US"]') == ('["US"]', hint)  # one field short
+    one = parse_config({**doc, "input": {"key": "country", "timestamp": "ts"}}, base_dir=Path("."))
+    assert _group_key(one, '["US", 2024]') == ('["US", 2024]', "")

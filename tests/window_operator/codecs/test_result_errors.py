@@ -74,13 +74,18 @@ def test_results_that_cannot_be_written_are_errors_and_the_rest_is_written(
             "aggregation 'avg': finish raised ValueError: no"
         )
         assert unwritable.startswith(
-            "the ON_TIME result of key 'k2', window [20000, 30000): cannot be written: TypeError"
+            "the ON_TIME result of key 'k2', window [20000, 30000): "
+            "aggregation 'tags': its value cannot be written: TypeError"
         )
         assert all(e.raw is None and e.partition is None for e in checked.errors)
         assert [e.key for e in checked.errors] == [
             result_key(f"k{i}", i * 10_000, (i + 1) * 10_000) for i in (1, 2, 4)
         ]
-        assert "3 window result(s) not written" in caplog.text
+        summary, traceback = caplog.records
+        assert summary.getMessage().endswith(": " + raised)  # the first of the batch
+        assert traceback.getMessage() == "a user finish raised: " + raised
+        assert traceback.exc_info is not None and traceback.exc_info[1] is RAISED.error
+        assert "3 window result(s) not written" in summary.getMessage()
         caplog.clear()
 
 

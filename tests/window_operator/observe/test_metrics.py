@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from helpers import runtime_for
 
-from window_operator.kernel import ClockState
+from window_operator.kernel import ClockState, InputPosition
 from window_operator.observe.metrics import JobMetrics
 from window_operator.runtime.exchange import InputPartition, MapReport
 from window_operator.runtime.runner import TaskReport
@@ -21,3 +21,18 @@ def test_results_not_written_are_counted_apart_from_rejected_records() -> None:
     assert sample("window_operator_results_not_written_total", {"task": "0"}) == 2
     assert sample("window_operator_records_rejected_total", {"reason": "BAD_JSON"}) == 1
     assert sample("window_operator_records_rejected_total", {"reason": "RESULT_ERROR"}) is None
+
+
+def test_event_time_gauges_only_move_forward() -> None:
+    """Long-running workers report their own clocks, one trailing another's: the job's
+    watermark and a partition's max event time never go back."""
+    metrics = JobMetrics(runtime_for().config)
+    p0 = InputPosition(0, 0)
+    for wm, ts in [(5_000, 9_000), (3_000, 7_000), (6_000, 8_000)]:
+        clock = ClockState(max_ts={p0: ts}, watermark=wm)
+        metrics(BatchReport(-1, [TaskReport(0)], [], clock, 0.1))
+    sample = metrics.registry.get_sample_value
+    topic = runtime_for().config.input.topic
+    assert sample("window_operator_watermark_ms") == 6_000
+    labels = {"topic": topic, "partition": "0"}
+    assert sample("window_operator_partition_max_event_time_ms", labels) == 9_000
