@@ -107,18 +107,14 @@ def _has_failed(batch: ResultBatch) -> bool:
 
 
 def _error(row: ResultBatch, why: str) -> ErrorRecord:
-    """The RESULT_ERROR record of a one-row batch, keyed by its window's output key."""
+    """The RESULT_ERROR record of a one-row batch, keyed by its window's output key; its
+    reason begins ``the ON_TIME result of key 'k', window [0, 10000): ``."""
+    key, start, end = row.keys[0], int(row.window_start[0]), int(row.window_end[0])
     part = None if row.partition is None else int(row.partition[0])
-    start, end = int(row.window_start[0]), int(row.window_end[0])
+    of_part = "" if part is None else f" of partition {part}"
     return ErrorRecord(
         code=ErrorCode.RESULT_ERROR,
-        reason=_where(row) + why,
-        key=result_key(row.keys[0], start, end, part),
+        reason=f"the {row.kind.value} result of key {key!r}, window [{start}, {end}){of_part}: "
+        + why,
+        key=result_key(key, start, end, part),
     )
-
-
-def _where(row: ResultBatch) -> str:
-    """``the ON_TIME result of key 'k', window [0, 10000): `` (and the partition)."""
-    start, end = int(row.window_start[0]), int(row.window_end[0])
-    part = "" if row.partition is None else f" of partition {int(row.partition[0])}"
-    return f"the {row.kind.value} result of key {row.keys[0]!r}, window [{start}, {end}){part}: "
