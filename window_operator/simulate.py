@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, TypeGuard
+from typing import IO, Any, TypeGuard, cast
 
 import numpy as np
 import orjson
@@ -31,13 +31,13 @@ import orjson
 from window_operator.arrival import ArrivalClock, future_error, future_errors
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.codecs.result_errors import encode_checked
-from window_operator.codecs.result_json import dumps_json
+from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
 from window_operator.join.common import MAX_OFFSET, MAX_PARTITION
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
-from window_operator.results import ErrorCode, ErrorRecord, ResultBatch
+from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch
 from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.simulate_input import (
     META_FIELDS,
@@ -310,34 +310,16 @@ def _drain(
 
 
 def _result_lines(batch: ResultBatch) -> list[bytes]:
-    """Each result's JSON line (no newline), as the output topic's JSON value: orjson,
-    or its stdlib fallback for what orjson refuses (ints beyond 64 bits); a value with
+    """Each result's JSON line (no newline): the output topic's JSON value, from the
+    same columnar encoder; for a RETRACT, a tombstone there, its document. A value with
     no JSON form raises."""
-    if batch.partition is not None:
-        # windows of one partition name it, as on Kafka (WindowResult.to_dict)
-        docs = [r.to_dict() for r in batch.to_results()]
-    else:
-        names = list(batch.values)
-        cols = [batch.values[n] for n in names]
-        starts = batch.window_start.tolist()
-        ends = batch.window_end.tolist()
-        seqs = batch.update_seq.tolist()
-        kind = batch.kind.value
-        docs = [
-            {
-                "key": key,
-                "window_start": starts[i],
-                "window_end": ends[i],
-                "kind": kind,
-                "update_seq": seqs[i],
-                "values": {n: c[i] for n, c in zip(names, cols, strict=True)},
-            }
-            for i, key in enumerate(batch.keys)
-        ]
-    try:
-        return list(map(orjson.dumps, docs))
-    except orjson.JSONEncodeError:
-        return list(map(dumps_json, docs))
+    if batch.kind is not Kind.RETRACT:
+        return cast(list[bytes], [value for _, value in _JSON_OUTPUT.encode_batch(batch)])
+    return [dumps_json(r.to_dict()) for r in batch.to_results()]
+
+
+#: The JSON values of the output topic (stateless).
+_JSON_OUTPUT = JsonResultEncoder()
 
 
 # ---------------------------------------------------------------------------------------
