@@ -207,13 +207,12 @@ class RecordDecoder:
         max_key_bytes: int = MAX_KEY_BYTES,
     ) -> None:
         #: The grouping fields: none (one global key ``""``), one, or several.
-        self.key_fields: tuple[str, ...] = (
-            ()
-            if key_field is None
-            else (key_field,)
-            if isinstance(key_field, str)
-            else tuple(key_field)
-        )
+        if key_field is None:
+            self.key_fields: tuple[str, ...] = ()
+        elif isinstance(key_field, str):
+            self.key_fields = (key_field,)
+        else:
+            self.key_fields = tuple(key_field)
         self.timestamp_field = timestamp_field
         self.timestamp_unit = timestamp_unit
         self.numeric_fields = tuple(dict.fromkeys(numeric_fields))
@@ -288,6 +287,16 @@ class RecordDecoder:
                 f"key fields {names} make a key of {size} bytes; the limit is {self.max_key_bytes}",
             )
         return key
+
+    def key_or_none(self, record: object) -> str | None:
+        """:meth:`key_of` a record, ``None`` for one that is not an object or whose key
+        is rejected (the tools that route or look up by the job's key)."""
+        if not isinstance(record, dict):
+            return None
+        try:
+            return self.key_of(record)
+        except RecordRejected:
+            return None
 
     def _key_text(self, record: Mapping[str, Any], kf: str) -> str:
         """The text of key field ``kf`` of ``record``, or raise a rejection."""

@@ -64,3 +64,9 @@ def test_each_key_field_is_judged_by_name(
     with pytest.raises(RecordRejected) as caught:
         TWO.key_of(record)
     assert caught.value.code is code and reason in caught.value.reason
+
+
+def test_key_or_none_is_the_key_or_none_for_what_the_job_rejects() -> None:
+    assert TWO.key_or_none({"country": "US", "year": 2024}) == '["US","2024"]'
+    assert TWO.key_or_none({"country": "US"}) is None  # MISSING_KEY
+    assert TWO.key_or_none([1, 2]) is None  # not an object

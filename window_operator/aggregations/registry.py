@@ -40,6 +40,7 @@ from window_operator.aggregations.objects import (
     MedianOp,
     PercentileOp,
 )
+from window_operator.errors import exception_text
 
 __all__ = [
     "BUILTIN_OPS",
@@ -209,9 +210,7 @@ def _construct(op: str, cls: type, params: Mapping[str, Any], **internal: Any) -
     except (TypeError, ValueError) as exc:
         raise OpParamError(f"op {op!r}: {exc}") from exc
     except (Exception, SystemExit) as exc:  # a user-defined op may fail with anything
-        raise OpParamError(
-            f"op {op!r}: the constructor raised {type(exc).__name__}: {exc}"
-        ) from exc
+        raise OpParamError(f"op {op!r}: the constructor raised {exception_text(exc)}") from exc
 
 
 def _import_target(path: str) -> Any:
@@ -228,7 +227,7 @@ def _import_target(path: str) -> Any:
         target: Any = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # user code may fail with anything while importing
         raise OpLoadError(
-            f"op {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+            f"op {path!r}: cannot import module {module_name!r}: {exception_text(exc)}"
         ) from exc
     for attr in attr_path.split("."):
         try:

@@ -35,7 +35,7 @@ from window_operator.cli.common import (
     positive_int,
 )
 from window_operator.config import JobConfig, JoinJobConfig
-from window_operator.events import RecordDecoder, RecordRejected
+from window_operator.events import RecordDecoder
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.simulate_input import META_FIELDS
 
@@ -106,12 +106,8 @@ def _encoder(inp: InputConfig | JoinInputConfig) -> Callable[[Any], bytes] | Non
 def group_key(record: object, decoder: RecordDecoder) -> bytes | None:
     """An aggregation job's key of a record, as the job makes it (so that one key always
     goes to one partition); ``None`` for a record whose key the job rejects."""
-    if not isinstance(record, dict):
-        return None
-    try:
-        return decoder.key_of(record).encode()
-    except RecordRejected:
-        return None
+    key = decoder.key_or_none(record)
+    return None if key is None else key.encode()
 
 
 def _no_key(record: object) -> None:

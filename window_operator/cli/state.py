@@ -103,7 +103,7 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
     import orjson
 
     from window_operator.config import JobConfig
-    from window_operator.events import RecordDecoder, RecordRejected
+    from window_operator.events import RecordDecoder
 
     if not isinstance(config, JobConfig) or len(fields := config.input.key_fields) < 2:
         return given, ""
@@ -115,10 +115,7 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
     if not isinstance(values, list) or len(values) != len(fields):
         return given, hint
     decoder = RecordDecoder(key_field=fields, timestamp_field=config.input.timestamp)
-    try:
-        return decoder.key_of(dict(zip(fields, values, strict=True))), hint
-    except RecordRejected:
-        return given, hint
+    return decoder.key_or_none(dict(zip(fields, values, strict=True))) or given, hint
 
 
 def _example(fields: tuple[str, ...]) -> str:

@@ -192,7 +192,7 @@ class JobMetrics:
         # worker's clock, and one worker's may trail another's.
         clock = report.clock
         seen = self._seen
-        if clock.watermark > max(seen.get(None, -(2**62)), -(2**62)):
+        if clock.watermark > seen.get(None, -(2**62)):
             seen[None] = clock.watermark
             self.watermark.set(clock.watermark)
         lateness = self.config.watermark.allowed_lateness
