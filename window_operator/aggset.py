@@ -21,7 +21,7 @@ from window_operator.aggregations.base import (
     ObjectOp,
     VectorOp,
 )
-from window_operator.errors import exception_text
+from window_operator.errors import USER_CODE_ERRORS, exception_text
 from window_operator.results import FailedValue
 
 __all__ = ["AggregationSet", "BoundAggregation", "PendingMessage"]
@@ -207,7 +207,7 @@ def _finish_rows(name: str, op: VectorOp, acc: FloatArray) -> list[Any]:
     """``op.finish`` of every row; row by row, to find the failing ones, if it raises."""
     try:
         return op.finish(acc)
-    except Exception:  # noqa: BLE001 - user code: find the windows it fails on
+    except USER_CODE_ERRORS:  # user code: find the windows it fails on
         return [
             _finish_one(name, lambda row: op.finish(row)[0], acc[i : i + 1])
             for i in range(len(acc))
@@ -224,13 +224,13 @@ def _finish_each(name: str, finish: Callable[[Any], Any], accs: Iterable[Any]) -
         try:
             for acc in rest:
                 append(finish(acc))
-        except Exception as exc:  # noqa: BLE001 - user code: the window's result is an error
+        except USER_CODE_ERRORS as exc:  # user code: the window's result is an error
             append(_failed(name, exc))
         else:
             return out
 
 
-def _failed(name: str, exc: Exception) -> FailedValue:
+def _failed(name: str, exc: BaseException) -> FailedValue:
     return FailedValue(f"aggregation {name!r}: finish raised {exception_text(exc)}", exc)
 
 
@@ -238,5 +238,5 @@ def _finish_one(name: str, finish: Callable[[Any], Any], acc: Any) -> Any:
     """``finish(acc)``, or the :class:`FailedValue` of what it raised."""
     try:
         return finish(acc)
-    except Exception as exc:  # noqa: BLE001 - user code: the window's result is an error
+    except USER_CODE_ERRORS as exc:  # user code: the window's result is an error
         return _failed(name, exc)

@@ -9,11 +9,15 @@ closed store, a changelog that cannot be read) are :class:`stores.errors.StoreEr
 
 from __future__ import annotations
 
+import traceback
+
 __all__ = [
     "IncompatibleStateError",
     "JobSetupError",
+    "USER_CODE_ERRORS",
     "OutputSendError",
     "UnknownSourceError",
+    "UserCodeExit",
     "WindowOperatorError",
     "exception_text",
 ]
@@ -38,6 +42,28 @@ class UnknownSourceError(WindowOperatorError, ValueError):
 
 class OutputSendError(WindowOperatorError):
     """Results, error records or changelog records were not acknowledged by Kafka."""
+
+
+class UserCodeExit(WindowOperatorError):
+    """User code run by the job (a user-defined operation) called ``sys.exit``: an
+    error of that code, never the end of the job with the exit status it chose."""
+
+    @classmethod
+    def of(cls, exc: SystemExit) -> UserCodeExit:
+        """The error of ``exc``, the ``SystemExit`` user code raised (naming the line
+        that raised it)."""
+        where = ""
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames:
+            last = frames[-1]
+            where = f" in {last.name} ({last.filename}, line {last.lineno})"
+        return cls(f"a user-defined operation called sys.exit({exc.code!r}){where}")
+
+
+#: What user code may raise where the job blames a record or a window on it: any
+#: exception, and ``SystemExit`` (``sys.exit`` in an operation). KeyboardInterrupt
+#: still stops the job.
+USER_CODE_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
 
 
 def exception_text(exc: BaseException) -> str:

@@ -33,7 +33,7 @@ class FailedValue:
 
     __slots__ = ("error", "reason")
 
-    def __init__(self, reason: str, error: Exception | None = None) -> None:
+    def __init__(self, reason: str, error: BaseException | None = None) -> None:
         self.reason = reason
         #: what ``finish`` raised (for the log's traceback)
         self.error = error

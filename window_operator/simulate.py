@@ -32,6 +32,7 @@ from window_operator.arrival import ArrivalClock, future_error, future_errors
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.codecs.result_errors import encode_checked
 from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
+from window_operator.errors import UserCodeExit
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
@@ -138,6 +139,8 @@ def simulate(
             if final:
                 running.op.timeout(END_OF_TIME)
                 _drain(running.op, [], out, errors_out, summary)
+        except SystemExit as exc:  # only user code exits while the job runs
+            raise UserCodeExit.of(exc) from exc
         finally:
             running.op.close()
     return summary
@@ -246,7 +249,7 @@ def _run_chunk(
 
 def _add_guarded(
     runtime: JobRuntime, agg: TaskOperator, batch: EventBatch, summary: SimulationSummary
-) -> tuple[TaskOperator, list[tuple[int, Exception]]]:
+) -> tuple[TaskOperator, list[tuple[int, BaseException]]]:
     """``agg.add_batch(batch)``; rows that make it raise (a user-defined operation that
     fails on a value) are found and left out, as a state task does: the operator holding
     the other rows, and the rows that raised. Without user-defined operations an

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from window_operator.config import parse_any_config
+from window_operator.errors import UserCodeExit
 from window_operator.join import build_join_runtime
 from window_operator.simulate import FinishedStateError, SimulationSummary, simulate
 
@@ -497,6 +498,41 @@ def test_a_window_whose_result_cannot_be_made_is_a_result_error(
     assert summary.applied == 6 and summary.result_errors == len(errors) > 0
     assert all("cannot be written: TypeError" in e["reason"] for e in errors)
     assert all(len(r["values"]["tags"]) <= 1 for r in results)
+
+
+@pytest.mark.parametrize("batch_size", [1, 10_000])
+def test_a_user_operation_calling_sys_exit_is_an_error_not_the_end_of_the_job(
+    tmp_path: Path, batch_size: int
+) -> None:
+    """``sys.exit`` in a user ``accumulate`` rejects that record (INTERNAL_ERROR), in
+    ``finish`` fails that window's result (RESULT_ERROR); the run goes on. Before, the
+    run stopped at the first call with that status (0 here), with no output at all."""
+    values = [("a", 1), ("b", 5), ("a", 13), ("b", 7), ("a", 2)]
+    lines = [orjson.dumps({"k": k, "ts": BASE + i * 500, "v": v})
+             for i, (k, v) in enumerate(values)]  # fmt: skip
+    aggs = [{"name": "s", "op": "udf_example:ExitingOp", "field": "v"}]
+    results, errors, summary = run(lines, tmp_path, batch_size, aggregations=aggs)
+    assert summary.lines == 5 and summary.applied == 4 and summary.rejected == 1
+    assert [(r["key"], r["values"]) for r in results] == [("a", {"s": 3.0})]
+    by_code = {e["code"]: e for e in errors}
+    assert sorted(by_code) == ["INTERNAL_ERROR", "RESULT_ERROR"] and len(errors) == 2
+    assert by_code["INTERNAL_ERROR"]["offset"] == 2
+    assert by_code["INTERNAL_ERROR"]["reason"].endswith("raised SystemExit: 0")
+    assert "result of key 'b'" in by_code["RESULT_ERROR"]["reason"]
+    assert by_code["RESULT_ERROR"]["reason"].endswith("finish raised SystemExit: 0")
+
+
+def test_sys_exit_where_no_record_or_window_can_be_blamed_fails_the_run(tmp_path: Path) -> None:
+    """``sys.exit`` in a user ``combine`` while the last timer fires the windows is not
+    the exit status of the run: ``simulate`` raises UserCodeExit naming the call."""
+    lines = [orjson.dumps({"k": "a", "ts": BASE + i * 500, "v": 1}) for i in range(3)]
+    aggs = [
+        {"name": "s", "op": "udf_example:ExitingOp", "field": "v",
+         "params": {"combine_exits": True}},
+    ]  # fmt: skip
+    window = {"type": "hopping", "size": "10s", "step": "5s"}
+    with pytest.raises(UserCodeExit, match=r"called sys.exit\(3\) in combine \(.*udf_example"):
+        run(lines, tmp_path, 10, aggregations=aggs, window=window)
 
 
 @pytest.mark.parametrize("batch_size", [1, 10_000])

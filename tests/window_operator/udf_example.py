@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import sys
 from typing import Any, ClassVar
 
 import numpy as np
@@ -185,4 +186,32 @@ class CountedFinishOp(FinishFailsOverTenOp):
         CountedFinishOp.calls += 1
         if acc > 10:
             raise UnprintableError
+        return acc
+
+
+class ExitingOp:
+    """Duck-typed sum whose bugs call ``sys.exit``: ``accumulate`` on the value 13,
+    ``finish`` for a sum over 10, and ``combine`` always when ``combine_exits``."""
+
+    numeric = True
+
+    def __init__(self, *, combine_exits: bool = False) -> None:
+        self.combine_exits = combine_exits
+
+    def create(self) -> float:
+        return 0.0
+
+    def accumulate(self, acc: float, value: float) -> float:
+        if value == 13:
+            sys.exit(0)
+        return acc + value
+
+    def combine(self, a: float, b: float) -> float:
+        if self.combine_exits:
+            sys.exit(3)
+        return a + b
+
+    def finish(self, acc: float) -> float:
+        if acc > 10:
+            sys.exit(0)
         return acc

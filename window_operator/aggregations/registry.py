@@ -40,7 +40,7 @@ from window_operator.aggregations.objects import (
     MedianOp,
     PercentileOp,
 )
-from window_operator.errors import exception_text
+from window_operator.errors import USER_CODE_ERRORS, exception_text
 
 __all__ = [
     "BUILTIN_OPS",
@@ -209,7 +209,7 @@ def _construct(op: str, cls: type, params: Mapping[str, Any], **internal: Any) -
         return cls(**params, **internal)
     except (TypeError, ValueError) as exc:
         raise OpParamError(f"op {op!r}: {exc}") from exc
-    except (Exception, SystemExit) as exc:  # a user-defined op may fail with anything
+    except USER_CODE_ERRORS as exc:  # a user-defined op may fail with anything
         raise OpParamError(f"op {op!r}: the constructor raised {exception_text(exc)}") from exc
 
 
@@ -225,7 +225,7 @@ def _import_target(path: str) -> Any:
         )
     try:
         target: Any = importlib.import_module(module_name)
-    except (Exception, SystemExit) as exc:  # user code may fail with anything while importing
+    except USER_CODE_ERRORS as exc:  # user code may fail with anything while importing
         raise OpLoadError(
             f"op {path!r}: cannot import module {module_name!r}: {exception_text(exc)}"
         ) from exc

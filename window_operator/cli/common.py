@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_CONFIG",
+    "EXIT_FAILED",
     "EXIT_INPUT",
     "EXIT_UNHEALTHY",
     "CliError",
@@ -52,6 +53,8 @@ EXIT_CONFIG = 2
 EXIT_INPUT = 3
 #: ``status``: the job is behind, stalled, or never ran.
 EXIT_UNHEALTHY = 1
+#: The job stopped on an error while it ran (a user-defined operation called sys.exit).
+EXIT_FAILED = 1
 
 
 class CliError(Exception):

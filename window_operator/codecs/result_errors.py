@@ -60,7 +60,7 @@ def encode_checked(
             return CheckedResults(records, [])
     good: list[int] = []
     errors: list[ErrorRecord] = []
-    raised: tuple[ErrorRecord, Exception] | None = None  # the first finish that raised
+    raised: tuple[ErrorRecord, BaseException] | None = None  # the first finish that raised
     for i in range(len(batch)):
         row = batch.take([i])
         failed = next(

@@ -35,7 +35,7 @@ import numpy as np
 from stores.errors import StoreError
 from window_operator.arrays import IntArray
 from window_operator.codecs.inputs import InputDecoder
-from window_operator.errors import JobSetupError, exception_text
+from window_operator.errors import USER_CODE_ERRORS, JobSetupError, exception_text
 from window_operator.events import DecodeResult, EventBatch
 from window_operator.kernel import StepStats, WindowOperator
 from window_operator.results import ErrorCode, ErrorRecord
@@ -124,7 +124,7 @@ class Applied(Generic[B, R]):
         return self.stats.applied
 
     #: Batch rows that raised on their own, with the exception.
-    failed: list[tuple[int, Exception]] = field(default_factory=list)
+    failed: list[tuple[int, BaseException]] = field(default_factory=list)
 
 
 def add_guarded(
@@ -142,7 +142,7 @@ def add_guarded(
         return Applied(operator, operator.add_batch(batch))
     except FATAL_ERRORS:
         raise
-    except Exception as exc:  # noqa: BLE001 - narrowed down to rows below
+    except USER_CODE_ERRORS as exc:  # narrowed down to rows below
         first = exc
     result = _bisect(open_operator, batch, take, rows)
     if rows > 1 and len(result.failed) == rows:
@@ -168,7 +168,7 @@ def _bisect(
             continue
         except FATAL_ERRORS:
             raise
-        except Exception as exc:  # noqa: BLE001 - narrowed down below
+        except USER_CODE_ERRORS as exc:  # narrowed down below
             error = exc
         result.operator = open_operator()
         result.stats = StepStats()

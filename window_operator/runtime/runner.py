@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from stores.changelog import ChangelogError
 from window_operator.arrays import IntArray
-from window_operator.errors import OutputSendError, WindowOperatorError
+from window_operator.errors import OutputSendError, UserCodeExit, WindowOperatorError
 from window_operator.kafka_range import KafkaSourceError
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
@@ -235,6 +235,8 @@ class TaskRunner(Generic[B, R]):
             if opened is not None and isinstance(exc, _KAFKA_FAILURES):
                 discard_producer(opened.producer)
             self.close()
+            if isinstance(exc, SystemExit):  # only user code exits while a task runs
+                raise UserCodeExit.of(exc) from exc
             raise
         if not self.keep_open:
             self.close()
@@ -396,7 +398,7 @@ class TaskRunner(Generic[B, R]):
         return result.operator, self.plan.take(batch, keep)
 
     def _internal_errors(
-        self, source: int, parts: IntArray, offs: IntArray, failed: list[tuple[int, Exception]]
+        self, source: int, parts: IntArray, offs: IntArray, failed: list[tuple[int, BaseException]]
     ) -> list[ErrorRecord]:
         """Error records of rows that made the operator raise, with their original record."""
         topic = self.plan.sources[source].topic

@@ -298,6 +298,27 @@ def test_a_user_finish_that_raises_is_an_error_record_and_shows_in_inspect(
     }
 
 
+def test_sys_exit_in_a_user_operation_is_one_line_and_exit_status_1(tmp_path: Path) -> None:
+    """A user ``combine`` calling ``sys.exit(3)`` while the windows fire: simulate fails
+    with one line naming the call. Before, it exited with status 3 and no output at all."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: udf\ninput: {key: k, timestamp: ts}\nwindow: {type: hopping, size: 10s, step: 5s}\n"
+        "aggregations: [{name: s, op: 'udf_example:ExitingOp', field: v,"
+        " params: {combine_exits: true}}]\n"
+    )
+    events = tmp_path / "e.jsonl"
+    events.write_bytes(b"".join(orjson.dumps({"k": "a", "ts": t, "v": 1}) + b"\n"
+                                for t in (0, 1_000, 2_000)))  # fmt: skip
+    env = {"PYTHONPATH": str(ROOT / "tests" / "window_operator")}
+    proc = cli("simulate", "--config", str(job), "--input", str(events), env=env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("window-operator: a user-defined operation called sys.exit(3) in ")
+    assert "udf_example.py, line " in line
+
+
 #: Opens a task store (argv[1]) the way a running task does, and holds it until stdin ends.
 HOLD_STORE = """
 import sys

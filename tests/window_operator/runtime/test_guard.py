@@ -16,6 +16,7 @@ from jobkit import create_topic, produce, read_topic
 from stores.rocks import TaskStore
 from window_operator.codecs import JsonPayloadDecoder, result_key
 from window_operator.codecs.inputs import InputDecoder
+from window_operator.errors import UserCodeExit
 from window_operator.events import EventBatch
 from window_operator.results import ErrorCode
 from window_operator.runtime.batch import LocalJob
@@ -218,3 +219,26 @@ def test_a_result_that_cannot_be_made_goes_to_the_errors_and_the_rest_is_written
     assert error.key() == result_key("b", BASE, BASE + 10 * S) and error.value() is None
     results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
     assert [(r["key"], r["values"]) for r in results] == [("a", {"s": 3.0})]
+
+
+@pytest.mark.kafka
+def test_sys_exit_in_user_code_fails_the_task_with_an_error_not_an_exit(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """``sys.exit`` in a user ``accumulate`` rejects that record; in a ``combine`` run
+    while windows fire (no record to blame) the task fails with UserCodeExit, an
+    exception Spark reports and retries, not a SystemExit that ends the worker process
+    with the status user code chose."""
+    aggs = [{"name": "s", "op": "udf_example:ExitingOp", "field": "v"}]
+    runner, _, topic = _runner(tmp_path, kafka_bootstrap, unique_name, aggregations=aggs)
+    events = [{"k": "a", "ts": BASE + i * 100, "v": v} for i, v in enumerate([1, 13, 2])]
+    report = runner.run_batch([_input(topic, events, None)], 1_000).tasks[0]
+    assert (report.applied, report.rejected_by_code) == (2, {"INTERNAL_ERROR": 1})
+    aggs[0]["params"] = {"combine_exits": True}
+    window = {"type": "hopping", "size": "10s", "step": "5s"}
+    runner, _, topic = _runner(
+        tmp_path, kafka_bootstrap, unique_name, aggregations=aggs, window=window
+    )
+    events.append({"k": "a", "ts": BASE + 60 * S, "v": 1})  # fires the first windows
+    with pytest.raises(UserCodeExit, match=r"sys.exit\(3\) in combine"):
+        runner.run_batch([_input(topic, events[:1] + events[2:], None)], 1_000)
