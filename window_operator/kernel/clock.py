@@ -35,6 +35,29 @@ class ClockState:
     first_wall: int | None = None
     watermark: int = NO_WATERMARK
 
+    def merged(self, other: ClockState) -> ClockState:
+        """The furthest of two views of one job's clock (each figure the later one): how
+        the driver of a long-running job joins the clocks its workers report, so that
+        what it shows never goes back when a worker's report trails another's."""
+        if self.first_wall is None or other.first_wall is None:
+            first_wall = self.first_wall if other.first_wall is None else other.first_wall
+        else:
+            first_wall = min(self.first_wall, other.first_wall)
+        return ClockState(
+            _latest(self.max_ts, other.max_ts),
+            _latest(self.last_active, other.last_active),
+            max(self.now, other.now),
+            first_wall,
+            max(self.watermark, other.watermark),
+        )
+
+
+def _latest(a: dict[InputPosition, int], b: dict[InputPosition, int]) -> dict[InputPosition, int]:
+    out = dict(a)
+    for pos, t in b.items():
+        out[pos] = max(t, out.get(pos, t))
+    return out
+
 
 class EventClock:
     """Event and wall time per input partition; the coalesced, monotonic watermark."""

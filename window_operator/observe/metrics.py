@@ -188,8 +188,8 @@ class JobMetrics:
             self.windows.labels(task).set(t.live_windows)
 
     def _clock(self, report: BatchReport) -> None:
-        # Event-time figures only move forward: the long-running shape reports each
-        # worker's clock, and one worker's may trail another's.
+        # Event-time figures only move forward, whatever a report carries (the drivers
+        # publish clocks that do not go back; an observer does not depend on it).
         clock = report.clock
         seen = self._seen
         if clock.watermark > seen.get(None, -(2**62)):

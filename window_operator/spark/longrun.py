@@ -41,6 +41,7 @@ from typing import Unpack
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import JobSetupError, WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
+from window_operator.kernel.clock import ClockState
 from window_operator.runtime.longrun.control import Coordinator
 from window_operator.runtime.longrun.prepare import worker_spec
 from window_operator.runtime.longrun.progress import record_progress
@@ -129,6 +130,8 @@ class LongRunningJob(SparkJob):
         self._known: dict[str, int] = {}
         self._worker_count = 0
         self._epochs = 0
+        #: the job's clock: every worker's reports joined (ClockState.merged)
+        self._clock = ClockState()
         self._group = f"window-operator-{config.job}"
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -274,8 +277,9 @@ class LongRunningJob(SparkJob):
         """A worker's epoch (coordinator thread): published as a batch report."""
         # the workers report on threads of their own: one report at a time
         with self._lock:
+            self._clock = self._clock.merged(epoch.clock)
             report = BatchReport(
-                self._epochs, epoch.tasks, epoch.ranges, epoch.clock, epoch.seconds
+                self._epochs, epoch.tasks, epoch.ranges, self._clock, epoch.seconds
             )
             self._epochs += 1
             self.run_totals.batches += 1

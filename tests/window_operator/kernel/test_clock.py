@@ -61,3 +61,16 @@ def test_the_driver_fold_matches_a_clock_fed_by_the_records() -> None:
     assert clock.adopt(after) == 29 * S
     clock.observe_one(0, 0, 99 * S)
     assert clock.max_ts[InputPosition(0, 0)] == 40 * S
+
+
+def test_merged_clocks_take_the_later_figure_of_each() -> None:
+    """How a long-running job's driver joins its workers' reports: per partition the
+    larger event time and activity, the later watermark and wall clock, the first start."""
+    p0, p1, p2 = (InputPosition(0, p) for p in range(3))
+    ahead = ClockState({p0: 50 * S, p1: 40 * S}, {p0: 9 * S}, 10 * S, 2 * S, 35 * S)
+    behind = ClockState({p0: 45 * S, p2: 7 * S}, {p0: 8 * S, p2: 3 * S}, 9 * S, 1 * S, 30 * S)
+    want = ClockState(
+        {p0: 50 * S, p1: 40 * S, p2: 7 * S}, {p0: 9 * S, p2: 3 * S}, 10 * S, 1 * S, 35 * S
+    )
+    assert ahead.merged(behind) == behind.merged(ahead) == want
+    assert ClockState().merged(ahead) == ahead.merged(ClockState()) == ahead

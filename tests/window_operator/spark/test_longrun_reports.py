@@ -1,0 +1,37 @@
+"""The driver of a long-running job publishes the job's clock, whatever worker reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobkit import job_config
+
+from window_operator.kernel import ClockState, InputPosition
+from window_operator.runtime.longrun.progress import read_progress
+from window_operator.runtime.longrun.wire import EpochReport
+from window_operator.spark.driver import BatchReport
+from window_operator.spark.longrun import LongRunningJob
+
+S = 1_000
+
+
+def test_a_report_trailing_another_workers_does_not_take_the_clock_back(tmp_path: Path) -> None:
+    """Worker 1 reports after worker 0 with an earlier clock: the log line, the
+    ``--report`` file, the metrics and ``status`` (the progress file) still get the
+    furthest one. Before, each report carried its worker's clock, and the watermark
+    went back from 35 s to 30 s."""
+    config = job_config(tmp_path, "clicks", "clocks", spark={"mode": "long_running"})
+    reports: list[BatchReport] = []
+    # no Spark session: the coordinator's callback alone is driven here
+    job = LongRunningJob(config, bootstrap_servers="unused:9092", spark=None,
+                         on_report=reports.append)  # fmt: skip
+    p0, p1 = InputPosition(0, 0), InputPosition(0, 1)
+    ahead = ClockState({p0: 50 * S, p1: 40 * S}, {}, 10 * S, 1 * S, 35 * S)
+    behind = ClockState({p0: 45 * S, p1: 36 * S}, {}, 9 * S, 1 * S, 30 * S)
+    for worker, clock in [(0, ahead), (1, behind)]:
+        job._on_epoch(EpochReport(worker, 0, [], [], clock, 0.1))
+    assert [r.clock for r in reports] == [ahead, ahead]
+    assert [r.batch_id for r in reports] == [0, 1]
+    progress = read_progress(Path(str(config.spark.checkpoint_dir)))
+    assert progress is not None and progress.watermark == 35 * S
+    assert progress.max_ts == {p0: 50 * S, p1: 40 * S}
