@@ -74,6 +74,12 @@ class WindowFrames:
             del self.meta[kw]
             self.dirty.discard(kw)
 
+    def held(self, side: int, cut: int) -> int:
+        """The messages of ``side`` in its frames, ``cut`` being where they expired: a
+        frame the cut falls in counts whole unless every message of it is below the cut
+        (so the figure is at most one frame's messages over)."""
+        return sum(m[0] for (s, _), m in self.meta.items() if s == side and m[2] >= cut)
+
     def restore(self, side: int, store: TaskStore) -> None:
         """Load the persisted frames of ``side``."""
         ks = FRAMES[side]

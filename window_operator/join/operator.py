@@ -47,7 +47,7 @@ from window_operator.join.rows import RowsWindows
 from window_operator.join.spec import JoinSpec
 from window_operator.join.state import MessageCodec
 from window_operator.join.storage import JoinStorage
-from window_operator.kernel import ClockState, OperatorKernel, StepStats
+from window_operator.kernel import ClockState, LiveState, OperatorKernel, StepStats
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.shell import KernelForwarding
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
@@ -312,6 +312,14 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         self.kernel.close(self.flush)
 
     # ------------------------------------------------------------------ queries
+
+    def live_state(self) -> LiveState:
+        """The messages each input holds in the Message Store, counted by window frame
+        (:meth:`~window_operator.join.meta.WindowFrames.held`); live keys and windows
+        are not told (``-1``)."""
+        frames, expired = self.storage.frames, self.storage.expired
+        held = {name: frames.held(side, expired[side]) for side, name in enumerate(self.spec.names)}
+        return LiveState(keys=-1, windows=-1, messages=held)
 
     def get_windows(self, key: JoinKey | None, start: int, end: int) -> list[JoinWindow]:
         """Windows of both inputs overlapping ``[start, end)``, by start then input.

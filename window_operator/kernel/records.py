@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -36,10 +36,12 @@ class StepStats:
 
 @dataclass(frozen=True, slots=True)
 class LiveState:
-    """What an operator holds open: keys with an open window, and those windows."""
+    """What an operator holds open: keys with an open window, and those windows (``-1``:
+    not told); the messages each input holds in the Message Store (a join's)."""
 
     keys: int
     windows: int
+    messages: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,7 @@ class JobMetrics:
         self.store_bytes = g("state_store_bytes", "Size of the task's RocksDB on disk", ["task"])
         self.keys = g("state_keys", "Keys with an open window or session", ["task"])
         self.windows = g("state_windows", "Open windows or sessions", ["task"])
+        self.messages = g("state_messages", "Messages a join holds per input", ["task", "input"])
         self.last_batch = g("last_batch_id", "Id of the last micro-batch")
         self.last_time = g("last_batch_timestamp_seconds", "When the last batch or pass ended")
         self.batch_seconds = Histogram(
@@ -186,6 +187,8 @@ class JobMetrics:
         if t.live_keys >= 0:
             self.keys.labels(task).set(t.live_keys)
             self.windows.labels(task).set(t.live_windows)
+        for name, n in t.held_messages.items():
+            self.messages.labels(task, name).set(n)
 
     def _clock(self, report: BatchReport) -> None:
         # Event-time figures only move forward, whatever a report carries (the drivers

@@ -131,6 +131,8 @@ class TaskReport:
     #: -1: the operator does not tell (joins)
     live_keys: int = -1
     live_windows: int = -1
+    #: messages each input holds in the Message Store (joins; see JoinOperator.live_state)
+    held_messages: dict[str, int] = field(default_factory=dict)
     #: LATE updates wait for the end of an ``emit.late`` period (a run that ends sends them)
     late_pending: bool = False
 
@@ -272,6 +274,7 @@ class TaskRunner(Generic[B, R]):
         )
         report.store_bytes = figures.store_bytes
         report.live_keys, report.live_windows = figures.live_keys, figures.live_windows
+        report.held_messages = dict(figures.held_messages)
 
     def _lost(self, op: WindowOperator[B, R, object], inp: TaskInput) -> list[TaskInput]:
         """Step 2: the batches the state lacks before ``inp`` starts, read back from Kafka
@@ -489,4 +492,5 @@ def _state_report(op: WindowOperator[Never, object, object], state: TaskState) -
     if live is None:
         return StateFigures(state.store.size_on_disk())
     counts = live()
-    return StateFigures(state.store.size_on_disk(), counts.keys, counts.windows)
+    size = state.store.size_on_disk()
+    return StateFigures(size, counts.keys, counts.windows, counts.messages)

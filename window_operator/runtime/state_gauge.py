@@ -10,8 +10,8 @@ counting takes at most :data:`SHARE` of its time. In between it repeats the last
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 __all__ = ["EVERY_S", "SHARE", "StateFigures", "StateGauge"]
 
@@ -24,11 +24,12 @@ SHARE = 0.05
 @dataclass(frozen=True, slots=True)
 class StateFigures:
     """A task's state as reported: store bytes on disk, live keys and live windows
-    (``-1``: the operator does not tell)."""
+    (``-1``: the operator does not tell), messages held per input (a join's)."""
 
     store_bytes: int = 0
     live_keys: int = -1
     live_windows: int = -1
+    held_messages: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass

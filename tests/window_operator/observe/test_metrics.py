@@ -24,8 +24,9 @@ def test_results_not_written_are_counted_apart_from_rejected_records() -> None:
 
 
 def test_event_time_gauges_only_move_forward() -> None:
-    """Long-running workers report their own clocks, one trailing another's: the job's
-    watermark and a partition's max event time never go back."""
+    """A report whose clock trails an earlier one's (the drivers publish clocks that
+    do not go back; the metrics do not rely on it): the job's watermark and a
+    partition's max event time never go back."""
     metrics = JobMetrics(runtime_for().config)
     p0 = InputPosition(0, 0)
     for wm, ts in [(5_000, 9_000), (3_000, 7_000), (6_000, 8_000)]:
@@ -36,3 +37,16 @@ def test_event_time_gauges_only_move_forward() -> None:
     assert sample("window_operator_watermark_ms") == 6_000
     labels = {"topic": topic, "partition": "0"}
     assert sample("window_operator_partition_max_event_time_ms", labels) == 9_000
+
+
+def test_a_join_task_reports_the_messages_each_input_holds() -> None:
+    """``state_messages`` per task and input; a join tells no live keys or windows, so
+    those gauges stay unset for its tasks."""
+    metrics = JobMetrics(runtime_for().config)
+    task = TaskReport(1, 0, held_messages={"orders": 12, "shipments": 0})
+    metrics(BatchReport(0, [task], [], ClockState(), 0.1))
+    sample = metrics.registry.get_sample_value
+    held = "window_operator_state_messages"
+    assert sample(held, {"task": "1", "input": "orders"}) == 12
+    assert sample(held, {"task": "1", "input": "shipments"}) == 0
+    assert sample("window_operator_state_keys", {"task": "1"}) is None

@@ -17,15 +17,18 @@ from joinjobkit import BASE, produce_at, random_join, upsert_view
 from window_operator.config import JoinJobConfig, load_any_config, parse_any_config
 from window_operator.join import build_join_runtime
 from window_operator.simulate import simulate
-from window_operator.spark.driver import StreamingJob
+from window_operator.spark.driver import BatchReport, StreamingJob
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def run(spark: Any, config: JoinJobConfig, bootstrap: str) -> StreamingJob:
-    job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark)
+def run(
+    spark: Any, config: JoinJobConfig, bootstrap: str, reports: list[BatchReport] | None = None
+) -> StreamingJob:
+    on_report = None if reports is None else reports.append
+    job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark, on_report=on_report)
     job.start()
     assert job.await_termination(600), "the AvailableNow query did not finish"
     assert job.query.exception() is None
@@ -74,7 +77,12 @@ def test_the_seed_orders_shipments_example_on_spark(
         produce_at(kafka_bootstrap, orders if source == "orders" else ships,
                    [(orjson.dumps(rec), i % 2, wall + i)])  # fmt: skip
     config = seed_config(tmp_path, unique_name("job"), (orders, ships), **condition)
-    run(spark, config, kafka_bootstrap)
+    reports: list[BatchReport] = []
+    run(spark, config, kafka_bootstrap, reports)
+    # the state gauge: every message is still held (nothing is an hour old), across tasks
+    latest = {t.task: t.held_messages for r in reports for t in r.tasks if t.held_messages}
+    held = {name: sum(h[name] for h in latest.values()) for name in ("orders", "shipments")}
+    assert held == {"orders": 3, "shipments": 4}
     got = sorted(
         orjson.dumps(r) for r in upsert_view(kafka_bootstrap, config.output.topic).values()
     )
