@@ -169,6 +169,8 @@ class ControlClient:
 
     def __init__(self, address: str, token: str, worker: int) -> None:
         self.stop_requested = threading.Event()
+        #: set by :meth:`close`: the reader's end is then this worker's doing
+        self._closing = threading.Event()
         self.conn = connect(address, _TIMEOUT_S)
         introduce(self.conn, Hello(worker, token))
         self._gathered: Gather | None = None
@@ -186,7 +188,8 @@ class ControlClient:
                     self._gathered = message
                     self._gathered_event.set()
         except PeerLostError as exc:
-            log.warning("lost the driver (%s): stopping", exc)
+            if not self._closing.is_set():
+                log.warning("lost the driver (%s): stopping", exc)
         self.stop_requested.set()
         self._gathered_event.set()  # a gather waiting for the driver waits no more
 
@@ -208,5 +211,6 @@ class ControlClient:
             log.warning("could not report epoch %d to the driver: %s", report.epoch, exc)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (the reader then ends without a word)."""
+        self._closing.set()
         self.conn.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from window_operator.runtime.longrun.control import ControlClient, Coordinator
 
 
@@ -24,5 +26,30 @@ def test_stopped_workers_and_late_comers_stop_until_the_coordinator_resumes() ->
         coordinator.stop_workers()
         assert again.stop_requested.wait(10)
         again.close()
+    finally:
+        coordinator.close()
+
+
+def test_only_a_driver_that_went_away_is_lost(caplog: pytest.LogCaptureFixture) -> None:
+    """A worker closing its own connection ends its reader without a word, even when the
+    close comes between two frames (the next read fails on the closed socket); a
+    connection that fails otherwise is the driver lost: a warning, and a stop. Before,
+    the worker's own close could log "lost the driver" (after a test ended: a logging
+    error on a closed stream)."""
+    coordinator = Coordinator("secret", 1, lambda _report: None)
+    address = coordinator.start()
+    try:
+        client = ControlClient(address, "secret", 0)
+        client.close()
+        client._reader.join(10)
+        client._read()  # a read after the close, as when it came between two frames
+        assert client.stop_requested.is_set()
+        assert "lost the driver" not in caplog.text
+        failing = ControlClient(address, "secret", 0)
+        failing.conn.sock.close()  # fails under the reader: not the worker's close
+        failing._read()
+        assert failing.stop_requested.is_set()
+        assert "lost the driver" in caplog.text
+        failing.close()
     finally:
         coordinator.close()
