@@ -96,6 +96,9 @@ class Coordinator:
             log.warning("coordinator: refused a connection: %s", exc)
             return
         with self._lock:
+            if self._closed.is_set():  # closed while this one introduced itself
+                conn.close()
+                return
             old = self._workers.get(hello.worker)
             self._workers[hello.worker] = conn
             stopping = self._stopping

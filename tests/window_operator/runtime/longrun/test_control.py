@@ -53,3 +53,16 @@ def test_only_a_driver_that_went_away_is_lost(caplog: pytest.LogCaptureFixture) 
         failing.close()
     finally:
         coordinator.close()
+
+
+def test_a_worker_connecting_as_the_coordinator_closes_is_not_left_waiting() -> None:
+    """The coordinator closes while a worker introduces itself: that worker's connection
+    is closed too (it stops), instead of staying open, unanswered, until the process
+    ends."""
+    for _ in range(20):  # the close lands before, during or after the introduction
+        coordinator = Coordinator("secret", 2, lambda _report: None)
+        address = coordinator.start()
+        client = ControlClient(address, "secret", 0)
+        coordinator.close()
+        assert client.stop_requested.wait(10), "the worker was left waiting"
+        client.close()
