@@ -175,8 +175,9 @@ class StreamingJob(SparkJob):
         self.clocks = ClockLog(Path(str(sc.checkpoint_dir)) / "window-operator-clock")
         self._origin = self.clocks.origin()
         self._ends = self.clocks.ends()
-        self._clock = ClockState()
-        self._next_batch = 0
+        # a restart goes on from the logged clock (its first timer pass reports it)
+        newest = self.clocks.newest()
+        self._next_batch, self._clock = (0, ClockState()) if newest is None else newest
         self._lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._stop = threading.Event()

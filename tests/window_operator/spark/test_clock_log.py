@@ -36,6 +36,17 @@ def test_a_batch_without_an_entry_starts_from_the_newest_earlier_one(tmp_path: P
     assert ClockLog(tmp_path / "empty").begin(0, 10, moved) == ClockState(now=10)
 
 
+def test_a_restarted_driver_goes_on_from_the_newest_entry(tmp_path: Path) -> None:
+    log = ClockLog(tmp_path / "clock")
+    assert log.newest() is None
+    log.begin(9, 100, moved)
+    log.begin(10, 200, moved)
+    log.prepare(11, ClockState(max_ts={P0: 7}, now=250, watermark=5))
+    assert ClockLog(tmp_path / "clock").newest() == (11, ClockState({P0: 7}, {}, 250, None, 5))
+    (tmp_path / "clock" / "11.json").unlink()  # the driver died before batch 10 ended
+    assert log.newest() == (10, ClockState(now=200))
+
+
 def test_the_origin_keeps_the_first_offset_of_every_partition(tmp_path: Path) -> None:
     def report(pos: InputPosition, start: int, end: int) -> MapReport:
         return MapReport(InputRange(pos.source, "t", pos.partition, start, end), end - start, 1)

@@ -27,7 +27,8 @@ from jobkit import (
 
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig
-from window_operator.spark.driver import StreamingJob
+from window_operator.policies import NO_WATERMARK
+from window_operator.spark.driver import BatchReport, StreamingJob
 from window_operator.spark.longrun import job_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -259,11 +260,19 @@ def test_an_available_now_run_sends_its_batched_late_updates_before_it_ends(
         {"page": "/a", "ts": base + 30_000, "latency_ms": 1.0},  # [base, +10 s) fires
     ]
     late = [{"page": "/a", "ts": base + 2_000, "latency_ms": 3.0}]
+    watermarks: list[list[int]] = []
     for events in (first, late):
         produce(kafka_bootstrap, topic, events, partitions=1)
-        job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+        reports: list[BatchReport] = []
+        job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark,
+                      on_report=reports.append)  # fmt: skip
         job.start()
         assert job.await_termination(300)
+        watermarks.append([r.clock.watermark for r in reports])
+    # the restart reports the clock it goes on from (before, its first timer pass
+    # reported "no event yet", and the watermark gauge read 0)
+    assert watermarks[1] and NO_WATERMARK not in watermarks[1]
+    assert watermarks[1][0] >= watermarks[0][-1] == base + 30_000
     results = [
         orjson.loads(m.value())
         for m in read_topic(kafka_bootstrap, config.output.topic)
