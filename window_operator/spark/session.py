@@ -6,19 +6,32 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TASK_ATTEMPTS", "build_session", "prepare_environment", "with_task_retries"]
+__all__ = [
+    "DEFAULTS",
+    "TASK_ATTEMPTS",
+    "SessionSettings",
+    "build_session",
+    "is_local",
+    "prepare_environment",
+    "session_settings",
+    "with_task_retries",
+]
 
 
-def prepare_environment() -> None:
-    """Environment PySpark needs on these machines (set only where the user has not)."""
+def prepare_environment(*, local: bool = True) -> None:
+    """Environment PySpark needs (set only where the user has not): this Python for the
+    workers and, on a ``local`` master, the loopback address (a cluster's executors must
+    reach the driver at an address of its host, which Spark picks itself)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 #: Attempts of a Spark task before its micro-batch fails (Spark's default on clusters).
@@ -37,31 +50,83 @@ def with_task_retries(master: str) -> str:
     return f"local[{found.group(1) or 1},{TASK_ATTEMPTS}]"
 
 
+#: Settings of the window operator's sessions where neither spark-submit nor the job set
+#: them (the job's own: ``spark.conf`` in the YAML, ``run --conf``, always apply).
+DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.speculation": "false",
+}
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What :func:`build_session` sets on the builder."""
+
+    #: the master to set (``None``: spark-submit's stands)
+    master: str | None
+    #: whether that master runs every executor on this host
+    local: bool
+    conf: dict[str, str]
+
+
+def session_settings(
+    master: str | None, conf: Mapping[str, str], *, submitted: Mapping[str, str] | None
+) -> SessionSettings:
+    """The master and settings of a session: ``master`` if given, else spark-submit's
+    (``submitted``: the settings it launched this driver with; ``None``: not launched
+    by spark-submit), else ``SPARK_MASTER`` or ``local[*]``; :data:`DEFAULTS` where
+    spark-submit did not set the key, and on a local master the driver at
+    ``SPARK_LOCAL_IP`` (loopback by default); ``conf`` over all of them."""
+    given = submitted or {}
+    if master:
+        chosen: str | None = with_task_retries(master)
+    elif submitted is None:
+        chosen = with_task_retries(os.environ.get("SPARK_MASTER", "local[*]"))
+    else:
+        chosen = None
+    local = is_local(chosen or given.get("spark.master", ""))
+    defaults = dict(DEFAULTS)
+    if local:
+        defaults["spark.driver.host"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {k: v for k, v in defaults.items() if k not in given}
+    return SessionSettings(chosen, local, {**settings, **conf})
+
+
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs every executor on this host (``local``, ``local[N]``, ...)."""
+    return master.strip().startswith("local")
+
+
+def _submitted_conf() -> dict[str, str] | None:
+    """The settings spark-submit launched this driver with (its ``--conf`` and
+    ``spark-defaults.conf``); ``None`` when spark-submit did not launch it."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to the JVM spark-submit started
+    return dict(SparkConf().getAll())
+
+
 def build_session(
     *,
     app_name: str = "window-operator",
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A SparkSession (``local[*]`` unless ``master`` or spark-submit says otherwise)."""
-    prepare_environment()
+    """A SparkSession (see :func:`session_settings` for its master and settings)."""
+    submitted = _submitted_conf()
+    settings = session_settings(master, conf or {}, submitted=submitted)
+    prepare_environment(local=settings.local)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(with_task_retries(master))
-    elif "PYSPARK_GATEWAY_PORT" not in os.environ:
-        # not under spark-submit (which launches this driver and sets the master itself)
-        builder = builder.master(with_task_retries(os.environ.get("SPARK_MASTER", "local[*]")))
-    defaults = {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.speculation": "false",
-        "spark.driver.host": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
-    }
-    for k, v in {**defaults, **(conf or {})}.items():
+    if settings.master:
+        builder = builder.master(settings.master)
+    for k, v in settings.conf.items():
         builder = builder.config(k, v)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -1,0 +1,71 @@
+"""The Spark session's master and settings: the job's defaults never override what
+spark-submit was given, and only a local master gets the loopback driver address."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from window_operator.spark.session import DEFAULTS, session_settings
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_a_local_master_gets_the_defaults_and_the_loopback_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    monkeypatch.delenv("SPARK_MASTER", raising=False)
+    s = session_settings(None, {"spark.sql.shuffle.partitions": "3"}, submitted=None)
+    assert (s.master, s.local) == ("local[*,4]", True)
+    assert s.conf == {**DEFAULTS, "spark.driver.host": "127.0.0.1",
+                      "spark.sql.shuffle.partitions": "3"}  # fmt: skip
+
+
+def test_a_cluster_master_leaves_the_driver_address_to_spark() -> None:
+    """Executors on other hosts must reach the driver: no 127.0.0.1 for ``spark://``."""
+    s = session_settings("spark://master:7077", {}, submitted=None)
+    assert (s.master, s.local) == ("spark://master:7077", False)
+    assert "spark.driver.host" not in s.conf and s.conf == DEFAULTS
+
+
+def test_spark_submit_settings_stand_and_the_job_conf_wins_over_both() -> None:
+    submitted = {"spark.master": "yarn", "spark.ui.enabled": "true", "spark.speculation": "x"}
+    s = session_settings(None, {"spark.speculation": "false"}, submitted=submitted)
+    assert (s.master, s.local) == (None, False)  # spark-submit's master stands
+    assert "spark.ui.enabled" not in s.conf and "spark.driver.host" not in s.conf
+    assert s.conf["spark.speculation"] == "false"
+    # a local master given to spark-submit: the loopback driver, unless it was set
+    local = session_settings(None, {}, submitted={"spark.master": "local[2]"})
+    assert local.local and local.conf["spark.driver.host"] == "127.0.0.1"
+    given = {"spark.master": "local[2]", "spark.driver.host": "localhost"}
+    assert "spark.driver.host" not in session_settings(None, {}, submitted=given).conf
+
+
+SHOW_CONF = """
+from window_operator.spark.session import build_session
+conf = build_session().sparkContext.getConf()
+print(conf.get("spark.driver.host"), conf.get("spark.ui.enabled"), conf.get("spark.speculation"))
+"""
+
+
+@pytest.mark.spark
+def test_under_spark_submit_its_conf_is_kept(tmp_path: Path) -> None:
+    """``spark-submit --conf`` reaches the session. Before, the job's defaults replaced
+    it: the driver was always at 127.0.0.1, with the UI off."""
+    script = tmp_path / "show_conf.py"
+    script.write_text(SHOW_CONF)
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    env.pop("SPARK_LOCAL_IP", None)
+    proc = subprocess.run(
+        [str(submit), "--master", "local[1]", "--conf", "spark.driver.host=localhost",
+         "--conf", "spark.ui.enabled=true", "--conf", "spark.ui.port=0", str(script)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["localhost", "true", "false"]
