@@ -17,7 +17,7 @@ __all__ = [
     "USER_CODE_ERRORS",
     "OutputSendError",
     "UnknownSourceError",
-    "UserCodeExit",
+    "UserCodeExitError",
     "WindowOperatorError",
     "exception_text",
 ]
@@ -44,12 +44,12 @@ class OutputSendError(WindowOperatorError):
     """Results, error records or changelog records were not acknowledged by Kafka."""
 
 
-class UserCodeExit(WindowOperatorError):
+class UserCodeExitError(WindowOperatorError):
     """User code run by the job (a user-defined operation) called ``sys.exit``: an
     error of that code, never the end of the job with the exit status it chose."""
 
     @classmethod
-    def of(cls, exc: SystemExit) -> UserCodeExit:
+    def of(cls, exc: SystemExit) -> UserCodeExitError:
         """The error of ``exc``, the ``SystemExit`` user code raised (naming the line
         that raised it)."""
         where = ""

@@ -32,7 +32,7 @@ from window_operator.arrival import ArrivalClock, future_error, future_errors
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.codecs.result_errors import encode_checked
 from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
-from window_operator.errors import UserCodeExit
+from window_operator.errors import UserCodeExitError
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
@@ -140,7 +140,7 @@ def simulate(
                 running.op.timeout(END_OF_TIME)
                 _drain(running.op, [], out, errors_out, summary)
         except SystemExit as exc:  # only user code exits while the job runs
-            raise UserCodeExit.of(exc) from exc
+            raise UserCodeExitError.of(exc) from exc
         finally:
             running.op.close()
     return summary

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from window_operator.config import parse_any_config
-from window_operator.errors import UserCodeExit
+from window_operator.errors import UserCodeExitError
 from window_operator.join import build_join_runtime
 from window_operator.simulate import FinishedStateError, SimulationSummary, simulate
 
@@ -524,14 +524,14 @@ def test_a_user_operation_calling_sys_exit_is_an_error_not_the_end_of_the_job(
 
 def test_sys_exit_where_no_record_or_window_can_be_blamed_fails_the_run(tmp_path: Path) -> None:
     """``sys.exit`` in a user ``combine`` while the last timer fires the windows is not
-    the exit status of the run: ``simulate`` raises UserCodeExit naming the call."""
+    the exit status of the run: ``simulate`` raises UserCodeExitError naming the call."""
     lines = [orjson.dumps({"k": "a", "ts": BASE + i * 500, "v": 1}) for i in range(3)]
     aggs = [
         {"name": "s", "op": "udf_example:ExitingOp", "field": "v",
          "params": {"combine_exits": True}},
     ]  # fmt: skip
     window = {"type": "hopping", "size": "10s", "step": "5s"}
-    with pytest.raises(UserCodeExit, match=r"called sys.exit\(3\) in combine \(.*udf_example"):
+    with pytest.raises(UserCodeExitError, match=r"called sys.exit\(3\) in combine \(.*udf_example"):
         run(lines, tmp_path, 10, aggregations=aggs, window=window)
 
 

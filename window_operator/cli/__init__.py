@@ -24,7 +24,7 @@ from window_operator.broker import BrokerError
 from window_operator.cli import jobs, produce, state, tools
 from window_operator.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INPUT, CliError
 from window_operator.config import ConfigError
-from window_operator.errors import IncompatibleStateError, JobSetupError, UserCodeExit
+from window_operator.errors import IncompatibleStateError, JobSetupError, UserCodeExitError
 from window_operator.kafka_admin import KafkaAdminError
 from window_operator.observe.logs import setup_logging
 from window_operator.observe.metrics import MetricsPortError
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _STARTUP_FAILURES as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except UserCodeExit as exc:
+    except UserCodeExitError as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -53,7 +53,8 @@ EXIT_CONFIG = 2
 EXIT_INPUT = 3
 #: ``status``: the job is behind, stalled, or never ran.
 EXIT_UNHEALTHY = 1
-#: The job stopped on an error while it ran (a user-defined operation called sys.exit).
+#: The job stopped on an error while it ran (a failed query, failing workers, a
+#: user-defined operation calling sys.exit).
 EXIT_FAILED = 1
 
 

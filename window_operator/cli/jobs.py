@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING
 
 from window_operator.cli.common import (
     EXIT_CONFIG,
+    EXIT_FAILED,
     EXIT_UNHEALTHY,
     CliError,
     add_bootstrap_option,
@@ -205,7 +206,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             report_path=args.report,
         )
     except QueryFailedError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(str(exc), EXIT_FAILED) from None
     return 0
 
 

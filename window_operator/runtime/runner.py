@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from stores.changelog import ChangelogError
 from window_operator.arrays import IntArray
-from window_operator.errors import OutputSendError, UserCodeExit, WindowOperatorError
+from window_operator.errors import OutputSendError, UserCodeExitError, WindowOperatorError
 from window_operator.kafka_range import KafkaSourceError
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
@@ -238,7 +238,7 @@ class TaskRunner(Generic[B, R]):
                 discard_producer(opened.producer)
             self.close()
             if isinstance(exc, SystemExit):  # only user code exits while a task runs
-                raise UserCodeExit.of(exc) from exc
+                raise UserCodeExitError.of(exc) from exc
             raise
         if not self.keep_open:
             self.close()

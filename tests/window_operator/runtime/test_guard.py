@@ -16,7 +16,7 @@ from jobkit import create_topic, produce, read_topic
 from stores.rocks import TaskStore
 from window_operator.codecs import JsonPayloadDecoder, result_key
 from window_operator.codecs.inputs import InputDecoder
-from window_operator.errors import UserCodeExit
+from window_operator.errors import UserCodeExitError
 from window_operator.events import EventBatch
 from window_operator.results import ErrorCode
 from window_operator.runtime.batch import LocalJob
@@ -226,7 +226,7 @@ def test_sys_exit_in_user_code_fails_the_task_with_an_error_not_an_exit(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     """``sys.exit`` in a user ``accumulate`` rejects that record; in a ``combine`` run
-    while windows fire (no record to blame) the task fails with UserCodeExit, an
+    while windows fire (no record to blame) the task fails with UserCodeExitError, an
     exception Spark reports and retries, not a SystemExit that ends the worker process
     with the status user code chose."""
     aggs = [{"name": "s", "op": "udf_example:ExitingOp", "field": "v"}]
@@ -240,5 +240,5 @@ def test_sys_exit_in_user_code_fails_the_task_with_an_error_not_an_exit(
         tmp_path, kafka_bootstrap, unique_name, aggregations=aggs, window=window
     )
     events.append({"k": "a", "ts": BASE + 60 * S, "v": 1})  # fires the first windows
-    with pytest.raises(UserCodeExit, match=r"sys.exit\(3\) in combine"):
+    with pytest.raises(UserCodeExitError, match=r"sys.exit\(3\) in combine"):
         runner.run_batch([_input(topic, events[:1] + events[2:], None)], 1_000)
