@@ -12,6 +12,7 @@ chart of the results over time.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -203,15 +204,21 @@ def run_demo(
         print("demo: starting a local Kafka-protocol broker (noida-db) ...", file=err)
         broker = LocalBroker().start()
         bootstrap = broker.bootstrap_servers
+    tmp = Path(tempfile.mkdtemp(prefix="window-operator-demo-"))
+    chart_path = chart or tmp / "window-operator-demo.png"
     try:
-        tmp = tempfile.mkdtemp(prefix="window-operator-demo-")
-        config = _demo_config(base, config_path, tmp, mode)
+        config = _demo_config(base, config_path, str(tmp), mode)
         KafkaAdmin(bootstrap).create_topic(config.input.topic, 4, {"retention.ms": "-1"})
-        chart_path = chart or Path(tmp) / "window-operator-demo.png"
         return _run_job(config, bootstrap, events, seconds, out, err, chart_path)
     finally:
         if broker is not None:
             broker.stop()
+        # the run's state and checkpoint go; the chart stays where it was written
+        for path in tmp.iterdir():
+            if path != chart_path:
+                shutil.rmtree(path, ignore_errors=True)
+        if chart is not None:
+            tmp.rmdir()
 
 
 def _run_job(

@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spa
 def test_demo_prints_window_results_and_stops(
     kafka_bootstrap: str, tmp_path: Path, mode: str
 ) -> None:
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "TMPDIR": str(temp)}
     chart = tmp_path / "chart.png"
     proc = subprocess.run(
         [
@@ -51,3 +53,5 @@ def test_demo_prints_window_results_and_stops(
     assert f"late updates marked): {chart}" in proc.stderr
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Failed to cancel job group" not in proc.stderr
+    # the run's state and checkpoint are gone with it (before, 2 MB stayed in /tmp)
+    assert list(temp.glob("window-operator-demo-*")) == []
