@@ -214,11 +214,14 @@ def run_demo(
         if broker is not None:
             broker.stop()
         # the run's state and checkpoint go; the chart stays where it was written
-        for path in tmp.iterdir():
-            if path != chart_path:
-                shutil.rmtree(path, ignore_errors=True)
         if chart is not None:
-            tmp.rmdir()
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            for path in tmp.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                elif path != chart_path:
+                    path.unlink(missing_ok=True)
 
 
 def _run_job(
