@@ -39,6 +39,27 @@ def free_port() -> int:
         return port
 
 
+def port_in_use(port: int) -> bool:
+    """Whether something listens on ``port`` of loopback (connections of a broker that
+    stopped, waiting out TIME_WAIT, do not count: a broker started there binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a log file ('' when there is none)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
 def _binary() -> Path:
     try:
         path = Path(str(importlib.resources.files("noida_db") / "noida-db"))
@@ -81,11 +102,17 @@ class LocalBroker:
         binary = _binary()
         if not self.port:
             self.port = free_port()
+        elif port_in_use(self.port):  # it would answer for the broker already there
+            raise BrokerError(
+                f"port {self.port} on 127.0.0.1 is in use (another broker?): choose another "
+                "with --port"
+            )
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="window-operator-broker-"))
             self._own_dir = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path or self.data_dir / "broker.log", "ab")  # noqa: SIM115
+        log_path = self.log_path or self.data_dir / "broker.log"
+        log = open(log_path, "ab")  # noqa: SIM115
         cmd = [
             str(binary),
             "start",
@@ -109,7 +136,11 @@ class LocalBroker:
                 f"{timeout_s:g}s ({exc.cause})"
             ) from None
         if self.process.poll() is not None:
-            raise BrokerError(f"broker exited with status {self.process.returncode}")
+            why = _last_line(log_path)
+            raise BrokerError(
+                f"the broker exited with status {self.process.returncode}"
+                + (f": {why} (log: {log_path})" if why else f" (log: {log_path})")
+            )
         return self
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -58,3 +59,23 @@ def test_sigterm_stops_the_broker_and_its_process(tmp_path: Path) -> None:
     finally:
         if cmd.poll() is None:
             cmd.kill()
+
+
+def test_a_port_in_use_is_one_line_naming_it(tmp_path: Path) -> None:
+    """Before, the broker started on a taken port died with "broker exited with status
+    1" (its reason only in its log), or the command reported the other broker there as
+    its own."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "window_operator", "broker", "--port", str(port),
+             "--data-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"window-operator: port {port} on 127.0.0.1 is in use (another broker?): choose "
+        "another with --port"
+    ]
