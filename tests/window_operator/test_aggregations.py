@@ -785,11 +785,16 @@ def test_user_duck_typed_op_by_dotted_path() -> None:
         assert isinstance(op, ObjectOp)
         assert op.op_name == path and op.numeric and not op.deductible
         acc = fold(op, [((1, 0, 0), 3.0), ((2, 0, 0), 4.0)])
-        other = fold(op, [((3, 0, 0), 0.5)])
+        other = fold(op, [((3, 0, 0), 0.5), ((4, 0, 0), None)])  # numeric: a null skipped
         assert op.finish(op.combine(acc, other)) == 12.0
         assert op.loads(op.dumps(acc)) == 12.0
         with pytest.raises(NotDeductibleError):
             op.deduct(acc, other)
+
+
+def test_a_user_op_that_is_not_numeric_gets_nulls() -> None:
+    op = resolve_op("udf_example:SetResultOp")
+    assert not op.numeric and fold(op, [((1, 0, 0), None)]) == [None]
 
 
 def test_user_op_with_deduct_and_codec() -> None:

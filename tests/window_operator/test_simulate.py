@@ -522,6 +522,19 @@ def test_a_user_operation_calling_sys_exit_is_an_error_not_the_end_of_the_job(
     assert by_code["RESULT_ERROR"]["reason"].endswith("finish raised SystemExit: 0")
 
 
+def test_a_numeric_user_operation_skips_nulls_as_the_built_in_ones_do(tmp_path: Path) -> None:
+    """The README's ProductOp over a null value: the record is applied (``count`` with
+    the field skips it too), where before it was an INTERNAL_ERROR (``3.0 * None``)."""
+    lines = [orjson.dumps({"k": "a", "ts": BASE + i, "v": v}) for i, v in enumerate([2, None, 3])]
+    aggs = [
+        {"name": "p", "op": "udf_example:ProductOp", "field": "v"},
+        {"name": "n", "op": "count", "field": "v"},
+    ]
+    results, errors, summary = run(lines, tmp_path, 10, aggregations=aggs)
+    assert errors == [] and summary.applied == 3
+    assert [r["values"] for r in results] == [{"p": 6.0, "n": 2}]
+
+
 def test_sys_exit_where_no_record_or_window_can_be_blamed_fails_the_run(tmp_path: Path) -> None:
     """``sys.exit`` in a user ``combine`` while the last timer fires the windows is not
     the exit status of the run: ``simulate`` raises UserCodeExitError naming the call."""

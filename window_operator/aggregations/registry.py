@@ -114,7 +114,11 @@ class UserObjectOp(ObjectOp):
         return self.impl.create()
 
     def accumulate(self, acc: Any, value: Any, order: Ordering) -> Any:
-        """The user's ``accumulate(acc, value)`` (the ordering is not passed on)."""
+        """The user's ``accumulate(acc, value)`` (the ordering is not passed on); a
+        ``numeric`` operation is not given nulls, as the built-in numeric ones ignore
+        them."""
+        if value is None and self.numeric:
+            return acc
         return self.impl.accumulate(acc, value)
 
     def combine(self, a: Any, b: Any) -> Any:
