@@ -154,19 +154,22 @@ def bootstrap_servers(args: argparse.Namespace, config: JobConfig | JoinJobConfi
 
 
 def parse_time(text: str | None, default: int) -> int:
-    """A time given as epoch milliseconds or ISO-8601 (``default`` when not given)."""
+    """A time given as epoch milliseconds or ISO-8601 (``default`` when not given); one
+    without a zone is UTC, as the log and ``status`` print times."""
     if text is None:
         return default
     try:
         return int(text)
     except ValueError:
         pass
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise CliError(f"{text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 

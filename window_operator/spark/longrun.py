@@ -143,8 +143,9 @@ class LongRunningJob(SparkJob):
         slots = local_slots(sc.master or "")
         if self.workers and slots is not None and self.workers > slots:
             # a barrier stage waits for its slots: Spark would retry it for 10 minutes
+            master = re.sub(r",\s*\d+\]$", "]", sc.master or "")  # without the task retries
             raise WorkerSlotsError(
-                f"spark.workers is {self.workers}, but Spark {sc.master} has {slots} task "
+                f"spark.workers is {self.workers}, but Spark {master} has {slots} task "
                 f"slots: each long-running worker holds one (set spark.workers to at most "
                 f"{slots}, or leave it out)"
             )

@@ -3,11 +3,14 @@ and the key it looks up."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 
+from window_operator.cli.common import parse_time
 from window_operator.cli.state import _group_key, _inspect_json
 from window_operator.config import parse_config
 from window_operator.results import FailedValue
@@ -49,3 +52,21 @@ def test_inspect_takes_a_several_field_key_as_any_json_array_of_it() -> None:
     assert _group_key(config, '["US"]') == ('["US"]', hint)  # one field short
     one = parse_config({**doc, "input": {"key": "country", "timestamp": "ts"}}, base_dir=Path("."))
     assert _group_key(one, '["US", 2024]') == ('["US", 2024]', "")
+
+
+def test_inspect_times_without_a_zone_are_utc_as_the_log_prints_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--from 2023-11-14 22:15:00`` (copied from a log line) is UTC, whatever the
+    machine's zone; before, it was the machine's local time."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        want = 1_700_000_100_000
+        assert parse_time("2023-11-14 22:15:00", 0) == want
+        assert parse_time("2023-11-14T22:15:00Z", 0) == want
+        assert parse_time("2023-11-14T17:15:00-05:00", 0) == want
+        assert parse_time(str(want), 0) == want and parse_time(None, 7) == 7
+    finally:
+        monkeypatch.undo()
+        time.tzset()
