@@ -228,8 +228,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from window_operator.demo import DEFAULT_CONFIG, run_demo
 
+    config_path = Path(args.config) if args.config else DEFAULT_CONFIG
+    if not isinstance(load_any_config(config_path), JobConfig):
+        raise CliError(
+            f"{config_path} is a join: the demo streams clicks into an aggregation job "
+            "(try `simulate` or `run` for a join)",
+            EXIT_CONFIG,
+        )
     printed = run_demo(
-        config_path=Path(args.config) if args.config else DEFAULT_CONFIG,
+        config_path=config_path,
         events=args.events,
         seconds=args.seconds,
         out=sys.stdout,

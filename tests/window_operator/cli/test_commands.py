@@ -613,3 +613,11 @@ def test_produce_writes_the_lines_of_an_avro_job_as_avro(
         body = io.BytesIO(values[key][len(header) :])
         assert fastavro.schemaless_reader(body, parsed, None) == {"k": key.decode(), "ts": ts}
     assert values[b"c"] == b'{"k": "c", "ts": "late"}'
+
+
+def test_the_demo_of_a_join_config_says_it_runs_aggregations() -> None:
+    """Before, a join config gave the aggregation model's problems (``join: unknown
+    key``, ``input: required``)."""
+    proc = cli("demo", "--config", "config/orders-shipments.yaml")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "is a join: the demo streams clicks into an aggregation job" in proc.stderr
