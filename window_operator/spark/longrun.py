@@ -16,7 +16,9 @@ The driver (:class:`LongRunningJob`) keeps a
 epochs to (metrics, the log line, ``--report``, ``status``) and that tells them to stop.
 Progress lives in the state, not in a Spark checkpoint: every task's committed input
 positions say where its worker starts again, so a stage that failed is simply started
-again, up to :data:`MAX_RESTARTS` times in a row without an epoch in between.
+again, up to :data:`MAX_RESTARTS` times in a row without progress: a start is progress
+once every worker reported an epoch (a worker that fails the same way at every start
+never does, however many epochs the others report).
 
 The assignment of input partitions to workers is fixed for a start of the workers. Every
 ``spark.partition_discovery`` the driver counts the input topics' partitions; when a
@@ -32,7 +34,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import count
 from pathlib import Path
@@ -54,6 +56,7 @@ from window_operator.spark.failures import root_cause
 __all__ = [
     "MAX_RESTARTS",
     "LongRunningJob",
+    "Restarts",
     "WorkerSlotsError",
     "WorkersFailedError",
     "job_for",
@@ -64,12 +67,31 @@ log = logging.getLogger(__name__)
 
 AnyJobConfig = JobConfig | JoinJobConfig
 
-#: Restarts of the workers in a row (without an epoch in between) before the job fails.
+#: Failed starts of the workers in a row without progress (see Restarts) before the job
+#: fails.
 MAX_RESTARTS = 3
 
 
 class WorkersFailedError(WindowOperatorError):
     """The workers failed and could not be started again (the message says why)."""
+
+
+@dataclass
+class Restarts:
+    """When the workers start again after a failure: 2 s after a start that made
+    progress, else after a wait that doubles (up to 10 s), until :data:`MAX_RESTARTS`
+    failures in a row without progress end the job."""
+
+    limit: int = MAX_RESTARTS
+    failures: int = 0
+
+    def failed(self, progressed: bool) -> float | None:
+        """One more failure (of a start that ``progressed`` or not): the seconds to wait
+        before the next start, or ``None``: give up."""
+        self.failures = 1 if progressed else self.failures + 1
+        if self.failures > self.limit:
+            return None
+        return min(2.0**self.failures, 10.0)
 
 
 class WorkerSlotsError(JobSetupError):
@@ -130,6 +152,8 @@ class LongRunningJob(SparkJob):
         self._known: dict[str, int] = {}
         self._worker_count = 0
         self._epochs = 0
+        #: the workers that reported an epoch since the workers last started
+        self._reported: set[int] = set()
         #: the job's clock: every worker's reports joined (ClockState.merged)
         self._clock = ClockState()
         self._group = f"window-operator-{config.job}"
@@ -179,10 +203,11 @@ class LongRunningJob(SparkJob):
 
     def _supervise(self, spec: WorkerSpec) -> None:
         """Run the workers; start them again after a failure (see module doc)."""
-        failures = 0
+        restarts = Restarts()
         try:
             for attempt in count():
-                epochs = self._epochs
+                with self._lock:
+                    self._reported = set()
                 try:
                     if self._regrow.is_set():
                         spec = self._regrown(spec)
@@ -194,19 +219,25 @@ class LongRunningJob(SparkJob):
                 except Exception as exc:  # noqa: BLE001 - decided below
                     if self._stopping.is_set():
                         return
-                    failures = 1 if self._epochs > epochs else failures + 1
                     cause = root_cause(exc)
-                    if failures > MAX_RESTARTS:
+                    wait = restarts.failed(self.progressed(spec.assignment.workers))
+                    if wait is None:
                         self.error = WorkersFailedError(
-                            f"the workers of job {self.config.job!r} failed {failures} times "
-                            f"in a row: {cause}"
+                            f"the workers of job {self.config.job!r} failed "
+                            f"{restarts.failures} times in a row: {cause}"
                         )
                         return
                     log.warning("the workers failed (%s); starting them again", cause)
-                    if self._stopping.wait(min(2.0**failures, 10.0)):
+                    if self._stopping.wait(wait):
                         return
         finally:
             self._done.set()
+
+    def progressed(self, workers: int) -> bool:
+        """Whether this start of the workers made progress: each of the ``workers``
+        reported an epoch since it began."""
+        with self._lock:
+            return len(self._reported) >= workers
 
     def _regrown(self, spec: WorkerSpec) -> WorkerSpec:
         """The spec of the next start after input topics grew (the workers stopped)."""
@@ -278,6 +309,7 @@ class LongRunningJob(SparkJob):
         """A worker's epoch (coordinator thread): published as a batch report."""
         # the workers report on threads of their own: one report at a time
         with self._lock:
+            self._reported.add(epoch.worker)
             self._clock = self._clock.merged(epoch.clock)
             report = BatchReport(
                 self._epochs, epoch.tasks, epoch.ranges, self._clock, epoch.seconds

@@ -10,7 +10,7 @@ from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.longrun.progress import read_progress
 from window_operator.runtime.longrun.wire import EpochReport
 from window_operator.spark.driver import BatchReport
-from window_operator.spark.longrun import LongRunningJob
+from window_operator.spark.longrun import LongRunningJob, Restarts
 
 S = 1_000
 
@@ -35,3 +35,26 @@ def test_a_report_trailing_another_workers_does_not_take_the_clock_back(tmp_path
     progress = read_progress(Path(str(config.spark.checkpoint_dir)))
     assert progress is not None and progress.watermark == 35 * S
     assert progress.max_ts == {p0: 50 * S, p1: 40 * S}
+
+
+def test_a_start_makes_progress_once_every_worker_reported(tmp_path: Path) -> None:
+    """A healthy worker's empty epochs are not progress while another worker fails at
+    every start: before, any epoch counted, and such a job restarted its workers forever
+    (16 times in 150 s, in a helper's test with an offsets job)."""
+    config = job_config(tmp_path, "clicks", "restarts", spark={"mode": "long_running"})
+    job = LongRunningJob(config, bootstrap_servers="unused:9092", spark=None)
+    assert not job.progressed(2)
+    for _ in range(3):  # worker 0 reports every trigger; worker 1 never does
+        job._on_epoch(EpochReport(0, 0, [], [], ClockState(), 0.1))
+    assert not job.progressed(2)
+    job._on_epoch(EpochReport(1, 0, [], [], ClockState(), 0.1))
+    assert job.progressed(2)
+
+
+def test_restarts_give_up_after_three_failures_without_progress() -> None:
+    restarts = Restarts()
+    assert [restarts.failed(False) for _ in range(3)] == [2.0, 4.0, 8.0]
+    assert restarts.failed(False) is None and restarts.failures == 4
+    again = Restarts()
+    waits = [again.failed(p) for p in (False, False, True, False, False, False)]
+    assert waits == [2.0, 4.0, 2.0, 4.0, 8.0, None]  # progress starts the count again
