@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.kernel import ClockState
 from window_operator.runtime.batch import (
     HISTORY,
@@ -41,7 +42,12 @@ from window_operator.runtime.runner import TaskReport
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.clock_log import ClockLog
 from window_operator.spark.exchange import map_side, reduce_side, timer_pass
-from window_operator.spark.topics import prepare_topics
+from window_operator.spark.topics import (
+    check_grown_inputs,
+    input_topics,
+    keeps_partitions,
+    prepare_topics,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -187,6 +193,8 @@ class StreamingJob(SparkJob):
         #: a task reported batched LATE updates waiting (in its last batch or pass)
         self._late_pending: dict[int, bool] = {}
         self.query: StreamingQuery | None = None
+        #: lists the inputs' partitions before each batch of an offsets-window job
+        self._admin: KafkaAdmin | None = None
 
     # -- the job clock -------------------------------------------------------------------
 
@@ -198,6 +206,7 @@ class StreamingJob(SparkJob):
 
     def _process(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
+        self._check_inputs()
         with self._lock:
             starts = starts_after(self._ends)
             clock = self.clocks.begin(batch_id, _now_ms(), self._advance, starts)
@@ -229,6 +238,23 @@ class StreamingJob(SparkJob):
         report = BatchReport(batch_id, tasks, ranges, after, time.perf_counter() - started)
         self.run_totals.batches += 1
         self.reports.publish(report)
+
+    def _check_inputs(self) -> None:
+        """Before a batch of a job whose state keeps one input partition per task
+        (offsets windows): stop the query with one line if the inputs grew past its
+        tasks, instead of failing the tasks (each tried 4 times) that get the records of
+        a partition they cannot hold."""
+        if not keeps_partitions(self.config):
+            return
+        if self._admin is None:
+            self._admin = KafkaAdmin(self.bootstrap, client_config=self.config.kafka.consumer)
+        try:
+            found = self._admin.topics()
+        except KafkaAdminError as exc:  # the tasks still refuse such records themselves
+            log.debug("could not list the input partitions before batch: %s", exc)
+            return
+        widest = max(found.get(t, 0) for t in input_topics(self.config))
+        check_grown_inputs(self.config, self.settings.tasks, widest)
 
     def tick(self, *, final: bool = False) -> BatchReport:
         """Run the timers of every state task now (what the timer thread does when idle);

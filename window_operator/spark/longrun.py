@@ -52,6 +52,7 @@ from window_operator.runtime.longrun.worker import Worker, WorkerSpec
 from window_operator.runtime.plans import plan_for
 from window_operator.spark.driver import BatchReport, JobOptions, SparkJob, StreamingJob
 from window_operator.spark.failures import root_cause
+from window_operator.spark.topics import TaskCountError, check_grown_inputs
 
 __all__ = [
     "MAX_RESTARTS",
@@ -266,6 +267,16 @@ class LongRunningJob(SparkJob):
             if not grown:
                 continue
             text = ", ".join(f"{t} {known.get(t, 0)} -> {found[t]}" for t in grown)
+            try:
+                check_grown_inputs(self.config, self.settings.tasks, max(found[t] for t in grown))
+            except TaskCountError as exc:
+                log.warning("input partitions added (%s): the job stops", text)
+                with self._control:
+                    self.error = exc  # the workers commit what they read and end
+                    self._stopping.set()
+                    if self._coordinator is not None:
+                        self._coordinator.stop_workers()
+                return
             log.info("input partitions added (%s): starting the workers again", text)
             with self._control:
                 if self._stopping.is_set() or self._coordinator is None:

@@ -18,7 +18,9 @@ from window_operator.kafka_admin import KafkaAdmin, TopicSpec
 __all__ = [
     "TaskCountError",
     "TransactionsUnsupportedError",
+    "check_grown_inputs",
     "input_topics",
+    "keeps_partitions",
     "prepare_topics",
 ]
 
@@ -70,7 +72,7 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
             "changelog topic, the Spark checkpoint and the state directory)"
         )
     tasks = existing or wanted or widest
-    if isinstance(config, JobConfig) and isinstance(config.window, OffsetsWindow):
+    if keeps_partitions(config):
         _check_offsets_tasks(tasks, widest, existing, changelog)
     admin.create_topics(
         [
@@ -82,6 +84,20 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
     if config.processing.exactly_once:
         _check_transactions(bootstrap, config.job, timeout_s)
     return tasks
+
+
+def keeps_partitions(config: AnyJobConfig) -> bool:
+    """Whether the job's state keeps one input partition per state task (offsets
+    windows), so that inputs growing past its tasks stop it."""
+    return isinstance(config, JobConfig) and isinstance(config.window, OffsetsWindow)
+
+
+def check_grown_inputs(config: AnyJobConfig, tasks: int, partitions: int) -> None:
+    """Raise :class:`TaskCountError` when a running job's inputs grew to ``partitions``,
+    more than its state can take (offsets windows: one per state task); the driver checks
+    before a task gets records of a partition it cannot hold."""
+    if keeps_partitions(config):
+        _check_offsets_tasks(tasks, partitions, tasks, changelog_topic(config.job))
 
 
 def _check_offsets_tasks(tasks: int, widest: int, existing: int | None, changelog: str) -> None:

@@ -29,12 +29,15 @@ from jobkit import (
     sentinels,
 )
 from joinjobkit import random_join
+from pyspark.errors import StreamingQueryException
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.observe.checkpoint import read_checkpoint
 from window_operator.observe.status import job_status
-from window_operator.spark.driver import BatchReport
-from window_operator.spark.longrun import LongRunningJob, WorkerSlotsError, local_slots
+from window_operator.spark.driver import BatchReport, StreamingJob
+from window_operator.spark.failures import root_cause
+from window_operator.spark.longrun import LongRunningJob, WorkerSlotsError, job_for, local_slots
+from window_operator.spark.topics import TaskCountError
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -235,3 +238,46 @@ def test_more_workers_than_local_slots_is_refused_at_start(
     refused = r"spark.workers is 3, but Spark local\[2\] has 2 task slots"
     with pytest.raises(WorkerSlotsError, match=refused):
         job.start()
+
+
+@pytest.mark.parametrize("mode", ["micro_batch", "long_running"])
+def test_an_offsets_job_whose_input_grows_past_its_tasks_stops_with_one_line(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    mode: str,
+) -> None:
+    """Offsets windows keep one input partition per state task: a third partition for
+    two tasks stops the job, from the driver, with the TaskCountError a restart would
+    give. Before, micro-batch tasks failed (each tried 4 times) on the records of the new
+    partition, and long-running workers were started again forever."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 2)
+    events = [{"page": "/a", "ts": 1_700_000_000_000 + i, "latency_ms": 1.0} for i in range(20)]
+    produce(kafka_bootstrap, topic, events, round_robin=True, partitions=2)
+    section = {"mode": mode, "trigger": "500ms", "partition_discovery": "500ms"}
+    config = job_config(tmp_path, topic, unique_name("job"), spark=section,
+                        window={"type": "offsets", "size": 5}, emit={}, retention={})  # fmt: skip
+    job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+    job.start()
+    try:
+        deadline = time.monotonic() + 120
+        while job.run_totals.totals.get("applied", 0) < 20 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job.run_totals.totals.get("applied", 0) == 20
+        add_partitions(kafka_bootstrap, topic, 3)
+        produce(kafka_bootstrap, topic, [], raw=[(b"k", orjson.dumps(events[0]), 2)])
+        grown = "the input has 3 partitions now and the changelog topic"
+        if mode == "long_running":
+            with pytest.raises(TaskCountError, match=grown):
+                job.await_termination(120)
+        else:
+            assert isinstance(job, StreamingJob) and job.query is not None
+            with pytest.raises(StreamingQueryException) as info:
+                job.query.awaitTermination(120)
+            assert root_cause(info.value).startswith(
+                "window_operator.spark.topics.TaskCountError: offsets windows keep one input"
+            )
+    finally:
+        job.stop()
