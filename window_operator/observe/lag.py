@@ -21,8 +21,9 @@ __all__ = ["InputLag", "LagReading"]
 
 log = logging.getLogger(__name__)
 
-#: How often the partition counts of the input topics are asked again.
-METADATA_EVERY_S = 60.0
+#: How often the partition counts of the input topics are asked again (partitions added
+#: show their lag, all of their records while the job has not read them, this soon).
+METADATA_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)

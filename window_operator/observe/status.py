@@ -168,7 +168,24 @@ def job_status(
         if status.lag > before:
             status.problems.append(f"lag growing: {before} -> {status.lag} in {interval_s:g} s")
     _check_idle(config, status, max_idle_triggers)  # on the last reading, as printed
+    _check_unread(config, status)
     return status
+
+
+def _check_unread(config: AnyJobConfig, status: JobStatus) -> None:
+    """A long-running job without partition discovery reads partitions added to its
+    inputs only after a restart: records waiting in one it never read are a problem,
+    however busy its other partitions keep it."""
+    if not config.spark.long_running or config.spark.partition_discovery is not None:
+        return
+    unread = [p for p in status.partitions if p.committed is None and p.lag > 0]
+    if unread:
+        names = ", ".join(f"{p.topic}[{p.partition}]" for p in unread)
+        status.problems.append(
+            f"not read: {sum(p.lag for p in unread)} records wait in {names}, which the "
+            "running workers do not read (spark.partition_discovery is off): restart the "
+            "job to read them"
+        )
 
 
 def _check_idle(config: AnyJobConfig, status: JobStatus, max_idle_triggers: int) -> None:

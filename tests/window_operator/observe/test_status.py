@@ -1,4 +1,5 @@
-"""``window-operator status`` on a job that has run, one that is behind, one that never ran."""
+"""``window-operator status`` on a job that has run, one that is behind, one that never
+ran, and one whose workers do not read a partition added to its input."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobkit import job_config
 from obskit import in_order, job_dict, one_partition_topic, produce_events, write_job
 
 from window_operator.cli import main
+from window_operator.observe.checkpoint import CheckpointState
+from window_operator.observe.status import JobStatus, PartitionStatus, _check_unread
 from window_operator.spark.driver import StreamingJob
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -88,3 +92,28 @@ def test_status_of_a_job_that_never_ran(
         f"{tmp_path}/state/never-ran/spark-checkpoint holds no micro-batch "
         "(start it with `window-operator run`)"
     )
+
+
+@pytest.mark.parametrize("discovery", [None, "1m"])
+def test_a_partition_a_long_running_job_without_discovery_never_reads_is_a_problem(
+    tmp_path: Path, discovery: str | None
+) -> None:
+    """With ``partition_discovery`` off, records in a partition added while the workers
+    run wait for a restart: status says so, where it said healthy as long as the other
+    partitions kept the workers busy (a helper's partition-growth test)."""
+    spark = {"mode": "long_running", "partition_discovery": discovery}
+    config = job_config(tmp_path, "clicks", "unread", spark=spark)
+    status = JobStatus("unread", CheckpointState(tmp_path, last_planned=3, last_committed=3))
+    status.partitions = [
+        PartitionStatus("clicks", 0, 500, 500, None, None),
+        PartitionStatus("clicks", 2, None, 75, None, None),  # added, never read
+        PartitionStatus("clicks", 3, None, 0, None, None),  # added, empty
+    ]
+    _check_unread(config, status)
+    if discovery is None:
+        assert status.problems == [
+            "not read: 75 records wait in clicks[2], which the running workers do not read "
+            "(spark.partition_discovery is off): restart the job to read them"
+        ]
+    else:  # the workers start again with it within the discovery interval
+        assert status.healthy
