@@ -46,7 +46,7 @@ from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.kernel.clock import ClockState
 from window_operator.runtime.longrun.control import Coordinator
 from window_operator.runtime.longrun.prepare import worker_spec
-from window_operator.runtime.longrun.progress import record_progress
+from window_operator.runtime.longrun.progress import read_progress, record_progress
 from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
 from window_operator.runtime.longrun.worker import Worker, WorkerSpec
 from window_operator.runtime.plans import plan_for
@@ -152,7 +152,9 @@ class LongRunningJob(SparkJob):
         self._regrow = threading.Event()
         self._known: dict[str, int] = {}
         self._worker_count = 0
-        self._epochs = 0
+        # epochs are numbered on across restarts, as `status` counts them
+        progress = read_progress(self.checkpoint_dir)
+        self._epochs = 0 if progress is None else progress.epochs
         #: the workers that reported an epoch since the workers last started
         self._reported: set[int] = set()
         #: the job's clock: every worker's reports joined (ClockState.merged)

@@ -35,6 +35,11 @@ def test_a_report_trailing_another_workers_does_not_take_the_clock_back(tmp_path
     progress = read_progress(Path(str(config.spark.checkpoint_dir)))
     assert progress is not None and progress.watermark == 35 * S
     assert progress.max_ts == {p0: 50 * S, p1: 40 * S}
+    # a restarted driver numbers its epochs on, as `status` counts them ("last epoch 1")
+    again = LongRunningJob(config, bootstrap_servers="unused:9092", spark=None,
+                           on_report=reports.append)  # fmt: skip
+    again._on_epoch(EpochReport(0, 0, [], [], behind, 0.1))
+    assert reports[-1].batch_id == progress.epochs == 2
 
 
 def test_a_start_makes_progress_once_every_worker_reported(tmp_path: Path) -> None:
