@@ -26,7 +26,6 @@ __all__ = ["CheckpointState", "TopicPartition", "read_checkpoint"]
 
 TopicPartition = tuple[str, int]
 _NUMBERED = re.compile(r"^\d+$")
-_CLOCK_ENTRY = re.compile(r"^(\d+)\.json$")
 
 
 @dataclass(frozen=True)
@@ -82,13 +81,8 @@ def _offset_entry(path: Path) -> tuple[int | None, dict[TopicPartition, int]]:
 
 
 def _newest_clock(directory: Path) -> ClockState | None:
-    if not directory.is_dir():
-        return None
-    ids = [int(m.group(1)) for n in os.listdir(directory) if (m := _CLOCK_ENTRY.match(n))]
-    if not ids:
-        return None
-    found = ClockLog(directory).read(max(ids))
-    return None if found is None else found[0]
+    newest = ClockLog(directory).newest()
+    return None if newest is None else newest[1]
 
 
 def read_checkpoint(directory: str | Path) -> CheckpointState:

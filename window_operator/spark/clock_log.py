@@ -152,14 +152,15 @@ class ClockLog:
             out.append(BatchStart(batch_id, found.state, found.starts))
         return tuple(reversed(out))
 
-    def newest(self) -> tuple[int, ClockState] | None:
-        """The newest entry's batch id and clock (None: no entry): the clock a restarted
-        driver goes on from (prepared: after the last batch or timer pass; final: the
-        clock of a batch that began, which runs again unless it was committed)."""
+    def newest(self) -> tuple[int, ClockState, bool] | None:
+        """The newest entry's batch id, clock and whether it is final (None: no entry):
+        the clock a restarted driver goes on from (prepared: after the last batch or
+        timer pass; final: the clock of a batch that began, which runs again unless it
+        was committed)."""
         for batch_id in sorted(self._ids(), reverse=True):
             found = self._read(batch_id)
             if found is not None:
-                return batch_id, found.state
+                return batch_id, found.state, found.final
         return None
 
     def prepare(self, batch_id: int, state: ClockState) -> None:

@@ -183,7 +183,11 @@ class StreamingJob(SparkJob):
         self._ends = self.clocks.ends()
         # a restart goes on from the logged clock (its first timer pass reports it)
         newest = self.clocks.newest()
-        self._next_batch, self._clock = (0, ClockState()) if newest is None else newest
+        self._next_batch, self._clock, final = newest or (0, ClockState(), False)
+        #: the newest entry is of a batch that began and may run again: until a batch
+        #: ran, timer passes keep its clock as it is (moved on, by idle partitions, it
+        #: could fire windows that batch must still find open when it runs again)
+        self._held = final
         self._lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._stop = threading.Event()
@@ -201,6 +205,11 @@ class StreamingJob(SparkJob):
     def _advance(self, state: ClockState, now: int) -> ClockState:
         """The clock ``state`` moved to wall clock ``now`` (no new input)."""
         return advance_clock(self.settings, state, [], now)
+
+    def timer_clock(self, now: int) -> ClockState:
+        """The clock a timer pass at wall clock ``now`` runs with: the job's, moved to
+        ``now`` (held as it is after a restart until a batch ran: see ``_held``)."""
+        return self._clock if self._held else self._advance(self._clock, now)
 
     # -- micro-batches -------------------------------------------------------------------
 
@@ -231,7 +240,7 @@ class StreamingJob(SparkJob):
                 self.clocks.write_ends(ends)
                 self._ends = ends
             self.clocks.prepare(batch_id + 1, after)
-            self._clock, self._next_batch = after, batch_id + 1
+            self._clock, self._next_batch, self._held = after, batch_id + 1, False
             self._last_activity = time.monotonic()
         tasks = [o for o in out if isinstance(o, TaskReport)]
         self._late_pending.update((t.task, t.late_pending) for t in tasks)
@@ -261,7 +270,7 @@ class StreamingJob(SparkJob):
         ``final``: the run ends, batched LATE updates go out."""
         started = time.perf_counter()
         with self._lock:
-            clock = self._advance(self._clock, _now_ms())
+            clock = self.timer_clock(_now_ms())
             ends, history = tuple(self._ends.values()), self.clocks.history(None, HISTORY)
             ctx = BatchContext(self.settings, -1, clock, self._origin, ends, history, final)
             n = self.settings.tasks

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jobkit import job_config
+
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.batch import note_ends, note_origin
 from window_operator.runtime.exchange import InputRange, MapReport
 from window_operator.spark.clock_log import ClockLog
+from window_operator.spark.driver import StreamingJob
 
 P0, P1 = InputPosition(0, 0), InputPosition(0, 1)
 
@@ -42,9 +45,10 @@ def test_a_restarted_driver_goes_on_from_the_newest_entry(tmp_path: Path) -> Non
     log.begin(9, 100, moved)
     log.begin(10, 200, moved)
     log.prepare(11, ClockState(max_ts={P0: 7}, now=250, watermark=5))
-    assert ClockLog(tmp_path / "clock").newest() == (11, ClockState({P0: 7}, {}, 250, None, 5))
+    prepared = ClockState({P0: 7}, {}, 250, None, 5)
+    assert ClockLog(tmp_path / "clock").newest() == (11, prepared, False)
     (tmp_path / "clock" / "11.json").unlink()  # the driver died before batch 10 ended
-    assert log.newest() == (10, ClockState(now=200))
+    assert log.newest() == (10, ClockState(now=200), True)
 
 
 def test_the_origin_keeps_the_first_offset_of_every_partition(tmp_path: Path) -> None:
@@ -102,3 +106,24 @@ def test_the_history_names_how_the_recent_batches_began(tmp_path: Path) -> None:
     log.begin(6, 600, moved, {P0: 60})
     assert [b.batch_id for b in log.history(7, 16)] == [6]
     assert log.history(1, 16) == ()
+
+
+def test_a_restart_holds_the_clock_of_a_batch_that_may_run_again(tmp_path: Path) -> None:
+    """Batch 10 began (its entry is final) when the driver died: until a batch ran, a
+    restarted driver's timer passes keep that clock. Moved on to the restart's wall
+    clock, idle partitions would let the watermark jump (here from 10 s to 55 s) and
+    fire windows before batch 10 runs again, which would then find records late that
+    it first took on time. A prepared newest entry moves on as timer passes do."""
+    config = job_config(tmp_path, "clicks", "held", watermark={"idle_timeout": "30s"})
+    log = ClockLog(Path(str(config.spark.checkpoint_dir)) / "window-operator-clock")
+    before = ClockState({P0: 10_000, P1: 60_000}, {P0: 1_000, P1: 100_000}, 100_000, 0, 10_000)
+    log.prepare(10, before)
+    log.begin(10, 100_000, moved)
+    restart = 220_000  # two minutes later: both partitions idle
+    job = StreamingJob(config, bootstrap_servers="unused:9092", spark=None)
+    began = log.read(10)
+    assert began is not None and began[1] and job.timer_clock(restart) == began[0]
+    (log.directory / "10.json").unlink()
+    log.prepare(10, before)  # batch 9 ended, batch 10 never began
+    moved_on = StreamingJob(config, bootstrap_servers="unused:9092", spark=None)
+    assert moved_on.timer_clock(restart).watermark == 60_000 - 5_000  # minus the lateness
