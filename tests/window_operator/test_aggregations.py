@@ -795,6 +795,9 @@ def test_user_duck_typed_op_by_dotted_path() -> None:
 def test_a_user_op_that_is_not_numeric_gets_nulls() -> None:
     op = resolve_op("udf_example:SetResultOp")
     assert not op.numeric and fold(op, [((1, 0, 0), None)]) == [None]
+    # numeric, but reading no field: each event is a None it must see
+    counting = resolve_op("udf_example:EventCountOp")
+    assert counting.numeric and fold(counting, [((i, 0, 0), None) for i in range(3)]) == 3
 
 
 def test_user_op_with_deduct_and_codec() -> None:

@@ -215,3 +215,24 @@ class ExitingOp:
         if acc > 10:
             sys.exit(0)
         return acc
+
+
+class EventCountOp:
+    """Duck-typed count of events that reads no field (``needs_field = False``): every
+    value it gets is ``None``, numeric or not."""
+
+    numeric = True
+    needs_field = False
+
+    def create(self) -> int:
+        return 0
+
+    def accumulate(self, acc: int, value: Any) -> int:
+        assert value is None
+        return acc + 1
+
+    def combine(self, a: int, b: int) -> int:
+        return a + b
+
+    def finish(self, acc: int) -> int:
+        return acc

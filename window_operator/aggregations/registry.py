@@ -115,9 +115,9 @@ class UserObjectOp(ObjectOp):
 
     def accumulate(self, acc: Any, value: Any, order: Ordering) -> Any:
         """The user's ``accumulate(acc, value)`` (the ordering is not passed on); a
-        ``numeric`` operation is not given nulls, as the built-in numeric ones ignore
-        them."""
-        if value is None and self.numeric:
+        ``numeric`` operation that reads a field is not given its nulls, as the built-in
+        numeric ones ignore them (one without a field gets ``None`` for every event)."""
+        if value is None and self.numeric and self.needs_field:
             return acc
         return self.impl.accumulate(acc, value)
 
