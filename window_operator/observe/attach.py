@@ -144,6 +144,7 @@ def run_observed(
     from window_operator.observe.spark_progress import mute_cancel_warnings
     from window_operator.spark.driver import StreamingJob
     from window_operator.spark.longrun import WorkersFailedError
+    from window_operator.spark.topics import TaskCountError
 
     observers = attach(
         job, metrics_port=metrics_port, metrics_host=metrics_host, report_path=report_path
@@ -163,7 +164,7 @@ def run_observed(
                 break
     except StreamingQueryException as exc:
         raise QueryFailedError(f"the streaming query stopped: {root_cause(exc)}") from None
-    except WorkersFailedError as exc:
+    except (WorkersFailedError, TaskCountError) as exc:  # the latter: inputs outgrew it
         raise QueryFailedError(str(exc)) from None
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -44,9 +44,10 @@ from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import JobSetupError, WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.kernel.clock import ClockState
+from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.longrun.control import Coordinator
 from window_operator.runtime.longrun.prepare import worker_spec
-from window_operator.runtime.longrun.progress import read_progress, record_progress
+from window_operator.runtime.longrun.progress import Progress, read_progress, record_progress
 from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
 from window_operator.runtime.longrun.worker import Worker, WorkerSpec
 from window_operator.runtime.plans import plan_for
@@ -80,23 +81,34 @@ class WorkersFailedError(WindowOperatorError):
 @dataclass
 class Restarts:
     """When the workers start again after a failure: 2 s after a start that made
-    progress, else after a wait that doubles (up to 10 s), until :data:`MAX_RESTARTS`
-    failures in a row without progress end the job."""
+    progress; after one that did not, a wait that doubles (2 s up to 10 s), and the job
+    ends at the failure after :data:`MAX_RESTARTS` such starts in a row."""
 
     limit: int = MAX_RESTARTS
+    #: failures in a row of starts that made no progress
     failures: int = 0
 
     def failed(self, progressed: bool) -> float | None:
         """One more failure (of a start that ``progressed`` or not): the seconds to wait
         before the next start, or ``None``: give up."""
-        self.failures = 1 if progressed else self.failures + 1
+        self.failures = 0 if progressed else self.failures + 1
         if self.failures > self.limit:
             return None
-        return min(2.0**self.failures, 10.0)
+        return min(2.0 ** max(self.failures, 1), 10.0)
 
 
 class WorkerSlotsError(JobSetupError):
     """``spark.workers`` asks for more workers than a local Spark has task slots."""
+
+
+def _last_progress(checkpoint_dir: Path) -> Progress:
+    """The progress file of the last run (empty: none, or one that does not read)."""
+    try:
+        return read_progress(checkpoint_dir) or Progress()
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError: ValueError
+        log.warning("the progress file in %s does not read (%s): starting from zero",
+                    checkpoint_dir, exc)  # fmt: skip
+        return Progress()
 
 
 def local_slots(master: str) -> int | None:
@@ -152,13 +164,14 @@ class LongRunningJob(SparkJob):
         self._regrow = threading.Event()
         self._known: dict[str, int] = {}
         self._worker_count = 0
-        # epochs are numbered on across restarts, as `status` counts them
-        progress = read_progress(self.checkpoint_dir)
-        self._epochs = 0 if progress is None else progress.epochs
+        # epochs are numbered on, and the clock goes on, from the last run's progress
+        progress = _last_progress(self.checkpoint_dir)
+        self._epochs = progress.epochs
         #: the workers that reported an epoch since the workers last started
         self._reported: set[int] = set()
         #: the job's clock: every worker's reports joined (ClockState.merged)
-        self._clock = ClockState()
+        wm = NO_WATERMARK if progress.watermark is None else progress.watermark
+        self._clock = ClockState(dict(progress.max_ts), watermark=wm)
         self._group = f"window-operator-{config.job}"
 
     # -- lifecycle -----------------------------------------------------------------------

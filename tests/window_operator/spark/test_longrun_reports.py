@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from jobkit import job_config
 
 from window_operator.kernel import ClockState, InputPosition
-from window_operator.runtime.longrun.progress import read_progress
+from window_operator.runtime.longrun.progress import PROGRESS_FILE, read_progress
 from window_operator.runtime.longrun.wire import EpochReport
 from window_operator.spark.driver import BatchReport
 from window_operator.spark.longrun import LongRunningJob, Restarts
@@ -40,6 +41,20 @@ def test_a_report_trailing_another_workers_does_not_take_the_clock_back(tmp_path
                            on_report=reports.append)  # fmt: skip
     again._on_epoch(EpochReport(0, 0, [], [], behind, 0.1))
     assert reports[-1].batch_id == progress.epochs == 2
+    # ... and goes on from the clock it showed: the trailing worker does not take it back
+    assert reports[-1].clock.watermark == 35 * S
+    assert reports[-1].clock.max_ts == {p0: 50 * S, p1: 40 * S}
+
+
+def test_a_progress_file_that_does_not_read_starts_from_zero(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = job_config(tmp_path, "clicks", "garbled", spark={"mode": "long_running"})
+    checkpoint = Path(str(config.spark.checkpoint_dir))
+    checkpoint.mkdir(parents=True)
+    (checkpoint / PROGRESS_FILE).write_text("{not json")
+    job = LongRunningJob(config, bootstrap_servers="unused:9092", spark=None)
+    assert job._epochs == 0 and "does not read" in caplog.text
 
 
 def test_a_start_makes_progress_once_every_worker_reported(tmp_path: Path) -> None:
@@ -61,5 +76,5 @@ def test_restarts_give_up_after_three_failures_without_progress() -> None:
     assert [restarts.failed(False) for _ in range(3)] == [2.0, 4.0, 8.0]
     assert restarts.failed(False) is None and restarts.failures == 4
     again = Restarts()
-    waits = [again.failed(p) for p in (False, False, True, False, False, False)]
-    assert waits == [2.0, 4.0, 2.0, 4.0, 8.0, None]  # progress starts the count again
+    waits = [again.failed(p) for p in (False, False, True, False, False, False, False)]
+    assert waits == [2.0, 4.0, 2.0, 2.0, 4.0, 8.0, None]  # progress starts the count again
