@@ -37,13 +37,17 @@ class PartitionStatus:
     end: int | None
     max_event_time: int | None
     watermark: int | None
+    #: the earliest offset the partition still holds (asked where nothing is committed)
+    start: int | None = None
 
     @property
     def lag(self) -> int:
-        """Offsets not processed yet (0 when the end is unknown)."""
+        """Offsets not processed yet (0 when the end is unknown); of a partition the
+        job never read, those it still holds."""
         if self.end is None:
             return 0
-        return max(0, self.end - (self.committed or 0))
+        base = self.committed if self.committed is not None else self.start
+        return max(0, self.end - (base or 0))
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ def _partitions(
     known |= {tp for tp in cp.committed if tp[0] in topics}
     existing = sorted(tp for tp in known if tp[1] < counts.get(tp[0], 0))
     ends = admin.list_offsets(existing, earliest=False)
+    unread = [tp for tp in existing if tp not in cp.committed]
+    starts = admin.list_offsets(unread, earliest=True) if unread else {}
     lateness = config.watermark.allowed_lateness
     max_ts = {}
     if cp.clock is not None:
@@ -115,6 +121,7 @@ def _partitions(
                 ends.get(tp),
                 ts,
                 None if ts is None else ts - lateness,
+                starts.get(tp),
             )  # fmt: skip
         )
     return out

@@ -108,7 +108,9 @@ def test_a_partition_a_long_running_job_without_discovery_never_reads_is_a_probl
         PartitionStatus("clicks", 0, 500, 500, None, None),
         PartitionStatus("clicks", 2, None, 75, None, None),  # added, never read
         PartitionStatus("clicks", 3, None, 0, None, None),  # added, empty
+        PartitionStatus("clicks", 4, None, 40, None, None, 40),  # its records expired
     ]
+    assert [p.lag for p in status.partitions] == [0, 75, 0, 0]
     _check_unread(config, status)
     if discovery is None:
         assert status.problems == [
