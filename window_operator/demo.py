@@ -200,13 +200,13 @@ def run_demo(
     base = load_config(config_path)
     broker: LocalBroker | None = None
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        print("demo: starting a local Kafka-protocol broker (noida-db) ...", file=err)
-        broker = LocalBroker().start()
-        bootstrap = broker.bootstrap_servers
     tmp = Path(tempfile.mkdtemp(prefix="window-operator-demo-"))
     chart_path = chart or tmp / "window-operator-demo.png"
     try:
+        if not bootstrap:
+            print("demo: starting a local Kafka-protocol broker (noida-db) ...", file=err)
+            broker = LocalBroker().start()
+            bootstrap = broker.bootstrap_servers
         config = _demo_config(base, config_path, str(tmp), mode)
         KafkaAdmin(bootstrap).create_topic(config.input.topic, 4, {"retention.ms": "-1"})
         return _run_job(config, bootstrap, events, seconds, out, err, chart_path)
@@ -214,7 +214,7 @@ def run_demo(
         if broker is not None:
             broker.stop()
         # the run's state and checkpoint go; the chart stays where it was written
-        if chart is not None:
+        if chart is not None or not chart_path.exists():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             for path in tmp.iterdir():

@@ -26,11 +26,12 @@ __all__ = [
 
 def prepare_environment(*, local: bool = True) -> None:
     """Environment PySpark needs (set only where the user has not): this Python for the
-    workers and, on a ``local`` master, the loopback address (a cluster's executors must
-    reach the driver at an address of its host, which Spark picks itself)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    driver and, on a ``local`` master, for the workers too and the loopback address (a
+    cluster's executors have a Python of their own, and must reach the driver at an
+    address of its host, which Spark picks itself)."""
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if local:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
