@@ -21,6 +21,7 @@ from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.observe.checkpoint import CheckpointState, TopicPartition, read_checkpoint
 from window_operator.runtime.settings import task_state_dir
+from window_operator.spark.topics import input_topics
 
 __all__ = ["JobStatus", "PartitionStatus", "TaskStatus", "format_status", "job_status"]
 
@@ -88,17 +89,10 @@ class JobStatus:
         return sum(p.lag for p in self.partitions)
 
 
-def _input_topics(config: AnyJobConfig) -> list[str]:
-    if isinstance(config, JoinJobConfig):
-        j = config.join
-        return list(dict.fromkeys([j.left.topic or j.left.name, j.right.topic or j.right.name]))
-    return [config.input.topic]
-
-
 def _partitions(
     config: AnyJobConfig, admin: KafkaAdmin, cp: CheckpointState
 ) -> list[PartitionStatus]:
-    topics = _input_topics(config)
+    topics = input_topics(config)
     counts = admin.topics()
     known: set[TopicPartition] = {(t, p) for t in topics for p in range(counts.get(t, 0))}
     known |= {tp for tp in cp.committed if tp[0] in topics}
