@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 from window_operator.config import JobConfig, load_config
+from window_operator.job import build_runtime
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.observe.chart import ResultPoint, write_results_chart
 
@@ -198,6 +199,7 @@ def run_demo(
     from window_operator.broker import LocalBroker
 
     base = load_config(config_path)
+    build_runtime(base, source=str(config_path))  # its operations, before a broker starts
     broker: LocalBroker | None = None
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     tmp = Path(tempfile.mkdtemp(prefix="window-operator-demo-"))
@@ -264,7 +266,8 @@ def _run_job(
         stop.set()
         mute_cancel_warnings(spark)
         job.stop()
-        printer.join(5)
+        if printer.ident is not None:  # it started (the job's start may have raised)
+            printer.join(5)
         spark.stop()
     _summary(config, metrics, len(seen), err)
     path = write_results_chart(seen, chart, config.aggregations[0].name)

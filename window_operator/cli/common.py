@@ -39,6 +39,7 @@ __all__ = [
     "bootstrap_servers",
     "file_progress",
     "input_file",
+    "load_checked_config",
     "load_runtime",
     "load_simulation_runtime",
     "parse_time",
@@ -129,6 +130,13 @@ def load_simulation_runtime(path: str) -> JobRuntime | JoinRuntime:
     return build_runtime(config, source=path)
 
 
+def load_checked_config(path: str | Path) -> JobConfig | JoinJobConfig:
+    """The job configured at ``path``, with what only building it checks (an unknown
+    ``op``, a user-defined operation that does not import): every command refuses the
+    configs that ``simulate`` and ``run`` refuse, with the same message."""
+    return load_simulation_runtime(str(path)).config
+
+
 def bootstrap_servers(args: argparse.Namespace, config: JobConfig | JoinJobConfig | None) -> str:
     """The brokers: ``--bootstrap-servers``, the config's, or ``KAFKA_BOOTSTRAP_SERVERS``.
 
@@ -177,7 +185,7 @@ def task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSett
     """The task settings of ``--config`` (with ``--state-dir`` and the brokers)."""
     from window_operator.runtime.settings import TaskSettings
 
-    config = load_any_config(args.config)
+    config = load_checked_config(args.config)
     return TaskSettings(
         config=config,
         bootstrap_servers=bootstrap_servers(args, config) if with_kafka else "",

@@ -21,14 +21,14 @@ from window_operator.cli.common import (
     bootstrap_servers,
     file_progress,
     input_file,
+    load_checked_config,
     load_simulation_runtime,
     port_number,
     positive_int,
     seconds,
 )
-from window_operator.config import JobConfig, load_any_config
-from window_operator.job import build_runtime
-from window_operator.join import JoinRuntime, build_join_runtime
+from window_operator.config import JobConfig
+from window_operator.join import JoinRuntime
 
 if TYPE_CHECKING:
     from window_operator.cli.common import Subparsers
@@ -154,16 +154,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
 
-    config = load_any_config(args.config)
+    config = load_checked_config(args.config)
     starting = _starting_offsets(args.starting_offsets)
     if args.mode is not None:
         config = config.model_copy(
             update={"spark": config.spark.model_copy(update={"mode": args.mode})}
         )
-    if isinstance(config, JobConfig):
-        build_runtime(config, source=args.config)  # operation problems are config errors
-    else:
-        build_join_runtime(config, source=args.config)
     conf = {**config.spark.conf, **_spark_conf(args.conf)}
     metrics = config.metrics
     metrics_port = args.metrics_port if args.metrics_port is not None else metrics.port
@@ -213,7 +209,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from window_operator.observe.status import format_status, job_status
 
-    config = load_any_config(args.config)
+    config = load_checked_config(args.config)
     status = job_status(
         config,
         bootstrap_servers(args, config),
@@ -229,7 +225,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from window_operator.demo import DEFAULT_CONFIG, run_demo
 
     config_path = Path(args.config) if args.config else DEFAULT_CONFIG
-    if not isinstance(load_any_config(config_path), JobConfig):
+    if not isinstance(load_checked_config(config_path), JobConfig):
         raise CliError(
             f"{config_path} is a join: the demo streams clicks into an aggregation job "
             "(try `simulate` or `run` for a join)",

@@ -75,6 +75,42 @@ def test_unknown_op_is_a_config_error_listing_the_builtins(tmp_path: Path) -> No
     assert "aggregations.0.op" in proc.stderr and "count" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("run", "--bootstrap-servers", "127.0.0.1:1"),
+        ("status", "--bootstrap-servers", "127.0.0.1:1"),
+        ("restore", "--bootstrap-servers", "127.0.0.1:1"),
+        ("inspect", "--key", "a"),
+        ("demo",),
+    ],
+    ids=lambda c: c[0],
+)
+def test_every_command_refuses_an_operation_that_simulate_refuses(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """An unknown op is found only when the job is built: every command builds it
+    before anything else, so each refuses the config as ``simulate`` does (naming the
+    file and the field), before it asks a broker or starts one. Before, ``status`` and
+    ``restore`` went on with such a config, ``inspect`` named no file and the demo
+    started a broker and Spark, then printed two tracebacks."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: x\ninput: {key: k, timestamp: ts, topic: t}\n"
+        "window: {type: tumbling, size: 10s}\n"
+        "aggregations: [{name: n, op: maxx, field: v}]\n"
+        f"state: {{dir: {tmp_path / 'state'}}}\n"
+    )
+    (tmp_path / "state" / "x" / "task-0").mkdir(parents=True)  # inspect finds a task
+    name, *options = command
+    proc = cli(name, "--config", str(job), *options, env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"invalid job config {job}:" in proc.stderr
+    assert "aggregations.0.op: unknown aggregate op 'maxx'" in proc.stderr
+    assert "broker" not in proc.stderr and "Spark" not in proc.stderr
+
+
 KINDS = ("EARLY", "ON_TIME", "LATE")
 AVRO_RESULT_MISFIT = {
     # the derived schema needs Avro names
