@@ -116,6 +116,10 @@ class JobConfig(JobSections):
 
     input_sections: ClassVar[tuple[str, ...]] = ("input",)
 
+    def input_topic_fields(self) -> list[tuple[Location, str]]:
+        """``input.topic``."""
+        return [(("input", "topic"), self.input.topic)]
+
     @field_validator("aggregations")
     @classmethod
     def _unique_names(cls, value: tuple[AggregationConfig, ...]) -> tuple[AggregationConfig, ...]:

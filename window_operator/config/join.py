@@ -153,6 +153,14 @@ class JoinJobConfig(JobSections):
 
     join: JoinConfig
 
+    def input_topic_fields(self) -> list[tuple[Location, str]]:
+        """Each side's topic (where it is set: its ``name`` is the topic without ``topic``)."""
+        sides = (("left", self.join.left), ("right", self.join.right))
+        return [
+            (("join", side, "name" if cfg.topic is None else "topic"), cfg.topic_name)
+            for side, cfg in sides
+        ]
+
     @model_validator(mode="after")
     def _no_retention_size(self) -> Self:
         if self.retention.size is not None:

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from window_operator.config.errors import FieldProblems, Location
+from window_operator.config.errors import FieldProblems, Location, dotted
 from window_operator.config.fields import (
     DEFAULT_STATE_DIR,
     MAX_CONFIG_INT,
@@ -443,3 +443,55 @@ class JobSections(FrozenModel):
     def _derived_defaults(cls, data: object) -> object:
         """Fill absent sections and the defaults that depend on the job name."""
         return fill_defaults(data, input_sections=cls.input_sections)
+
+    def input_topic_fields(self) -> list[tuple[Location, str]]:
+        """Where the job's input topics are set, and their names (each root lists its own)."""
+        return []
+
+    @model_validator(mode="after")
+    def _one_role_per_topic(self) -> Self:
+        """The job writes no topic it reads: it would read its own results again, and
+        each error record of an input would be rejected into that input again, without
+        end. Results, error records and the changelog go to three topics."""
+        from stores.changelog import changelog_topic  # the changelog names its topic
+
+        changelog = changelog_topic(self.job)
+        read: dict[str, Location] = {}
+        problems: list[tuple[Location, str]] = []
+        for loc, topic in self.input_topic_fields():
+            read.setdefault(topic, loc)
+            if topic == changelog:
+                problems.append((loc, f"{topic!r} is this job's changelog topic: read another"))
+        written: list[tuple[Location, str, str]] = [
+            (("output", "topic"), self.output.topic, "results"),
+            (("output", "errors_topic"), self.output.errors_topic, "error records"),
+        ]
+        for loc, topic, what in written:
+            if topic in read:
+                problems.append(
+                    (
+                        loc,
+                        f"{topic!r} is the job's input ({dotted(read[topic])}) too: it would "
+                        f"read its own {what} again",
+                    )
+                )
+            elif topic == changelog:
+                problems.append(
+                    (
+                        loc,
+                        f"{topic!r} is this job's changelog topic (its state's backup): "
+                        f"write the {what} to another",
+                    )
+                )
+        reported = self.output.topic in read or self.output.topic == changelog
+        if self.output.errors_topic == self.output.topic and not reported:
+            problems.append(
+                (
+                    ("output", "errors_topic"),
+                    f"must differ from output.topic ({self.output.topic!r}): a reader of the "
+                    "results would take error records for results",
+                )
+            )
+        if problems:
+            raise FieldProblems(problems)
+        return self

@@ -142,3 +142,21 @@ def test_retention_size_is_refused_for_a_join() -> None:
     assert _join_problems(doc) == [
         "retention.size: does not apply to joins: their messages are kept for retention.time"
     ]
+
+
+def test_a_join_writes_no_topic_it_reads() -> None:
+    """A side without ``topic`` reads its ``name``: the problem names the field set.
+    Both sides may read one topic (a self-join)."""
+    doc = _join_doc() | {"output": {"topic": "orders", "errors_topic": "t"}}
+    doc["join"]["right"]["topic"] = "t"
+    assert _join_problems(doc) == [
+        "output.topic: 'orders' is the job's input (join.left.name) too: it would read its "
+        "own results again",
+        "output.errors_topic: 't' is the job's input (join.right.topic) too: it would read "
+        "its own error records again",
+    ]
+    doc = _join_doc()
+    doc["join"]["right"]["topic"] = "orders"
+    config = parse_any_config(doc, base_dir=ROOT)
+    assert isinstance(config, JoinJobConfig)
+    assert config.join.left.topic_name == config.join.right.topic_name == "orders"

@@ -236,3 +236,33 @@ def test_metrics_port_is_not_a_boolean(port: bool) -> None:
     assert problem_lines(minimal() | {"metrics": {"port": port}}) == [
         f"metrics.port: must be an integer (got {str(port).lower()})"
     ]
+
+
+def test_a_job_writes_no_topic_it_reads_and_each_output_has_its_own() -> None:
+    """Before, an error topic that was the input made a streaming job reject its own
+    error records into its input, without end; results read back as input; error
+    records mixed into the results."""
+    doc = minimal() | {"output": {"topic": "j-input", "errors_topic": "j-input"}}
+    assert problem_lines(doc) == [
+        "output.topic: 'j-input' is the job's input (input.topic) too: it would read its own "
+        "results again",
+        "output.errors_topic: 'j-input' is the job's input (input.topic) too: it would read "
+        "its own error records again",
+    ]
+    doc = minimal() | {"output": {"topic": "j-state-changelog"}}
+    assert problem_lines(doc) == [
+        "output.topic: 'j-state-changelog' is this job's changelog topic (its state's backup):"
+        " write the results to another"
+    ]
+    doc = minimal() | {"input": {"timestamp": "ts", "topic": "j-state-changelog"}}
+    assert problem_lines(doc) == [
+        "input.topic: 'j-state-changelog' is this job's changelog topic: read another"
+    ]
+    doc = minimal() | {"output": {"topic": "out", "errors_topic": "out"}}
+    assert problem_lines(doc) == [
+        "output.errors_topic: must differ from output.topic ('out'): a reader of the results "
+        "would take error records for results"
+    ]
+    # other jobs' topics are fine: a job may read another's results or errors
+    doc = minimal() | {"input": {"timestamp": "ts", "topic": "k-windows"}}
+    assert parse_config(doc, base_dir=ROOT).output.topic == "j-windows"
