@@ -30,6 +30,7 @@ __all__ = [
     "RecordRejected",
     "TimestampUnit",
     "check_column_lengths",
+    "non_finite_reason",
     "position_columns",
 ]
 
@@ -362,7 +363,7 @@ class RecordDecoder:
             elif v is None:
                 nums.append(math.nan)  # NaN is null inside the columns
             elif cls is float or cls is int:
-                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(f, v))
+                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite_reason(f, v))
             elif v is _MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
             else:
@@ -376,7 +377,7 @@ class RecordDecoder:
             elif v is _MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
             elif v.__class__ is float and v - v != 0.0:
-                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(f, v))
+                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite_reason(f, v))
             else:
                 nums.append(1.0)
         objs: list[Any] = []
@@ -472,7 +473,8 @@ _MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
 _CONTAINERS = (dict, list)
 
 
-def _non_finite(name: str, value: float | int) -> str:
+def non_finite_reason(name: str, value: float | int) -> str:
+    """Why a record is ``NON_FINITE_VALUE``: field ``name`` holds ``value``."""
     what = "out of the float64 range" if isinstance(value, int) else f"{value}"
     return (
         f"field {name!r} is {what}: non-finite numbers are rejected "
@@ -487,7 +489,7 @@ def _check_object_value(name: str, value: Any) -> None:
         item, depth = stack.pop()
         cls = item.__class__
         if cls is float and item - item != 0.0:
-            raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(name, item))
+            raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite_reason(name, item))
         if cls is dict or cls is list:
             if depth >= MAX_VALUE_DEPTH:
                 raise RecordRejected(

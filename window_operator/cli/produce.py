@@ -7,14 +7,17 @@ that input's topic, keyed by the join key (``join.on``), without the fields ``si
 takes as meta fields (``source``, ``partition``, ``offset``, ``wall_ms``), so that the
 job carries the same records into its results as ``simulate`` does. A line of an Avro
 input is written with the input's schema; one that does not fit it is written as it is
-(the job sends it to the errors topic). A join line that names no input cannot be
-routed: it is skipped, and counted.
+(the job sends it to the errors topic). A join line that is not JSON, or names no input,
+cannot be routed: it is skipped, and counted. The literals ``NaN``, ``Infinity`` and
+``-Infinity`` are read as the job reads them, and written on as they were, so that the
+job rejects such a record as ``NON_FINITE_VALUE`` where it reads one.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -34,6 +37,7 @@ from window_operator.cli.common import (
     load_simulation_runtime,
     positive_int,
 )
+from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.events import RecordDecoder
 from window_operator.kafka_admin import KafkaAdmin
@@ -68,6 +72,7 @@ class Produced:
     records: Counter[str] = field(default_factory=Counter)
     unfit: int = 0
     unrouted: int = 0
+    not_json: int = 0
 
     def summary(self) -> str:
         """The closing line."""
@@ -75,6 +80,8 @@ class Produced:
         out = f"produced {sum(self.records.values())} records ({topics})"
         if self.unfit:
             out += f"; {self.unfit} lines did not fit the Avro schema: produced as they are"
+        if self.not_json:
+            out += f"; {self.not_json} lines were not JSON (a join's line names its input): skipped"
         if self.unrouted:
             out += f"; {self.unrouted} lines named no input of the join in 'source': skipped"
         return out
@@ -130,14 +137,14 @@ def route(
     line: bytes, inputs: dict[str | None, Target], produced: Produced
 ) -> tuple[Target, bytes | None, bytes] | None:
     """``(input, key, value)`` of a line, or ``None`` for a join line naming no input."""
-    try:
-        record: object = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        record = None
+    record, literals = _parse(line)
     value = line
     if None in inputs:
         target = inputs[None]
     else:
+        if record is None:
+            produced.not_json += 1
+            return None
         source = record.pop("source", None) if isinstance(record, dict) else None
         found = inputs.get(source) if isinstance(source, str) else None
         if found is None:
@@ -146,13 +153,34 @@ def route(
         assert isinstance(record, dict)
         for meta in META_FIELDS:
             record.pop(meta, None)
-        target, value = found, orjson.dumps(record)
+        target, value = found, _dumps(record, literals)
     if target.encode is not None:
         try:
             value = target.encode(record)
         except _UNFIT:
             produced.unfit += 1  # as it is: the job routes it to the errors
     return target, target.key_of(record), value
+
+
+def _parse(line: bytes) -> tuple[object, bool]:
+    """The JSON document of a line (``None``: not JSON), and whether it holds one of the
+    literals ``NaN``, ``Infinity``, ``-Infinity`` (read as the job reads them)."""
+    try:
+        return orjson.loads(line), False
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return parse_json(line), True
+    except InvalidJsonError:
+        return None, False
+
+
+def _dumps(record: dict[str, Any], literals: bool) -> bytes:
+    """A join record written on: orjson, or where it holds a non-finite number, the
+    standard library, which writes the literals again (orjson would write null)."""
+    if not literals:
+        return orjson.dumps(record)
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _send(producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from stores.keys import MAX_I64, MIN_I64, FieldValue
 from window_operator.arrays import IntArray, one
@@ -18,6 +19,7 @@ from window_operator.events import (
     RecordDecoder,
     RecordRejected,
     check_column_lengths,
+    non_finite_reason,
     position_columns,
 )
 from window_operator.join.common import JoinKey, dumps
@@ -193,10 +195,16 @@ class JoinDecoder:
             key = self._field(record, on[0])
         else:
             key = tuple(self._field(record, f) for f in on)
-        if self.fields is None:
-            rec = dumps(record)
-        else:
-            rec = dumps({f: record.get(f) for f in self.fields})
+        carried = record if self.fields is None else {f: record.get(f) for f in self.fields}
+        try:
+            rec = dumps(carried)
+        except orjson.JSONEncodeError as exc:  # orjson writes at most 254 levels
+            why = "is nested too deep (254 levels at most)" if "ecursion" in str(exc) else exc
+            raise RecordRejected(
+                ErrorCode.WRONG_TYPE, f"the record cannot be carried into results as JSON: {why}"
+            ) from None
+        if b"null" in rec:  # orjson writes NaN and infinities as null
+            _check_finite(carried)
         return JoinRecord(key, ts, rec)
 
     def decode_records(
@@ -275,7 +283,13 @@ class JoinDecoder:
                 return None
         elif not all(k.__class__ is str and k.isascii() and len(k) <= MAX_KEY_BYTES for k in keys):
             return None
-        return keys, tss, [dumps(r) for r in records]
+        try:
+            recs = [dumps(r) for r in records]
+        except orjson.JSONEncodeError:
+            return None
+        if any(b"null" in rec and _has_non_finite(r) for r, rec in zip(records, recs, strict=True)):
+            return None
+        return keys, tss, recs
 
     def _decode_each(
         self,
@@ -311,3 +325,32 @@ class JoinDecoder:
             recs.append(got.json)
             kept.append(i)
         return keys, tss, recs, kept, errors
+
+
+def _non_finite(record: Mapping[str, Any]) -> tuple[str, float] | None:
+    """The first field of ``record`` holding NaN or an infinity (at any depth), and that
+    number; ``None`` when it holds none."""
+    for name, value in record.items():
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            cls = item.__class__
+            if cls is float and item - item != 0.0:
+                return name, item
+            if cls is dict:
+                stack.extend(item.values())
+            elif cls is list:
+                stack.extend(item)
+    return None
+
+
+def _has_non_finite(record: Mapping[str, Any]) -> bool:
+    return _non_finite(record) is not None
+
+
+def _check_finite(record: Mapping[str, Any]) -> None:
+    """Reject a carried record holding NaN or an infinity: its results would show null
+    where the input had a number (JSON has no such numbers; see the README's rules)."""
+    found = _non_finite(record)
+    if found is not None:
+        raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite_reason(*found))

@@ -37,9 +37,20 @@ def test_a_join_line_goes_to_the_input_it_names_without_the_meta_fields() -> Non
     line = b'{"source":"shipments","offset":3,"wall_ms":9,"partition":1,"id":7,"cost":2}'
     target, key, value, (inputs, produced) = first_route("config/orders-shipments.yaml", line)
     assert (target.topic, key, orjson.loads(value)) == ("shipments", b"7", {"id": 7, "cost": 2})
-    for unroutable in (b'{"source": "returns", "id": 1}', b'{"id": 1}', b"{broken", b"[1]"):
+    for unroutable in (b'{"source": "returns", "id": 1}', b'{"id": 1}', b"[1]"):
         assert route(unroutable, inputs, produced) is None
-    assert produced.unrouted == 4
+    assert route(b"{broken", inputs, produced) is None
+    assert (produced.unrouted, produced.not_json) == (3, 1)
+
+
+def test_a_join_line_with_a_non_finite_number_goes_on_as_it_was() -> None:
+    """The job reads the literal ``NaN`` and rejects the record as NON_FINITE_VALUE;
+    before, ``produce`` skipped such a line as naming no input (orjson does not read
+    the literal), and writing it with orjson would have made the NaN a null."""
+    line = '{"source":"orders","id":1,"time":5,"v":NaN,"w":[-Infinity],"s":"é"}'.encode()
+    target, key, value, _ = first_route("config/orders-shipments.yaml", line)
+    assert (target.topic, key) == ("orders", b"1")
+    assert value == '{"id":1,"time":5,"v":NaN,"w":[-Infinity],"s":"é"}'.encode()
 
 
 @pytest.mark.parametrize(
@@ -86,9 +97,10 @@ def test_an_aggregation_line_is_keyed_by_the_job_key(
 
 
 def test_the_summary_names_every_topic_and_what_was_skipped() -> None:
-    produced = Produced(unfit=1, unrouted=2)
+    produced = Produced(unfit=1, unrouted=2, not_json=3)
     produced.records.update({"b": 2, "a": 1})
     assert produced.summary() == (
         "produced 3 records (1 to a, 2 to b); 1 lines did not fit the Avro schema: "
-        "produced as they are; 2 lines named no input of the join in 'source': skipped"
+        "produced as they are; 3 lines were not JSON (a join's line names its input): "
+        "skipped; 2 lines named no input of the join in 'source': skipped"
     )

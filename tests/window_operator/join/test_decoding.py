@@ -16,6 +16,9 @@ from window_operator.join import LEFT, RIGHT, JoinDecoder, JoinRecord, JoinRows
 from window_operator.results import ErrorCode
 
 SIDE = JoinInputConfig(name="orders", topic="orders-topic", timestamp="ts")
+NESTED_300: list[Any] = []
+for _ in range(299):
+    NESTED_300 = [NESTED_300]
 
 
 def test_one_record_decodes_to_key_time_and_json() -> None:
@@ -37,12 +40,30 @@ def test_one_record_decodes_to_key_time_and_json() -> None:
         ({"id": False, "ts": 1}, ErrorCode.WRONG_TYPE),
         ({"id": 2**63, "ts": 1}, ErrorCode.WRONG_TYPE),
         ({"id": "x" * 5000, "ts": 1}, ErrorCode.BAD_KEY),
+        # carried into results, where JSON would show null for the number
+        ({"id": 1, "ts": 1, "v": float("nan")}, ErrorCode.NON_FINITE_VALUE),
+        ({"id": 1, "ts": 1, "v": {"a": [1, float("-inf")]}}, ErrorCode.NON_FINITE_VALUE),
+        # orjson writes 254 levels at most: before, the task failed on it, every retry
+        ({"id": 1, "ts": 1, "v": NESTED_300}, ErrorCode.WRONG_TYPE),
     ],
 )
 def test_bad_records_are_rejected_with_a_code(record: Any, code: ErrorCode) -> None:
     with pytest.raises(RecordRejected) as info:
         JoinDecoder(SIDE, ["id"], LEFT).decode_one(record)
     assert info.value.code is code
+    # the column path (which takes chunks of clean records) agrees
+    got = JoinDecoder(SIDE, ["id"], LEFT).decode_records([record, {"id": 2, "ts": 1}])
+    assert got.kept == [1] and [e.code for e in got.errors] == [code]
+
+
+def test_a_non_finite_number_outside_the_carried_fields_is_ignored() -> None:
+    """As in aggregation jobs, a field the job does not read may hold anything; a null
+    in the carried record stays a null."""
+    narrow = JoinDecoder(SIDE.model_copy(update={"fields": ("x",)}), ["id"], LEFT)
+    got = narrow.decode_one({"id": 3, "ts": 7, "x": None, "w": float("inf")})
+    assert got == JoinRecord(3, 7, b'{"x":null}')
+    with pytest.raises(RecordRejected, match="field 'x' is nan"):
+        narrow.decode_one({"id": 3, "ts": 7, "x": float("nan")})
 
 
 RECORDS = st.lists(
