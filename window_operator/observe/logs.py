@@ -35,10 +35,17 @@ BATCH_LOGGER = "window_operator.batches"
 KAFKA_LOGGER = "window_operator.kafka"
 _OURS = "_window_operator_handler"
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-#: librdkafka's messages about a broker connection going away: expected when a client or
-#: the broker shuts down, and retried by librdkafka when not; an outage that matters
+#: librdkafka's messages about a broker connection going away or failing to open:
+#: expected when a client or the broker shuts down, and retried by librdkafka when not
+#: (a host name that does not resolve: about 20 times a second); an outage that matters
 #: surfaces as an error of the request that needed the broker.
-_CONNECTION_NOISE = ("Disconnected", "Connection refused", "brokers are down", "Connect to")
+_CONNECTION_NOISE = (
+    "Disconnected",
+    "Connection refused",
+    "brokers are down",
+    "Connect to",
+    "Failed to resolve",
+)
 
 
 class KafkaNoiseFilter(logging.Filter):

@@ -409,11 +409,17 @@ def test_run_against_a_missing_input_topic_exits_2_naming_it(
     assert_startup_failure(seconds, proc, repr(topic), kafka_bootstrap, "window-operator produce")
 
 
-@pytest.mark.parametrize("command", ["run", "produce", "restore"])
+@pytest.mark.parametrize(
+    ("command", "where"),
+    [("run", "refused"), ("produce", "refused"), ("restore", "refused"), ("status", "unresolved")],
+)
 def test_commands_against_an_unreachable_broker_exit_2_naming_it(
-    tmp_path: Path, command: str
+    tmp_path: Path, command: str, where: str
 ) -> None:
-    bootstrap = f"127.0.0.1:{free_port()}"  # nothing listens there
+    """One line, also for a host name that does not resolve: librdkafka logged each of
+    its attempts, about 100 lines before the one that counts."""
+    # nothing listens there / no such host (.invalid never resolves, RFC 2606)
+    bootstrap = f"127.0.0.1:{free_port()}" if where == "refused" else "nosuchhost.invalid:9092"
     events = tmp_path / "e.jsonl"
     events.write_text('{"k": "a", "ts": 1}\n')
     extra = ["--input", str(events)] if command == "produce" else []
