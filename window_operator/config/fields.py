@@ -123,6 +123,8 @@ def _aggregation_name(value: str) -> str:
 def _non_empty_path(value: Path) -> Path:
     if not str(value).strip() or value == Path():
         raise ValueError("must be a non-empty path")
+    if "\x00" in str(value):
+        raise ValueError("must not contain a NUL character (no file system takes one)")
     return value
 
 

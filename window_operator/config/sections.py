@@ -405,6 +405,8 @@ def fill_defaults(data: object, *, input_sections: Sequence[str]) -> object:
     if isinstance(out["state"], Mapping) and isinstance(out["state"].get("dir"), str | Path):
         state_dir = out["state"]["dir"]
     if isinstance(out["spark"], Mapping) and isinstance(state_dir, str | Path):
+        if "\x00" in str(state_dir):  # reported on state.dir alone (as the job name above)
+            state_dir = DEFAULT_STATE_DIR
         checkpoint = Path(state_dir) / name / "spark-checkpoint"
         out["spark"] = _with_default(out["spark"], "checkpoint_dir", checkpoint)
     return out

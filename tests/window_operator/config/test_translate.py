@@ -200,6 +200,12 @@ def test_error_message_format_is_exact() -> None:
             "must be a non-empty path",
             id="state-dir",
         ),
+        pytest.param(  # before: accepted, then `run` failed with a traceback
+            lambda d: d.update(state={"dir": "st\x00ate"}),
+            "state.dir",
+            "must not contain a NUL character (no file system takes one)",
+            id="state-dir-nul",
+        ),
     ],
 )
 def test_error_names_field_and_allowed_values(mutate: Any, path: str, message: str) -> None:
