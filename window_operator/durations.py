@@ -38,9 +38,10 @@ _HINT = "use a number with a unit, e.g. 250ms, 30s, 5m, 1h, 1d"
 # Largest unit first: format_duration_ms decomposes greedily in this order.
 _UNITS_MS: dict[str, int] = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
 
-# "ms" must be tried before "m" (the regex alternation takes the first match).
-_PART = re.compile(r"\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)\s*")
-_DIGITS = re.compile(r"\s*\d+\s*")
+# "ms" must be tried before "m" (the regex alternation takes the first match). ASCII:
+# \d would take any script's digits ("５s" was 5 s).
+_PART = re.compile(r"\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)\s*", re.ASCII)
+_DIGITS = re.compile(r"\s*\d+\s*", re.ASCII)
 
 
 class DurationError(ValueError):
@@ -71,10 +72,14 @@ def parse_duration_ms(value: int | float | str) -> int:
 def _parse_parts(text: str) -> Fraction:
     total = Fraction(0)
     pos = 0
+    seen: set[str] = set()
     while pos < len(text):
         match = _PART.match(text, pos)
         if match is None:
             break
+        if match["unit"] in seen:  # "1h1h": a slip, most likely
+            raise DurationError(f"{text!r} is not a duration: it gives {match['unit']} twice")
+        seen.add(match["unit"])
         total += Fraction(match["number"]) * _UNITS_MS[match["unit"]]
         pos = match.end()
     if pos == 0 or pos != len(text):

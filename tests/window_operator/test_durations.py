@@ -64,6 +64,11 @@ def test_parse_duration(text: int | float | str, ms: int) -> None:
         (True, "use a number with a unit"),
         ([1], "use a number with a unit"),
         (f"{MAX_DURATION_MS + 1}ms", "too long"),
+        # before: read as 5 s and 5 ms (\d took any script's digits)
+        ("\uff15s", "use a number with a unit"),
+        ("\u0665", "use a number with a unit"),
+        ("1h1h", "it gives h twice"),  # before: 2h
+        ("1s 2m 3s", "it gives s twice"),
     ],
 )
 def test_parse_duration_rejects(value: Any, reason: str) -> None:
@@ -122,6 +127,7 @@ def test_format_then_parse_round_trips(ms: int) -> None:
         st.tuples(st.integers(0, 10_000), st.sampled_from(["ms", "s", "m", "h", "d"])),
         min_size=1,
         max_size=5,
+        unique_by=lambda part: part[1],  # each unit once, in any order
     )
 )
 def test_parse_sums_parts(parts: list[tuple[int, str]]) -> None:
