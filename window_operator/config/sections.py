@@ -249,6 +249,39 @@ def librdkafka_problem(role: str, settings: Mapping[str, str | int | bool]) -> s
     return None
 
 
+#: Client settings a job sets itself, which its delivery guarantee or its restores depend
+#: on, with the values they may take (a user's value would override the job's: before,
+#: silently).
+_MANAGED_SETTINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "consumer": {
+        # no aborted output or changelog record is read (results, restores)
+        "isolation.level": ("read_committed",),
+        # the job keeps its input positions itself, and restores read to the end
+        "enable.auto.commit": ("false",),
+        "enable.partition.eof": ("true",),
+    },
+    "producer": {
+        # processing.guarantee: at least once without duplicates from retries
+        "enable.idempotence": ("true",),
+        "acks": ("all", "-1"),
+        # exactly_once: one per state task
+        "transactional.id": (),
+    },
+}
+
+
+def _managed_problems(
+    role: str, settings: Mapping[str, str | int | bool]
+) -> list[tuple[Location, str]]:
+    """The settings of ``role`` that would override what the job needs (see above)."""
+    problems: list[tuple[Location, str]] = []
+    for key, allowed in _MANAGED_SETTINGS[role].items():
+        if key in settings and str(settings[key]).lower() not in allowed:
+            need = f"it needs {' or '.join(allowed)}" if allowed else "one per state task"
+            problems.append(((role, key), f"is set by the job ({need}): leave it out"))
+    return problems
+
+
 class KafkaConfig(FrozenModel):
     """``kafka:``: broker address and extra librdkafka settings.
 
@@ -268,6 +301,10 @@ class KafkaConfig(FrozenModel):
     def _librdkafka_takes_them(self) -> Self:
         problems: list[tuple[Location, str]] = []
         for role, settings in (("consumer", self.consumer), ("producer", self.producer)):
+            managed = _managed_problems(role, settings)
+            if managed:
+                problems.extend(managed)
+                continue
             problem = librdkafka_problem(role, settings)
             if problem is not None:
                 problems.append(((role,), problem))

@@ -266,3 +266,25 @@ def test_a_job_writes_no_topic_it_reads_and_each_output_has_its_own() -> None:
     # other jobs' topics are fine: a job may read another's results or errors
     doc = minimal() | {"input": {"timestamp": "ts", "topic": "k-windows"}}
     assert parse_config(doc, base_dir=ROOT).output.topic == "j-windows"
+
+
+def test_client_settings_the_job_depends_on_take_only_its_values() -> None:
+    """Before, ``isolation.level: read_uncommitted`` overrode the job's read_committed in
+    its reads and restores (aborted records read as input and state), silently."""
+    doc = minimal() | {
+        "kafka": {
+            "consumer": {"isolation.level": "read_uncommitted", "enable.partition.eof": False},
+            "producer": {"acks": 1, "transactional.id": "mine", "linger.ms": 5},
+        }
+    }
+    assert problem_lines(doc) == [
+        "kafka.consumer.isolation.level: is set by the job (it needs read_committed): leave it out",
+        "kafka.consumer.enable.partition.eof: is set by the job (it needs true): leave it out",
+        "kafka.producer.acks: is set by the job (it needs all or -1): leave it out",
+        "kafka.producer.transactional.id: is set by the job (one per state task): leave it out",
+    ]
+    # the values the job sets anyway are fine (settings copied from elsewhere)
+    same = {"consumer": {"isolation.level": "read_committed"}, "producer": {"acks": "all"}}
+    assert parse_config(minimal() | {"kafka": same}, base_dir=ROOT).kafka.producer == {
+        "acks": "all"
+    }
