@@ -92,7 +92,15 @@ class _Document:
     source: str  # names the file in error messages
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> ConfigProblem:
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> ConfigProblem:
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        char = exc.character
+        code = f"#x{ord(char) if isinstance(char, str) else char:04x}"
+        return ConfigProblem(
+            "", f"line {line}, column {column}: unacceptable character {code}: {exc.reason}"
+        )
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -102,7 +110,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> ConfigProblem:
         if exc.problem and exc.context:
             what += f" ({exc.context})"
         return ConfigProblem("", f"{where}YAML syntax error: {what}")
-    return ConfigProblem("", f"YAML syntax error: {exc}")
+    return ConfigProblem("", "YAML syntax error: " + " ".join(str(exc).split()))
 
 
 def _read_text(file: Path, source: str) -> str:
@@ -127,7 +135,7 @@ def _read_document(path: str | Path) -> _Document:
     try:
         data = yaml.load(text, Loader=_JobYamlLoader)  # noqa: S506  # a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(source, [_yaml_problem(exc)]) from exc
+        raise ConfigError(source, [_yaml_problem(exc, text)]) from exc
     if data is None:
         raise ConfigError(source, [ConfigProblem("", "the file is empty: " + _expected_document())])
     return _Document(data, file.parent, source)

@@ -78,6 +78,19 @@ def test_yaml_syntax_error_names_path_and_line(tmp_path: Path) -> None:
     assert line.startswith("  - line 4, column 7: YAML syntax error: ")
 
 
+def test_a_character_yaml_does_not_allow_is_one_line_naming_where(tmp_path: Path) -> None:
+    """Before, a second line said ``in "<unicode string>", position 12``."""
+    path = write(tmp_path, "job: j\ninput: {key: k\x00}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == (
+        ConfigProblem(
+            "",
+            "line 2, column 15: unacceptable character #x0000: special characters are not allowed",
+        ),
+    )
+
+
 def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path, "job: j\nwindow: {type: tumbling, size: 1m}\njob: k\n")
     with pytest.raises(ConfigError) as info:
