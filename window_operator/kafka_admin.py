@@ -113,9 +113,14 @@ class _LastError:
         self.text: str | None = None
 
     def __call__(self, error: Any) -> None:
-        # the first error after a reset says why (later ones: "1/1 brokers are down")
-        if self.text is None:
-            self.text = str(error.str())
+        # the first error after a reset says why, unless it is only the summary "1/1
+        # brokers are down", which librdkafka may report before the connection's error
+        text = str(error.str())
+        if self.text is None or (_ALL_DOWN in self.text and _ALL_DOWN not in text):
+            self.text = text
+
+
+_ALL_DOWN = "brokers are down"
 
 
 class KafkaAdmin:
