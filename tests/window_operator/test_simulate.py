@@ -357,6 +357,16 @@ SHARED_START = [
     late="per_arrival",
     batch_size=7,
     cut=6,
+    idle=None,
+)
+@example(  # the continued run took partition 0 for idle (its last activity was not kept)
+    rows=[("a", 10, 1, 0), ("a", 15, 0, 0), ("a", 0, 1, 0), ("a", 1, 0, 0)],
+    window={"type": "tumbling", "size": 5},
+    retention=5,
+    late="per_arrival",
+    batch_size=1,
+    cut=2,
+    idle=10,
 )
 @given(
     rows=st.lists(
@@ -371,6 +381,7 @@ SHARED_START = [
     late=st.sampled_from(["per_arrival", "10ms"]),
     batch_size=st.sampled_from([1, 3, 7]),
     cut=st.integers(0, 20),
+    idle=st.sampled_from([None, 10, 100]),
 )
 def test_a_stream_simulated_in_two_parts_ends_as_one_run(
     rows: list[tuple[str, int, int, int]],
@@ -379,17 +390,19 @@ def test_a_stream_simulated_in_two_parts_ends_as_one_run(
     late: str,
     batch_size: int,
     cut: int,
+    idle: int | None,
 ) -> None:
     """Cut at a batch boundary, so both runs see the same micro-batches: restoring the
     kept-open state in between changes no result and no verdict (out-of-retention events
-    across three partitions, sessions that merge and are overlapped after expiry)."""
+    across three partitions, sessions that merge and are overlapped after expiry, idle
+    partitions)."""
     runtime = runtime_for(
         window=window,
         aggregations=[
             {"name": "n", "op": "count"},
             {"name": "vals", "op": "collect", "field": "v"},
         ],
-        watermark={"allowed_lateness": 0},
+        watermark={"allowed_lateness": 0, "idle_timeout": idle},
         emit={"late": late},
         retention={"time": retention},
     )

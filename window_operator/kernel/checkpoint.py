@@ -45,6 +45,10 @@ class Checkpoint:
     operator: dict[str, JsonValue] = field(default_factory=dict)
     #: the clock's wall clock (a checkpoint written before it was kept has none)
     now: int | None = None
+    #: the clock's wall clock of each partition's last activity, and of its start: which
+    #: partitions are idle (a checkpoint written before they were kept has neither)
+    last_active: dict[InputPosition, int] = field(default_factory=dict)
+    first_wall: int | None = None
 
     def encode(self) -> bytes:
         """The stored bytes (JSON)."""
@@ -58,6 +62,8 @@ class Checkpoint:
                 "batches": self.batches,
                 "operator": self.operator,
                 "now": self.now,
+                "last_active": [[s, p, t] for (s, p), t in sorted(self.last_active.items())],
+                "first_wall": self.first_wall,
             }
         )
 
@@ -79,6 +85,10 @@ class Checkpoint:
                 batches=int(doc["batches"]),
                 operator=dict(doc["operator"]),
                 now=None if doc.get("now") is None else int(doc["now"]),
+                last_active={
+                    InputPosition(int(s), int(p)): int(t) for s, p, t in doc.get("last_active", ())
+                },
+                first_wall=None if doc.get("first_wall") is None else int(doc["first_wall"]),
             )
         except StateCorruptError:
             raise

@@ -190,6 +190,8 @@ class OperatorKernel(Generic[R]):
         self.clock.watermark = cp.watermark
         if cp.now is not None:
             self.clock.now = cp.now
+        self.clock.last_active = dict(cp.last_active)
+        self.clock.first_wall = cp.first_wall
         self.batches = cp.batches
         if self.timed:
             self.timers.load_json(cp.operator)
@@ -211,6 +213,8 @@ class OperatorKernel(Generic[R]):
             batches=self.batches,
             operator=operator,
             now=self.clock.now,
+            last_active=self.clock.last_active,
+            first_wall=self.clock.first_wall,
         )
         batch.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, cp.encode())
 

@@ -22,15 +22,19 @@ def test_round_trip() -> None:
         batches=4,
         operator={"late_since": None, "x": [1, 2]},
         now=1_700_000_000_000,
+        last_active={InputPosition(0, 1): 1_699_999_999_000},
+        first_wall=1_699_999_000_000,
     )
     assert Checkpoint.decode(cp.encode()) == cp
 
 
 def test_a_checkpoint_written_before_the_wall_clock_was_kept_has_none() -> None:
     old = orjson.loads(Checkpoint({"type": "a"}, watermark=5).encode())
-    del old["now"]
+    for newer in ("now", "last_active", "first_wall"):
+        del old[newer]
     decoded = Checkpoint.decode(orjson.dumps(old))
     assert decoded.now is None and decoded.watermark == 5
+    assert decoded.last_active == {} and decoded.first_wall is None
 
 
 def test_a_store_of_another_shape_or_corrupt_bytes_is_refused(tmp_path: Path) -> None:
