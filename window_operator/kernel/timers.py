@@ -61,7 +61,11 @@ def due(policy: EmitPolicy, timers: Timers, now: int, late_pending: bool) -> Tim
     results once per ``early_period``. The first reading only starts each period.
     """
     action = TimerAction.NONE
-    if late_pending and policy.late_mode is LateMode.PERIOD:
+    if not late_pending:
+        # nothing waits any more, though no flush sent it (a pending session merged into
+        # one still open): the next late mark starts a new period
+        timers.late_since = None
+    elif policy.late_mode is LateMode.PERIOD:
         if timers.late_now:
             action |= TimerAction.LATE
         elif timers.late_since is None:

@@ -35,3 +35,17 @@ def test_a_run_that_stops_ends_the_late_period_at_the_next_reading() -> None:
     timers.late_now = True
     assert due(policy, timers, 101, late_pending=True) is TimerAction.LATE
     assert not timers.late_now and "late_now" not in timers.to_json()
+
+
+def test_a_period_ends_when_nothing_is_pending_though_nothing_was_flushed() -> None:
+    """A pending late session that merges into one still open leaves nothing pending
+    without a flush. Before, its period ran on, and the next late session went out at
+    the next reading instead of a period after it was marked."""
+    policy = EmitPolicy(late_mode=LateMode.PERIOD, late_period=20)
+    timers = Timers()
+    timers.late_marked(policy, 47)
+    assert due(policy, timers, 60, late_pending=False) is TimerAction.NONE
+    assert timers.late_since is None
+    timers.late_marked(policy, 62)
+    assert due(policy, timers, 76, late_pending=True) is TimerAction.NONE
+    assert due(policy, timers, 82, late_pending=True) is TimerAction.LATE
