@@ -139,6 +139,10 @@ class OffsetWindows:
         """EARLY timers; ``END_OF_TIME`` fires the remaining windows."""
         self.inner.timeout(now_ms)
 
+    def end_batch(self) -> None:
+        """The windows the batch's offsets passed fire (held back while it ran)."""
+        self.inner.end_batch()
+
     def take_result_batches(self) -> list[ResultBatch]:
         """Hand over the pending results (windows starting at offset >= 0), each naming
         the partition whose offsets bound it."""

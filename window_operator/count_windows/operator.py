@@ -65,6 +65,10 @@ class _Engine(Protocol):
         """EARLY results; ``END_OF_TIME`` emits what is still open."""
         ...
 
+    def end_batch(self) -> None:
+        """End a micro-batch of several ``add_batch`` calls (see ``begin_batch``)."""
+        ...
+
     def take_result_batches(self) -> list[ResultBatch]:
         """Hand over the pending results."""
         ...
@@ -147,8 +151,9 @@ class CountWindowAggregator(EventOperator):
         self.engine.note_handled()
 
     def end_batch(self) -> None:
-        """End a micro-batch (nothing fires on event time here: see :meth:`adopt_clock`)."""
-        self.kernel.holding = False
+        """End a micro-batch: offsets windows fire those its offsets passed (nothing
+        fires on event time here: see :meth:`adopt_clock`)."""
+        self.engine.end_batch()
 
     def adopt_clock(self, state: ClockState) -> None:
         """Take the job's wall clock (EARLY timers) and nothing else.

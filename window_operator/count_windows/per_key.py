@@ -213,6 +213,10 @@ class KeyCountWindows:
             )
         )
 
+    def end_batch(self) -> None:
+        """End a micro-batch (count windows fire on counts, never held back)."""
+        self.kernel.holding = False
+
     def timeout(self, now_ms: int) -> None:
         """EARLY results every ``early_period``; at ``END_OF_TIME`` the partial windows."""
         ring, clock = self.ring, self.kernel.clock

@@ -349,6 +349,10 @@ class TaskRunner(Generic[B, R]):
         errors = [e for e in inp.errors if not _replayed(e, offsets, self.plan)]
         report.replayed += len(inp.errors) - len(errors)  # rejected before: not again
         op.adopt_clock(inp.clock_before)
+        # one batch, however many calls: a join decides its two inputs together, so a
+        # late row and its late partner match without an unmatched row first (as in
+        # simulate)
+        op.begin_batch()
         by_source: dict[int, list[pa.RecordBatch]] = defaultdict(list)
         for rows in inp.rows:
             by_source[rows.source].append(from_ipc(rows.data))
@@ -356,6 +360,7 @@ class TaskRunner(Generic[B, R]):
         for batch in self.plan.arrange(dict(by_source)):
             op, kept = self._add(state, op, inp, batch, applied, errors, report)
             applied.append(kept)
+        op.end_batch()
         for r in inp.ranges:
             if r.end > r.start:  # a timer pass's empty ranges only check the positions
                 op.mark_consumed(r.partition, r.end - 1, source=r.source)
@@ -383,6 +388,7 @@ class TaskRunner(Generic[B, R]):
         def reopen() -> WindowOperator[B, R, object]:
             fresh = self.plan.operator(state.store)
             fresh.adopt_clock(inp.clock_before)
+            fresh.begin_batch()
             for earlier in applied:
                 fresh.add_batch(earlier)
             return fresh

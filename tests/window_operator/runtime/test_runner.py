@@ -11,6 +11,7 @@ import pytest
 from helpers import runtime_for
 from jobkit import create_topic, read_topic
 
+from window_operator.config import parse_any_config
 from window_operator.runtime.batch import LocalJob
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.settings import TaskSettings
@@ -126,3 +127,53 @@ def test_offsets_windows_run_one_partition_per_task_and_name_it(
     assert answers == [
         ("a", 0, 0, 2), ("a", 0, 2, 1), ("b", 0, 2, 1), ("b", 1, 0, 2), ("b", 1, 2, 2)
     ]  # fmt: skip
+
+
+def test_a_late_join_row_and_its_late_partner_in_one_batch_match_without_an_unmatched_row(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A task decides a batch's two inputs together, as ``simulate`` does. Before, it
+    added the orders first: an order already behind the watermark went out as
+    LEFT_UNMATCHED, then its shipment of the same batch retracted it with a MATCH, so
+    a reader of the stream saw an unmatched order that never was."""
+    orders, shipments = unique_name("orders"), unique_name("shipments")
+    for topic in (orders, shipments):
+        create_topic(kafka_bootstrap, topic, 1)
+    side = {"timestamp": "ts"}
+    config = parse_any_config(
+        {
+            "job": unique_name("job"),
+            "join": {
+                "left": {"name": "orders", "topic": orders, **side},
+                "right": {"name": "shipments", "topic": shipments, **side},
+                "on": ["k"],
+                "kind": "left",
+                "between": ["-3s", "4s"],
+            },
+            "watermark": {"allowed_lateness": 0},
+        },
+        base_dir=tmp_path,
+    )
+    tasks = prepare_topics(config, kafka_bootstrap)
+    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    runner.run_batch(
+        [
+            records(orders, 0, [{"k": 1, "ts": 100 * S}]),
+            records(shipments, 0, [{"k": 1, "ts": 100 * S}]),
+        ],
+        1_000,
+    )
+    # both behind the watermark (100 s): late, and partners
+    late = runner.run_batch(
+        [
+            records(orders, 1, [{"k": 2, "ts": 95 * S}]),
+            records(shipments, 1, [{"k": 2, "ts": 96 * S}]),
+        ],
+        2_000,
+    )
+    assert sum(t.late for t in late.tasks) == 2
+    got = [
+        ("tombstone", None) if (r := m.value()) is None else (orjson.loads(r)["kind"], m.key())
+        for m in read_topic(kafka_bootstrap, config.output.topic)
+    ]
+    assert [kind for kind, _ in got] == ["MATCH", "MATCH"]
