@@ -287,7 +287,11 @@ class JoinDecoder:
             recs = [dumps(r) for r in records]
         except orjson.JSONEncodeError:
             return None
-        if any(b"null" in rec and _has_non_finite(r) for r, rec in zip(records, recs, strict=True)):
+        # orjson writes NaN and infinities as null: a chunk without one has none (one
+        # search over the chunk, each record an object, is cheaper than one per record)
+        if b"null" in b"".join(recs) and any(
+            b"null" in rec and _has_non_finite(r) for r, rec in zip(records, recs, strict=True)
+        ):
             return None
         return keys, tss, recs
 
