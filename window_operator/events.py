@@ -30,7 +30,6 @@ __all__ = [
     "RecordRejected",
     "TimestampUnit",
     "check_column_lengths",
-    "non_finite_reason",
     "position_columns",
 ]
 
@@ -363,7 +362,7 @@ class RecordDecoder:
             elif v is None:
                 nums.append(math.nan)  # NaN is null inside the columns
             elif cls is float or cls is int:
-                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite_reason(f, v))
+                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(f, v))
             elif v is _MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
             else:
@@ -377,7 +376,7 @@ class RecordDecoder:
             elif v is _MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
             elif v.__class__ is float and v - v != 0.0:
-                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite_reason(f, v))
+                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(f, v))
             else:
                 nums.append(1.0)
         objs: list[Any] = []
@@ -473,8 +472,7 @@ _MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
 _CONTAINERS = (dict, list)
 
 
-def non_finite_reason(name: str, value: float | int) -> str:
-    """Why a record is ``NON_FINITE_VALUE``: field ``name`` holds ``value``."""
+def _non_finite(name: str, value: float | int) -> str:
     what = "out of the float64 range" if isinstance(value, int) else f"{value}"
     return (
         f"field {name!r} is {what}: non-finite numbers are rejected "
@@ -489,7 +487,7 @@ def _check_object_value(name: str, value: Any) -> None:
         item, depth = stack.pop()
         cls = item.__class__
         if cls is float and item - item != 0.0:
-            raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite_reason(name, item))
+            raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(name, item))
         if cls is dict or cls is list:
             if depth >= MAX_VALUE_DEPTH:
                 raise RecordRejected(

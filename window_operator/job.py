@@ -18,6 +18,7 @@ from window_operator.aggregations import (
     OpParamError,
     UnknownOpError,
     VectorOp,
+    is_user_defined,
     resolve_op,
 )
 from window_operator.aggregations.numeric import CountNonNullOp
@@ -35,7 +36,7 @@ from window_operator.policies import EmitPolicy, LateMode
 from window_operator.timewindows import WindowedAggregator
 from window_operator.windows import TimeWindowing
 
-__all__ = ["JobRuntime", "TaskOperator", "build_runtime", "task_state_dir"]
+__all__ = ["JobRuntime", "TaskOperator", "build_runtime", "check_operations", "task_state_dir"]
 
 
 if TYPE_CHECKING:
@@ -107,6 +108,13 @@ def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime
     return JobRuntime(config, AggregationSet(bound), _emit_policy(config), _decoder(config, bound))
 
 
+def check_operations(config: JobConfig, *, source: str | None = None) -> None:
+    """The operation problems :func:`build_runtime` finds, without importing user code:
+    for the commands that never run an operation (``status``, ``restore``), so that a
+    host without the job's own packages can still run them."""
+    _bind_aggregations(config, source, user_code=False)
+
+
 def _check_output(config: JobConfig, source: str | None) -> None:
     """An Avro output schema (derived or the user's) that cannot hold the job's results is
     a config error, found before the job runs rather than at its first result."""
@@ -121,11 +129,16 @@ def _check_output(config: JobConfig, source: str | None) -> None:
         raise ConfigError(source, [ConfigProblem(where, str(exc))]) from exc
 
 
-def _bind_aggregations(config: JobConfig, source: str | None) -> list[BoundAggregation]:
-    """Each configured aggregation with its operation, or every problem at once."""
+def _bind_aggregations(
+    config: JobConfig, source: str | None, *, user_code: bool = True
+) -> list[BoundAggregation]:
+    """Each configured aggregation with its operation, or every problem at once (without
+    ``user_code``, user-defined operations are left out unchecked)."""
     bound: list[BoundAggregation] = []
     problems: list[ConfigProblem] = []
     for i, agg in enumerate(config.aggregations):
+        if not user_code and is_user_defined(agg.op):
+            continue
         params = dict(agg.params)
         x_field = None
         if agg.op == "linreg":

@@ -14,6 +14,7 @@ from window_operator.aggregations.registry import (
     OpParamError,
     UnknownOpError,
     UserObjectOp,
+    is_user_defined,
     resolve_op,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "Ordering",
     "UnknownOpError",
     "UserObjectOp",
+    "is_user_defined",
     "VectorOp",
     "resolve_op",
 ]

@@ -48,6 +48,7 @@ __all__ = [
     "OpParamError",
     "UnknownOpError",
     "UserObjectOp",
+    "is_user_defined",
     "resolve_op",
 ]
 
@@ -288,6 +289,11 @@ def resolve_op(
             return count
         resolved: AggregateOp = _construct(op, builtin, params)
         return resolved
-    if "." in op or ":" in op:
+    if is_user_defined(op):
         return _resolve_user_op(op, params)
     raise UnknownOpError(_unknown_op_message(op))
+
+
+def is_user_defined(op: str) -> bool:
+    """Whether ``op`` names a user-defined operation (a dotted path), not a built-in."""
+    return op not in BUILTIN_OPS and ("." in op or ":" in op)

@@ -15,7 +15,7 @@ from window_operator.config import (
     load_any_config,
     load_config,
 )
-from window_operator.job import JobRuntime, build_runtime
+from window_operator.job import JobRuntime, build_runtime, check_operations
 from window_operator.join import JoinRuntime, build_join_runtime
 from window_operator.observe.progress import progress_bar
 from window_operator.observe.redact import RedactingFilter, secret_values
@@ -130,11 +130,20 @@ def load_simulation_runtime(path: str) -> JobRuntime | JoinRuntime:
     return build_runtime(config, source=path)
 
 
-def load_checked_config(path: str | Path) -> JobConfig | JoinJobConfig:
+def load_checked_config(path: str | Path, *, user_code: bool = True) -> JobConfig | JoinJobConfig:
     """The job configured at ``path``, with what only building it checks (an unknown
     ``op``, a user-defined operation that does not import): every command refuses the
-    configs that ``simulate`` and ``run`` refuse, with the same message."""
-    return load_simulation_runtime(str(path)).config
+    configs that ``simulate`` and ``run`` refuse, with the same message. Without
+    ``user_code`` (commands that run no operation) user-defined operations are not
+    imported, so a host without the job's own packages can run those commands."""
+    if user_code:
+        return load_simulation_runtime(str(path)).config
+    config = load_any_config(path)
+    if isinstance(config, JoinJobConfig):
+        build_join_runtime(config, source=str(path))
+    else:
+        check_operations(config, source=str(path))
+    return config
 
 
 def bootstrap_servers(args: argparse.Namespace, config: JobConfig | JoinJobConfig | None) -> str:
@@ -181,11 +190,14 @@ def parse_time(text: str | None, default: int) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def task_settings(args: argparse.Namespace, with_kafka: bool = True) -> TaskSettings:
-    """The task settings of ``--config`` (with ``--state-dir`` and the brokers)."""
+def task_settings(
+    args: argparse.Namespace, with_kafka: bool = True, *, user_code: bool = True
+) -> TaskSettings:
+    """The task settings of ``--config`` (with ``--state-dir`` and the brokers; see
+    :func:`load_checked_config` for ``user_code``)."""
     from window_operator.runtime.settings import TaskSettings
 
-    config = load_checked_config(args.config)
+    config = load_checked_config(args.config, user_code=user_code)
     return TaskSettings(
         config=config,
         bootstrap_servers=bootstrap_servers(args, config) if with_kafka else "",

@@ -10,7 +10,7 @@ input is written with the input's schema; one that does not fit it is written as
 (the job sends it to the errors topic). A join line that is not JSON, or names no input,
 cannot be routed: it is skipped, and counted. The literals ``NaN``, ``Infinity`` and
 ``-Infinity`` are read as the job reads them, and written on as they were, so that the
-job rejects such a record as ``NON_FINITE_VALUE`` where it reads one.
+job takes such a record as it takes it from any other producer.
 """
 
 from __future__ import annotations
@@ -163,20 +163,17 @@ def route(
 
 
 def _parse(line: bytes) -> tuple[object, bool]:
-    """The JSON document of a line (``None``: not JSON), and whether it holds one of the
-    literals ``NaN``, ``Infinity``, ``-Infinity`` (read as the job reads them)."""
+    """The JSON document of a line, read as the job reads it (``None``: not JSON), and
+    whether it may hold one of the literals ``NaN``, ``Infinity``, ``-Infinity``."""
     try:
-        return orjson.loads(line), False
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return parse_json(line), True
+        record = parse_json(line)
     except InvalidJsonError:
         return None, False
+    return record, b"NaN" in line or b"Infinity" in line
 
 
 def _dumps(record: dict[str, Any], literals: bool) -> bytes:
-    """A join record written on: orjson, or where it holds a non-finite number, the
+    """A join record written on: orjson, or where it may hold a non-finite number, the
     standard library, which writes the literals again (orjson would write null)."""
     if not literals:
         return orjson.dumps(record)

@@ -34,7 +34,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     from window_operator.observe.progress import RestoreBar
     from window_operator.runtime.commit import TaskState
 
-    settings = task_settings(args)
+    settings = task_settings(args, user_code=False)  # it replays bytes: no operation runs
     count = KafkaAdmin(settings.bootstrap_servers).require_topic(
         settings.changelog_topic,
         hint="run the job first (it creates its changelog), or check the job name in the config",

@@ -19,7 +19,6 @@ from window_operator.events import (
     RecordDecoder,
     RecordRejected,
     check_column_lengths,
-    non_finite_reason,
     position_columns,
 )
 from window_operator.join.common import JoinKey, dumps
@@ -198,13 +197,12 @@ class JoinDecoder:
         carried = record if self.fields is None else {f: record.get(f) for f in self.fields}
         try:
             rec = dumps(carried)
-        except orjson.JSONEncodeError as exc:  # orjson writes at most 254 levels
-            why = "is nested too deep (254 levels at most)" if "ecursion" in str(exc) else exc
+        except orjson.JSONEncodeError as exc:  # nested over 254 levels: orjson's limit
             raise RecordRejected(
-                ErrorCode.WRONG_TYPE, f"the record cannot be carried into results as JSON: {why}"
+                ErrorCode.WRONG_TYPE,
+                f"the record cannot be carried into results as JSON (at most 254 levels "
+                f"deep): {exc}",
             ) from None
-        if b"null" in rec:  # orjson writes NaN and infinities as null
-            _check_finite(carried)
         return JoinRecord(key, ts, rec)
 
     def decode_records(
@@ -285,13 +283,7 @@ class JoinDecoder:
             return None
         try:
             recs = [dumps(r) for r in records]
-        except orjson.JSONEncodeError:
-            return None
-        # orjson writes NaN and infinities as null: a chunk without one has none (one
-        # search over the chunk, each record an object, is cheaper than one per record)
-        if b"null" in b"".join(recs) and any(
-            b"null" in rec and _has_non_finite(r) for r, rec in zip(records, recs, strict=True)
-        ):
+        except orjson.JSONEncodeError:  # one record too deep: each is judged alone
             return None
         return keys, tss, recs
 
@@ -329,32 +321,3 @@ class JoinDecoder:
             recs.append(got.json)
             kept.append(i)
         return keys, tss, recs, kept, errors
-
-
-def _non_finite(record: Mapping[str, Any]) -> tuple[str, float] | None:
-    """The first field of ``record`` holding NaN or an infinity (at any depth), and that
-    number; ``None`` when it holds none."""
-    for name, value in record.items():
-        stack = [value]
-        while stack:
-            item = stack.pop()
-            cls = item.__class__
-            if cls is float and item - item != 0.0:
-                return name, item
-            if cls is dict:
-                stack.extend(item.values())
-            elif cls is list:
-                stack.extend(item)
-    return None
-
-
-def _has_non_finite(record: Mapping[str, Any]) -> bool:
-    return _non_finite(record) is not None
-
-
-def _check_finite(record: Mapping[str, Any]) -> None:
-    """Reject a carried record holding NaN or an infinity: its results would show null
-    where the input had a number (JSON has no such numbers; see the README's rules)."""
-    found = _non_finite(record)
-    if found is not None:
-        raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite_reason(*found))

@@ -111,6 +111,24 @@ def test_every_command_refuses_an_operation_that_simulate_refuses(
     assert "broker" not in proc.stderr and "Spark" not in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["status", "restore"])
+def test_commands_that_run_no_operation_do_not_import_user_code(
+    tmp_path: Path, command: str
+) -> None:
+    """An operations host may lack the job's own packages: ``status`` and ``restore``
+    check the built-in operations only, and go on to the broker (none answers here)."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: x\ninput: {key: k, timestamp: ts, topic: t}\n"
+        "window: {type: tumbling, size: 10s}\n"
+        "aggregations: [{name: n, op: count}, {name: m, op: 'not_installed.ops:Mine'}]\n"
+    )
+    bootstrap = f"127.0.0.1:{free_port()}"
+    proc = cli(command, "--config", str(job), "--bootstrap-servers", bootstrap)
+    assert proc.returncode == 2, proc.stderr
+    assert bootstrap in proc.stderr and "invalid job config" not in proc.stderr
+
+
 KINDS = ("EARLY", "ON_TIME", "LATE")
 AVRO_RESULT_MISFIT = {
     # the derived schema needs Avro names
