@@ -264,10 +264,13 @@ _MANAGED_SETTINGS: dict[str, dict[str, tuple[str, ...]]] = {
         # processing.guarantee: at least once without duplicates from retries
         "enable.idempotence": ("true",),
         "acks": ("all", "-1"),
+        "request.required.acks": ("all", "-1"),  # librdkafka's name of acks
         # exactly_once: one per state task
         "transactional.id": (),
     },
 }
+#: How librdkafka spells a boolean (any case).
+_BOOLEANS = {"true": "true", "t": "true", "1": "true", "false": "false", "f": "false", "0": "false"}
 
 
 def _managed_problems(
@@ -276,7 +279,10 @@ def _managed_problems(
     """The settings of ``role`` that would override what the job needs (see above)."""
     problems: list[tuple[Location, str]] = []
     for key, allowed in _MANAGED_SETTINGS[role].items():
-        if key in settings and str(settings[key]).lower() not in allowed:
+        if key not in settings:
+            continue
+        value = str(settings[key]).lower()
+        if _BOOLEANS.get(value, value) not in allowed:
             need = f"it needs {' or '.join(allowed)}" if allowed else "one per state task"
             problems.append(((role, key), f"is set by the job ({need}): leave it out"))
     return problems

@@ -274,17 +274,29 @@ def test_client_settings_the_job_depends_on_take_only_its_values() -> None:
     doc = minimal() | {
         "kafka": {
             "consumer": {"isolation.level": "read_uncommitted", "enable.partition.eof": False},
-            "producer": {"acks": 1, "transactional.id": "mine", "linger.ms": 5},
+            "producer": {
+                "acks": 1,
+                "request.required.acks": 0,  # librdkafka's own name of acks
+                "transactional.id": "mine",
+                "linger.ms": 5,
+            },
         }
     }
     assert problem_lines(doc) == [
         "kafka.consumer.isolation.level: is set by the job (it needs read_committed): leave it out",
         "kafka.consumer.enable.partition.eof: is set by the job (it needs true): leave it out",
         "kafka.producer.acks: is set by the job (it needs all or -1): leave it out",
+        "kafka.producer.request.required.acks: is set by the job (it needs all or -1): leave "
+        "it out",
         "kafka.producer.transactional.id: is set by the job (one per state task): leave it out",
     ]
-    # the values the job sets anyway are fine (settings copied from elsewhere)
-    same = {"consumer": {"isolation.level": "read_committed"}, "producer": {"acks": "all"}}
+    # the values the job sets anyway are fine (settings copied from elsewhere), in any
+    # of librdkafka's spellings
+    same = {
+        "consumer": {"isolation.level": "read_committed", "enable.auto.commit": 0},
+        "producer": {"acks": "all", "enable.idempotence": "t"},
+    }
     assert parse_config(minimal() | {"kafka": same}, base_dir=ROOT).kafka.producer == {
-        "acks": "all"
+        "acks": "all",
+        "enable.idempotence": "t",
     }
