@@ -10,6 +10,7 @@ the per-batch line; ``--quiet`` turns it off.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -35,30 +36,40 @@ BATCH_LOGGER = "window_operator.batches"
 KAFKA_LOGGER = "window_operator.kafka"
 _OURS = "_window_operator_handler"
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-#: librdkafka's messages about a broker connection going away or failing to open:
-#: expected when a client or the broker shuts down, and retried by librdkafka when not
-#: (a host name that does not resolve: about 20 times a second); an outage that matters
+#: librdkafka's messages about a broker connection going away: expected when a client or
+#: the broker shuts down, and retried by librdkafka when not; an outage that matters
 #: surfaces as an error of the request that needed the broker.
-_CONNECTION_NOISE = (
-    "Disconnected",
-    "Connection refused",
-    "brokers are down",
-    "Connect to",
-    "Failed to resolve",
-)
+_CONNECTION_NOISE = ("Disconnected", "Connection refused", "brokers are down", "Connect to")
+#: librdkafka's message for a broker host name that does not resolve, repeated about 20
+#: times a second while it retries.
+_UNRESOLVED = re.compile(r"Failed to resolve '([^']*)'")
 
 
 class KafkaNoiseFilter(logging.Filter):
-    """Drops librdkafka's connection-state messages (see :data:`_CONNECTION_NOISE`)."""
+    """Drops librdkafka's connection-state messages (see :data:`_CONNECTION_NOISE`) and
+    the repeats of a host name that does not resolve: the first per host is kept where
+    ``first_unresolved`` (a running job's clients: a broker that advertises a name this
+    host cannot resolve), none otherwise (a start-up check says it in its one line)."""
+
+    def __init__(self, *, first_unresolved: bool = False) -> None:
+        super().__init__()
+        self._unresolved: set[str] | None = set() if first_unresolved else None
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Keep every record but the connection chatter."""
         message = record.getMessage()
+        unresolved = _UNRESOLVED.search(message)
+        if unresolved is not None:
+            seen = self._unresolved
+            if seen is None or unresolved[1] in seen:
+                return False
+            seen.add(unresolved[1])
+            return True
         return not any(part in message for part in _CONNECTION_NOISE)
 
 
 _KAFKA = logging.getLogger(KAFKA_LOGGER)
-_KAFKA.addFilter(KafkaNoiseFilter())
+_KAFKA.addFilter(KafkaNoiseFilter(first_unresolved=True))
 
 
 def kafka_logger() -> logging.Logger:

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from window_operator.kernel import ClockState
-from window_operator.observe.logs import BATCH_LOGGER, BatchLog
+from window_operator.observe.logs import BATCH_LOGGER, BatchLog, KafkaNoiseFilter
 from window_operator.runtime.exchange import InputPartition, MapReport
 from window_operator.runtime.runner import TaskReport
 from window_operator.spark.driver import BatchReport
@@ -52,3 +52,21 @@ def test_the_line_names_the_batch_and_its_counts() -> None:
 def test_the_line_tells_results_that_were_not_written() -> None:
     line = BatchLog().line(report(-1, result_errors=1))
     assert line == "timer pass, 0 results, 1 not written (RESULT_ERROR), watermark -, 0.50 s"
+
+
+def _record(message: str) -> logging.LogRecord:
+    return logging.LogRecord("window_operator.kafka", logging.ERROR, "", 0, message, None, None)
+
+
+def test_a_host_that_does_not_resolve_is_said_once_by_a_running_job() -> None:
+    """librdkafka repeats it about 20 times a second; a start-up check says it in its
+    own one line; a running job's clients (a broker advertising a name this host cannot
+    resolve) say it once per host, not never."""
+    fail = "FAIL [rdkafka#producer-1] [thrd:{0}:9092/1]: Failed to resolve '{0}:9092': x"
+    running, startup = KafkaNoiseFilter(first_unresolved=True), KafkaNoiseFilter()
+    kept = [running.filter(_record(fail.format(host))) for host in ("kafka", "kafka", "other")]
+    assert kept == [True, False, True]
+    assert not startup.filter(_record(fail.format("kafka")))
+    for noise in ("Connection refused", "1/1 brokers are down", "Disconnected"):
+        assert not running.filter(_record(f"FAIL [rdkafka#producer-1]: {noise}"))
+    assert running.filter(_record("Commit failed: the transaction was fenced"))
