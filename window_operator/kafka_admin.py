@@ -111,16 +111,20 @@ class _LastError:
 
     def __init__(self) -> None:
         self.text: str | None = None
+        self._summary = False
+
+    def reset(self) -> None:
+        """Forget the errors of earlier requests."""
+        self.text, self._summary = None, False
 
     def __call__(self, error: Any) -> None:
         # the first error after a reset says why, unless it is only the summary "1/1
         # brokers are down", which librdkafka may report before the connection's error
-        text = str(error.str())
-        if self.text is None or (_ALL_DOWN in self.text and _ALL_DOWN not in text):
-            self.text = text
+        from confluent_kafka import KafkaError
 
-
-_ALL_DOWN = "brokers are down"
+        summary = error.code() == KafkaError._ALL_BROKERS_DOWN
+        if self.text is None or (self._summary and not summary):
+            self.text, self._summary = str(error.str()), summary
 
 
 class KafkaAdmin:
@@ -166,7 +170,7 @@ class KafkaAdmin:
 
         wait = self.metadata_timeout_s if timeout_s is None else timeout_s
         self._client.poll(0)  # drop errors of earlier requests
-        self._last_error.text = None
+        self._last_error.reset()
         try:
             meta = self._client.list_topics(timeout=wait)
         except KafkaException as exc:
