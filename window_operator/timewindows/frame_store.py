@@ -128,7 +128,13 @@ class FrameStore:
         self.early_dirty[slot] = True
 
     def clear_early(self) -> None:
-        """Forget which frames changed since the last EARLY results (they were emitted)."""
+        """Forget which frames changed since the last EARLY results (they were emitted).
+
+        A frame whose stored record still carries its mark is written again at the next
+        :meth:`persist`, cleared: a task that reopens its store (each micro-batch may)
+        would otherwise send those EARLY results again at every timer pass.
+        """
+        self.dirty[self.stored & self.early_stored & (self.kid >= 0)] = True
         self.early_dirty[:] = False
         self.early_spilled_kid = self.early_spilled_frame = np.zeros(0, dtype=np.int64)
 

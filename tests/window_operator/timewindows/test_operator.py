@@ -368,3 +368,10 @@ def test_early_results_survive_a_restart(tmp_path: Path) -> None:
     (early,) = agg.get_result()
     assert (early.kind, early.update_seq, early.values["n"]) == (Kind.EARLY, 0, 2)
     agg.close()
+    # sent: reopened (as a micro-batch task reopens its store), it is not sent again.
+    # Before, the store kept the frame's EARLY mark, and every timer pass sent it anew
+    for now in (106, 109):
+        agg = runtime.open_task(tmp_path)
+        agg.timeout(now * S)
+        assert agg.get_result() == []
+        agg.close()
