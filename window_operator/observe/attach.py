@@ -152,13 +152,18 @@ def run_observed(
     # PySpark's own Ctrl-C handler cancels every Spark job from inside the signal handler
     # (a screenful of py4j errors, and the running batch fails); this one lets the
     # running batch finish, then stops the query.
+    # SIGTERM (systemd, Kubernetes, docker stop) is a Ctrl-C too: before, it killed the
+    # job at once, in the middle of a batch
     interrupted = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    previous = {
+        sig: signal.signal(sig, lambda *_: interrupted.set())
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         job.start()
         while not job.await_termination(1):
             if interrupted.is_set():
-                log.info("stopping after the running micro-batch or epoch (Ctrl-C)")
+                log.info("stopping after the running micro-batch or epoch (Ctrl-C or SIGTERM)")
                 if isinstance(job, StreamingJob):
                     _wait_between_batches(job)
                 break
@@ -167,7 +172,8 @@ def run_observed(
     except (WorkersFailedError, TaskCountError) as exc:  # the latter: inputs outgrew it
         raise QueryFailedError(str(exc)) from None
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         mute_cancel_warnings(job.spark)
         job.stop()
         observers.close()
