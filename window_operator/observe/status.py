@@ -214,13 +214,18 @@ def _time(ms: int | None) -> str:
 
 
 def _size(n: int | None) -> str:
+    """Bytes in binary units with one decimal (before: divided as integers, so 2.2 MiB
+    showed as 2.0 MB)."""
     if n is None:
         return "not on this host"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n //= 1024
-    return f"{n} GB"
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024 or unit == "GiB":
+            break
+    return f"{size:.1f} {unit}"
 
 
 def format_status(s: JobStatus) -> str:

@@ -119,3 +119,13 @@ def test_a_partition_a_long_running_job_without_discovery_never_reads_is_a_probl
         ]
     else:  # the workers start again with it within the discovery interval
         assert status.healthy
+
+
+def test_store_sizes_keep_their_fraction() -> None:
+    """Before, the division was of integers: 2.2 MiB showed as 2.0 MB, 1.9 GiB as 1.0 GB."""
+    from window_operator.observe.status import _size
+
+    sizes = [None, 5, 1024, 2_302_270, int(1.9 * 2**30), 5 * 2**40]
+    assert [_size(n) for n in sizes] == [
+        "not on this host", "5 B", "1.0 KiB", "2.2 MiB", "1.9 GiB", "5120.0 GiB"
+    ]  # fmt: skip
