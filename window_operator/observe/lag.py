@@ -55,6 +55,7 @@ class InputLag:
         self.topics = list(dict.fromkeys(topics))
         self.admin = KafkaAdmin(bootstrap_servers, client_config=client_config)
         self.positions: dict[TopicPartition, int] = {}
+        self.checkpoint_dir = checkpoint_dir
         if checkpoint_dir is not None:
             self.positions.update(read_checkpoint(checkpoint_dir).committed)
         self._partitions: list[TopicPartition] = []
@@ -80,7 +81,17 @@ class InputLag:
         except KafkaAdminError as exc:
             log.warning("input lag not measured this batch: %s", exc)
             return None
+        if self.checkpoint_dir is not None and not ends.keys() <= self.positions.keys():
+            self._positions_from_checkpoint()
         return [
             LagReading(t, p, self.positions.get((t, p)), end)
             for (t, p), end in sorted(ends.items())
         ]
+
+    def _positions_from_checkpoint(self) -> None:
+        """Where the Spark checkpoint says the job is in the partitions no batch read
+        yet: a job started at the latest offsets is there, not at the earliest (before,
+        its lag counted every record before its start until the partition got one)."""
+        assert self.checkpoint_dir is not None
+        for tp, offset in read_checkpoint(self.checkpoint_dir).committed.items():
+            self.positions.setdefault(tp, offset)

@@ -1,0 +1,42 @@
+"""Input lag on a real broker: end offsets minus the job's position."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from jobkit import create_topic, produce
+
+from window_operator.observe.lag import InputLag
+
+pytestmark = pytest.mark.kafka
+
+
+def test_a_partition_no_batch_read_yet_is_where_the_checkpoint_started_it(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A job started at the latest offsets: its first batch read nothing of partition 1.
+    Before, that partition's lag counted every record before the job's start, for as
+    long as it got no new one (a false lag alert)."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 2)
+    produce(kafka_bootstrap, topic, [], raw=[(b"a", b"{}", i % 2) for i in range(6)])
+    checkpoint = tmp_path / "checkpoint"
+    lag = InputLag(kafka_bootstrap, [topic], checkpoint_dir=str(checkpoint))
+    before = lag.read()
+    assert before is not None and [r.lag for r in before] == [3, 3]  # never ran: all of it
+    # batch 0 started at the latest offsets and read one new record of partition 0
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    source = {topic: {"0": 4, "1": 3}}
+    (checkpoint / "offsets" / "0").write_text(
+        "v1\n" + json.dumps({"batchTimestampMs": 1}) + "\n" + json.dumps(source) + "\n"
+    )
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    produce(kafka_bootstrap, topic, [], raw=[(b"a", b"{}", 0)])
+    lag.advance([(topic, 0, 4)])
+    after = lag.read()
+    assert after is not None
+    assert [(r.partition, r.position, r.lag) for r in after] == [(0, 4, 0), (1, 3, 0)]
