@@ -12,6 +12,7 @@ from __future__ import annotations
 import traceback
 
 __all__ = [
+    "BatchRefusedError",
     "IncompatibleStateError",
     "JobSetupError",
     "USER_CODE_ERRORS",
@@ -34,6 +35,11 @@ class IncompatibleStateError(WindowOperatorError, ValueError):
 class JobSetupError(WindowOperatorError):
     """The job cannot run as it is set up, whatever the records: an operator raising it
     fails its task instead of sending the records it was given to the error output."""
+
+
+class BatchRefusedError(WindowOperatorError):
+    """A micro-batch the stopping job did not start (``StreamingJob.stop_before_next_batch``:
+    it runs at the next start)."""
 
 
 class UnknownSourceError(WindowOperatorError, ValueError):

@@ -165,7 +165,7 @@ def run_observed(
             if interrupted.is_set():
                 log.info("stopping after the running micro-batch or epoch (Ctrl-C or SIGTERM)")
                 if isinstance(job, StreamingJob):
-                    _wait_between_batches(job)
+                    _stop_between_batches(job)
                 break
     except StreamingQueryException as exc:
         raise QueryFailedError(f"the streaming query stopped: {root_cause(exc)}") from None
@@ -180,8 +180,22 @@ def run_observed(
         job.spark.stop()
 
 
-def _wait_between_batches(job: StreamingJob) -> None:
-    """Wait (bounded) until the query runs no trigger: a stop then cancels nothing."""
+def _stop_between_batches(job: StreamingJob) -> None:
+    """Let the running micro-batch finish and start no other, then return (bounded):
+    once the query ran the last batch it will, a stop cancels nothing. A query that
+    failed otherwise raises :class:`QueryFailedError`."""
+    from window_operator.observe.spark_progress import mute_refused_batch
+
+    mute_refused_batch(job.spark)  # the batch refused ends the query, as an error
+    job.stop_before_next_batch()
     deadline = time.monotonic() + job.settings.broker_timeout_s
-    while time.monotonic() < deadline and job.started.status.get("isTriggerActive"):
+    query = job.started
+    while time.monotonic() < deadline:
+        if not query.isActive:
+            failed = query.exception()
+            if failed is None or job.refused_batch is not None:
+                return  # ended, or by the batch after the last, which did not start
+            raise QueryFailedError(f"the streaming query stopped: {root_cause(failed)}")
+        if not query.status.get("isTriggerActive"):
+            return  # between two batches
         time.sleep(0.1)

@@ -18,6 +18,7 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from window_operator.errors import BatchRefusedError
 from window_operator.observe.metrics import JobMetrics
 
 __all__ = ["ProgressListener", "mute_cancel_warnings"]
@@ -50,6 +51,31 @@ class ProgressListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
         """Nothing to record."""
+
+
+class _RefusedBatchFilter(logging.Filter):
+    """Drops py4j's log of the :class:`BatchRefusedError` it hands to Spark."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every record but that one."""
+        return not (record.exc_info and isinstance(record.exc_info[1], BatchRefusedError))
+
+
+def mute_refused_batch(spark: Any) -> None:
+    """Silence the logs of a query ended by the micro-batch a stopping job did not start
+    (``StreamingJob.stop_before_next_batch``): py4j's traceback of it and Spark's error
+    log, stack traces of a stop that went as asked. A query that fails otherwise still
+    ends in the job's one line."""
+    py4j = logging.getLogger("py4j.clientserver")
+    if not any(isinstance(f, _RefusedBatchFilter) for f in py4j.filters):
+        py4j.addFilter(_RefusedBatchFilter())
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.OFF
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        configurator.setLevel("org.apache.spark.sql.execution.streaming", level)
+    except Exception as exc:  # noqa: BLE001 - py4j errors (Spark Connect has no JVM here)
+        log.debug("the streaming query's errors not muted: %s", exc)
 
 
 def mute_cancel_warnings(spark: Any) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.errors import BatchRefusedError
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.kernel import ClockState
 from window_operator.runtime.batch import (
@@ -199,6 +200,9 @@ class StreamingJob(SparkJob):
         self.query: StreamingQuery | None = None
         #: lists the inputs' partitions before each batch of an offsets-window job
         self._admin: KafkaAdmin | None = None
+        #: set by :meth:`stop_before_next_batch`; the id of the batch it refused
+        self._stopping = threading.Event()
+        self.refused_batch: int | None = None
 
     # -- the job clock -------------------------------------------------------------------
 
@@ -213,7 +217,17 @@ class StreamingJob(SparkJob):
 
     # -- micro-batches -------------------------------------------------------------------
 
+    def stop_before_next_batch(self) -> None:
+        """Let the running micro-batch finish, and start no other: the next one ends the
+        query with :class:`BatchRefusedError` before any task of it runs (its offsets
+        are planned: it runs at the next start). Ctrl-C with a backlog waited for the
+        whole backlog, since the query was never found between two batches."""
+        self._stopping.set()
+
     def _process(self, batch_df: DataFrame, batch_id: int) -> None:
+        if self._stopping.is_set():
+            self.refused_batch = batch_id
+            raise BatchRefusedError(f"micro-batch {batch_id} not started: the job is stopping")
         started = time.perf_counter()
         self._check_inputs()
         with self._lock:

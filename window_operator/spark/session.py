@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -129,6 +132,24 @@ def build_session(
         builder = builder.master(settings.master)
     for k, v in settings.conf.items():
         builder = builder.config(k, v)
-    session = builder.getOrCreate()
+    with _jvm_ignores_sigterm():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+@contextlib.contextmanager
+def _jvm_ignores_sigterm() -> Iterator[None]:
+    """A JVM started here ignores SIGTERM, as PySpark makes it ignore SIGINT (an ignored
+    signal stays ignored across exec): a stop sent to the whole process group (systemd,
+    ``timeout``) reaches the driver, which stops the job between batches, instead of
+    killing Spark under it (it still ends with the driver: it exits when its input from
+    the driver closes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
