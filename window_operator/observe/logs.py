@@ -145,6 +145,9 @@ class BatchLog:
         unwritten = sum(t.result_errors for t in tasks)
         if unwritten:
             parts.append(f"{unwritten} not written (RESULT_ERROR)")
+        restored = sum(t.restored_records for t in tasks)
+        if restored:  # a state rebuilt from the changelog (why a quiet pass is logged)
+            parts.append(f"{restored} changelog records restored")
         parts.append(f"watermark {_time(report.clock.watermark)}")
         if self.metrics is not None:
             parts.append(f"lag {self.metrics.summary().lag}")

@@ -62,6 +62,8 @@ DEFAULTS = {
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.speculation": "false",
+    # streaming queries turn it off anyway, warning at every micro-batch start
+    "spark.sql.adaptive.enabled": "false",
 }
 
 

@@ -54,6 +54,11 @@ def test_the_line_tells_results_that_were_not_written() -> None:
     assert line == "timer pass, 0 results, 1 not written (RESULT_ERROR), watermark -, 0.50 s"
 
 
+def test_the_line_tells_a_restore_why_a_quiet_pass_is_logged() -> None:
+    line = BatchLog().line(report(-1, restored_records=577))
+    assert line == "timer pass, 0 results, 577 changelog records restored, watermark -, 0.50 s"
+
+
 def _record(message: str) -> logging.LogRecord:
     return logging.LogRecord("window_operator.kafka", logging.ERROR, "", 0, message, None, None)
 
