@@ -69,13 +69,7 @@ def mute_refused_batch(spark: Any) -> None:
     py4j = logging.getLogger("py4j.clientserver")
     if not any(isinstance(f, _RefusedBatchFilter) for f in py4j.filters):
         py4j.addFilter(_RefusedBatchFilter())
-    try:
-        jvm = spark.sparkContext._jvm
-        level = jvm.org.apache.logging.log4j.Level.OFF
-        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-        configurator.setLevel("org.apache.spark.sql.execution.streaming", level)
-    except Exception as exc:  # noqa: BLE001 - py4j errors (Spark Connect has no JVM here)
-        log.debug("the streaming query's errors not muted: %s", exc)
+    _jvm_log_level(spark, "org.apache.spark.sql.execution.streaming", "OFF")
 
 
 def mute_cancel_warnings(spark: Any) -> None:
@@ -86,10 +80,13 @@ def mute_cancel_warnings(spark: Any) -> None:
     warns ``Failed to cancel job group ... Cannot find active jobs for it``. That is
     harmless at shutdown, so the DAGScheduler's warnings are muted just before stopping.
     """
+    _jvm_log_level(spark, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
+
+
+def _jvm_log_level(spark: Any, logger: str, level: str) -> None:
+    """Set the log4j ``level`` of the JVM's ``logger`` (best effort)."""
     try:
-        jvm = spark.sparkContext._jvm
-        level = jvm.org.apache.logging.log4j.Level.ERROR
-        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-        configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", level)
+        log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel(logger, getattr(log4j.Level, level))
     except Exception as exc:  # noqa: BLE001 - py4j errors (Spark Connect has no JVM here)
-        log.debug("DAGScheduler warnings not muted: %s", exc)
+        log.debug("the log level of %s not set: %s", logger, exc)
