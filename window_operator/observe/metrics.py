@@ -10,6 +10,7 @@ Every metric is documented in the README ("Metrics"); :data:`METRICS` lists the 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -125,6 +126,9 @@ class JobMetrics:
         self.messages = g("state_messages", "Messages a join holds per input", ["task", "input"])
         self.last_batch = g("last_batch_id", "Id of the last micro-batch")
         self.last_time = g("last_batch_timestamp_seconds", "When the last batch or pass ended")
+        # none yet: NaN, not 0 (a watermark of 1970 and "batch 0 ran" would alert)
+        for unset in (self.watermark, self.last_batch, self.last_time):
+            unset.set(math.nan)
         self.batch_seconds = Histogram(
             f"{PREFIX}_batch_seconds", "Duration of a micro-batch on the driver", ["type"],
             buckets=BUCKETS, registry=self.registry,

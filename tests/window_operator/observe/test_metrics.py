@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from helpers import runtime_for
 
 from window_operator.kernel import ClockState, InputPosition
@@ -28,11 +30,14 @@ def test_event_time_gauges_only_move_forward() -> None:
     do not go back; the metrics do not rely on it): the job's watermark and a
     partition's max event time never go back."""
     metrics = JobMetrics(runtime_for().config)
+    sample = metrics.registry.get_sample_value
+    # none yet: NaN (before, 0: a watermark of 1970, and "batch 0 ran")
+    for unset in ("watermark_ms", "last_batch_id", "last_batch_timestamp_seconds"):
+        assert math.isnan(sample(f"window_operator_{unset}") or 0.0)
     p0 = InputPosition(0, 0)
     for wm, ts in [(5_000, 9_000), (3_000, 7_000), (6_000, 8_000)]:
         clock = ClockState(max_ts={p0: ts}, watermark=wm)
         metrics(BatchReport(-1, [TaskReport(0)], [], clock, 0.1))
-    sample = metrics.registry.get_sample_value
     topic = runtime_for().config.input.topic
     assert sample("window_operator_watermark_ms") == 6_000
     labels = {"topic": topic, "partition": "0"}
