@@ -136,7 +136,8 @@ def kafka_key(record: object, fields: tuple[str, ...]) -> bytes | None:
 def route(
     line: bytes, inputs: dict[str | None, Target], produced: Produced
 ) -> tuple[Target, bytes | None, bytes] | None:
-    """``(input, key, value)`` of a line, or ``None`` for a join line naming no input."""
+    """``(input, key, value)`` of a line, or ``None`` for a join line that is not JSON
+    or names no input."""
     record, literals = _parse(line)
     value = line
     if None in inputs:
