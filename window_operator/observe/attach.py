@@ -107,6 +107,7 @@ def attach(
         job.bootstrap,
         topics,
         checkpoint_dir=str(config.spark.checkpoint_dir),
+        shape=config.spark.mode,  # after a switch of shape: where this one goes on from
         client_config=config.kafka.consumer,
     )
     metrics = JobMetrics(config, lag=lag)

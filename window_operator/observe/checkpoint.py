@@ -17,6 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from window_operator.kernel import ClockState
 from window_operator.runtime.longrun.progress import read_progress
@@ -85,9 +86,17 @@ def _newest_clock(directory: Path) -> ClockState | None:
     return None if newest is None else newest[1]
 
 
-def read_checkpoint(directory: str | Path) -> CheckpointState:
-    """The state of the checkpoint at ``directory`` (empty when the job never ran)."""
+def read_checkpoint(
+    directory: str | Path, shape: Literal["micro_batch", "long_running"] | None = None
+) -> CheckpointState:
+    """The state of the checkpoint at ``directory`` (empty when the job never ran): of
+    the shape that ran last, or of ``shape`` (where a job of that shape goes on from:
+    after a switch of shape, micro-batches go on from their own older offsets)."""
     root = Path(directory)
+    if shape == "micro_batch":
+        return _micro_batches(root)
+    if shape == "long_running":
+        return _long_running(root)
     micro, workers = _micro_batches(root), _long_running(root)
     # a job may have run in both shapes (``spark.mode`` changed): the newer one is where
     # it is now

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.observe.checkpoint import TopicPartition, read_checkpoint
@@ -50,14 +50,16 @@ class InputLag:
         topics: Iterable[str],
         *,
         checkpoint_dir: str | None = None,
+        shape: Literal["micro_batch", "long_running"] | None = None,
         client_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.topics = list(dict.fromkeys(topics))
         self.admin = KafkaAdmin(bootstrap_servers, client_config=client_config)
         self.positions: dict[TopicPartition, int] = {}
-        self.checkpoint_dir = checkpoint_dir
+        #: the Spark checkpoint of a job of ``shape`` (the positions it goes on from)
+        self.checkpoint_dir, self.shape = checkpoint_dir, shape
         if checkpoint_dir is not None:
-            self.positions.update(read_checkpoint(checkpoint_dir).committed)
+            self.positions.update(read_checkpoint(checkpoint_dir, shape).committed)
         self._partitions: list[TopicPartition] = []
         self._asked = 0.0
 
@@ -93,5 +95,5 @@ class InputLag:
         yet: a job started at the latest offsets is there, not at the earliest (before,
         its lag counted every record before its start until the partition got one)."""
         assert self.checkpoint_dir is not None
-        for tp, offset in read_checkpoint(self.checkpoint_dir).committed.items():
+        for tp, offset in read_checkpoint(self.checkpoint_dir, self.shape).committed.items():
             self.positions.setdefault(tp, offset)

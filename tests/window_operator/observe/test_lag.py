@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from jobkit import create_topic, produce
 
+from window_operator.kernel import ClockState
 from window_operator.observe.lag import InputLag
+from window_operator.runtime.longrun.progress import record_progress
 
 pytestmark = pytest.mark.kafka
 
@@ -40,3 +42,26 @@ def test_a_partition_no_batch_read_yet_is_where_the_checkpoint_started_it(
     after = lag.read()
     assert after is not None
     assert [(r.partition, r.position, r.lag) for r in after] == [(0, 4, 0), (1, 3, 0)]
+
+
+def test_after_a_switch_of_shape_the_lag_is_from_where_this_shape_goes_on(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Micro-batches ran to offset 2, long-running workers then to 6; micro-batches go
+    on from 2 (the records after it are replays). Before, their lag was from 6: 0 while
+    the job still had 4 records to read again."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [], raw=[(b"a", b"{}", 0) for _ in range(6)])
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "offsets" / "0").write_text(
+        "v1\n" + json.dumps({"batchTimestampMs": 1}) + "\n" + json.dumps({topic: {"0": 2}}) + "\n"
+    )
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    record_progress(checkpoint, [(topic, 0, 6)], ClockState())  # the workers ran later
+    for shape, lag in (("micro_batch", 4), ("long_running", 0)):
+        readings = InputLag(kafka_bootstrap, [topic], checkpoint_dir=str(checkpoint), shape=shape)
+        got = readings.read()
+        assert got is not None and [r.lag for r in got] == [lag], shape
