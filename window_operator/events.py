@@ -19,6 +19,14 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from window_operator.rejections import (
+    MISSING,
+    RecordRejected,
+    check_object_value,
+    non_finite,
+    raw_of,
+    show,
+)
 from window_operator.results import ErrorCode, ErrorRecord
 from window_operator.timeunits import number_to_ms
 
@@ -27,7 +35,6 @@ __all__ = [
     "DecodedEvent",
     "EventBatch",
     "RecordDecoder",
-    "RecordRejected",
     "TimestampUnit",
     "check_column_lengths",
     "position_columns",
@@ -43,9 +50,9 @@ MAX_KEY_BYTES = 4096
 _MAX_ABS_TS = 2**61
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
-#: Values of object-valued fields (``first``, ``collect``, ...) nested deeper than this
-#: are rejected: they could not be stored or written as results.
-MAX_VALUE_DEPTH = 64
+#: Integers of at least this magnitude do not fit a float64.
+_MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
+_CONTAINERS = (dict, list)
 
 
 def position_columns(
@@ -173,15 +180,6 @@ class DecodeResult:
     kept: list[int]
 
 
-class RecordRejected(Exception):
-    """An input record that cannot be processed, with the error code and a reason."""
-
-    def __init__(self, code: ErrorCode, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
 @dataclass(frozen=True, slots=True)
 class DecodedEvent:
     """One decoded record (the one-by-one path)."""
@@ -238,14 +236,14 @@ class RecordDecoder:
             if not isinstance(raw, str):
                 raise RecordRejected(
                     ErrorCode.BAD_TIMESTAMP,
-                    f"timestamp field {name!r} must be an ISO-8601 string, got {_show(raw)}",
+                    f"timestamp field {name!r} must be an ISO-8601 string, got {show(raw)}",
                 )
             try:
                 dt = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
             except ValueError:
                 raise RecordRejected(
                     ErrorCode.BAD_TIMESTAMP,
-                    f"timestamp field {name!r} is not an ISO-8601 time: {_show(raw)}",
+                    f"timestamp field {name!r} is not an ISO-8601 time: {show(raw)}",
                 ) from None
             if dt.tzinfo is None:
                 date_only = raw[10:11] in ("", "Z", "z", "+", "-")
@@ -259,7 +257,7 @@ class RecordDecoder:
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             raise RecordRejected(
                 ErrorCode.BAD_TIMESTAMP,
-                f"timestamp field {name!r} must be a number ({unit}), got {_show(raw)}",
+                f"timestamp field {name!r} must be a number ({unit}), got {show(raw)}",
             )
         if isinstance(raw, float) and not math.isfinite(raw):
             raise RecordRejected(ErrorCode.BAD_TIMESTAMP, f"timestamp field {name!r} is {raw}")
@@ -320,7 +318,7 @@ class RecordDecoder:
         else:
             raise RecordRejected(
                 ErrorCode.BAD_KEY,
-                f"key field {kf!r} must be a string, a number or a boolean, got {_show(raw)}",
+                f"key field {kf!r} must be a string, a number or a boolean, got {show(raw)}",
             )
         if key.isascii():
             size = len(key)
@@ -341,7 +339,7 @@ class RecordDecoder:
     def _decode(self, rec: Any) -> tuple[str, int, list[float], list[Any]]:
         if not isinstance(rec, dict):
             raise RecordRejected(
-                ErrorCode.NOT_AN_OBJECT, f"record must be a JSON object, got {_show(rec)}"
+                ErrorCode.NOT_AN_OBJECT, f"record must be a JSON object, got {show(rec)}"
             )
         key = self.key_of(rec)
         ts_field = self.timestamp_field
@@ -352,7 +350,7 @@ class RecordDecoder:
         ts = self.timestamp_ms(rec[ts_field])
         nums: list[float] = []
         for f in self.numeric_fields:
-            v = rec.get(f, _MISSING)
+            v = rec.get(f, MISSING)
             cls = v.__class__
             # v - v is 0.0 for every finite float, NaN for NaN and the infinities
             if cls is float and v - v == 0.0:
@@ -362,30 +360,30 @@ class RecordDecoder:
             elif v is None:
                 nums.append(math.nan)  # NaN is null inside the columns
             elif cls is float or cls is int:
-                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(f, v))
-            elif v is _MISSING:
+                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite(f, v))
+            elif v is MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
             else:
                 raise RecordRejected(
-                    ErrorCode.WRONG_TYPE, f"field {f!r} must be a number, got {_show(v)}"
+                    ErrorCode.WRONG_TYPE, f"field {f!r} must be a number, got {show(v)}"
                 )
         for f in self.counted_fields:
-            v = rec.get(f, _MISSING)
+            v = rec.get(f, MISSING)
             if v is None:
                 nums.append(math.nan)
-            elif v is _MISSING:
+            elif v is MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
             elif v.__class__ is float and v - v != 0.0:
-                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(f, v))
+                raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite(f, v))
             else:
                 nums.append(1.0)
         objs: list[Any] = []
         for f in self.object_fields:
-            v = rec.get(f, _MISSING)
-            if v is _MISSING:
+            v = rec.get(f, MISSING)
+            if v is MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
             if v.__class__ in _CONTAINERS or v.__class__ is float:
-                _check_object_value(f, v)
+                check_object_value(f, v)
             objs.append(v)
         return key, ts, nums, objs
 
@@ -432,7 +430,7 @@ class RecordDecoder:
                         reason=rej.reason,
                         partition=partitions[i] if partitions is not None else default_partition,
                         offset=offsets[i] if offsets is not None else None,
-                        raw=(raws[i] if raws is not None else _raw_of(rec)),
+                        raw=(raws[i] if raws is not None else raw_of(rec)),
                     )
                 )
                 continue
@@ -460,64 +458,3 @@ def _column_of(kept: list[int], values: Sequence[int] | None, default: int) -> I
     if values is None:
         return np.full(len(kept), default, dtype=np.int64)
     return np.asarray([values[i] for i in kept], dtype=np.int64)
-
-
-class _Missing:
-    __slots__ = ()
-
-
-_MISSING: Any = _Missing()
-#: Integers of at least this magnitude do not fit a float64.
-_MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
-_CONTAINERS = (dict, list)
-
-
-def _non_finite(name: str, value: float | int) -> str:
-    what = "out of the float64 range" if isinstance(value, int) else f"{value}"
-    return (
-        f"field {name!r} is {what}: non-finite numbers are rejected "
-        "(write null for a missing value)"
-    )
-
-
-def _check_object_value(name: str, value: Any) -> None:
-    """Reject a non-finite number anywhere in ``value``, or nesting deeper than the limit."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        cls = item.__class__
-        if cls is float and item - item != 0.0:
-            raise RecordRejected(ErrorCode.NON_FINITE_VALUE, _non_finite(name, item))
-        if cls is dict or cls is list:
-            if depth >= MAX_VALUE_DEPTH:
-                raise RecordRejected(
-                    ErrorCode.WRONG_TYPE,
-                    f"field {name!r} is nested more than {MAX_VALUE_DEPTH} levels deep",
-                )
-            children = item.values() if cls is dict else item
-            stack.extend((child, depth + 1) for child in children)
-
-
-def _show(value: Any) -> str:
-    kind = {str: "string", bool: "boolean", list: "array", dict: "object"}.get(
-        type(value), type(value).__name__
-    )
-    if value is None:
-        return "null"
-    try:
-        text = orjson.dumps(value).decode() if not isinstance(value, _Missing) else "?"
-    except orjson.JSONEncodeError:  # too deep, surrogates, integers beyond 64 bits...
-        text = "..."
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{kind} {text}"
-
-
-def _raw_of(record: Any) -> bytes | None:
-    try:
-        return orjson.dumps(record)
-    except orjson.JSONEncodeError:
-        try:
-            return repr(record).encode("utf-8", "replace")
-        except RecursionError:
-            return f"<a {type(record).__name__} nested too deeply to show>".encode()

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from window_operator.events import RecordDecoder, RecordRejected
+from window_operator.events import RecordDecoder
+from window_operator.rejections import RecordRejected
 from window_operator.results import ErrorCode
 
 ONE = RecordDecoder(key_field="k", timestamp_field="ts")

@@ -11,7 +11,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from window_operator.codecs import ColumnarJsonDecoder
-from window_operator.events import RecordDecoder, RecordRejected
+from window_operator.events import RecordDecoder
+from window_operator.rejections import RecordRejected
 from window_operator.timeunits import NumericUnit, floats_to_ms, number_to_ms
 
 EXPONENT = {"ms": 0, "s": 3, "us": -3, "ns": -6}
@@ -27,9 +28,9 @@ units = st.sampled_from(["ms", "s", "us", "ns"])
 #: Decimals as a JSON writer prints them: up to 15 significant digits, so that the
 #: shortest repr of their double is the same decimal.
 decimals = st.builds(
-    lambda units_, digits, scale: f"{Decimal(units_).scaleb(-digits):.{digits}f}"
-    if scale
-    else str(units_),
+    lambda units_, digits, scale: (
+        f"{Decimal(units_).scaleb(-digits):.{digits}f}" if scale else str(units_)
+    ),
     st.integers(-(10**15) + 1, 10**15 - 1),
     st.integers(0, 9),
     st.booleans(),

@@ -24,6 +24,7 @@ Conventions of the models:
 The modules: :mod:`~window_operator.config.fields` (field types and their validators),
 :mod:`~window_operator.config.windows` (window shapes),
 :mod:`~window_operator.config.sections` (the optional sections),
+:mod:`~window_operator.config.kafka` (the ``kafka`` section and what it may not override),
 :mod:`~window_operator.config.job` (the aggregation job root),
 :mod:`~window_operator.config.join` (the join job root),
 :mod:`~window_operator.config.errors` and :mod:`~window_operator.config.translate`
@@ -36,6 +37,7 @@ from window_operator.config.errors import ConfigError, ConfigProblem
 from window_operator.config.fields import DEFAULT_STATE_DIR, RESERVED_OUTPUT_NAMES
 from window_operator.config.job import AggregationConfig, InputConfig, JobConfig
 from window_operator.config.join import JoinConfig, JoinInputConfig, JoinJobConfig
+from window_operator.config.kafka import KafkaConfig
 from window_operator.config.loading import (
     load_any_config,
     load_config,
@@ -45,7 +47,6 @@ from window_operator.config.loading import (
 from window_operator.config.sections import (
     DEFAULT_CACHE_MB,
     EmitConfig,
-    KafkaConfig,
     LateEmit,
     MetricsConfig,
     OutputConfig,

@@ -17,12 +17,11 @@ from window_operator.config import JoinInputConfig
 from window_operator.events import (
     MAX_KEY_BYTES,
     RecordDecoder,
-    RecordRejected,
     check_column_lengths,
     position_columns,
 )
 from window_operator.join.common import JoinKey, dumps
-from window_operator.kernel import raw_of
+from window_operator.rejections import RecordRejected, raw_of
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRecord", "JoinRows"]

@@ -10,7 +10,6 @@ from window_operator.kernel.records import (
     Admission,
     LiveState,
     StepStats,
-    raw_of,
     retention_error,
 )
 from window_operator.kernel.timers import TimerAction, Timers, due
@@ -34,7 +33,6 @@ __all__ = [
     "Timers",
     "WindowOperator",
     "due",
-    "raw_of",
     "read_checkpoint",
     "retention_error",
 ]

@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.arrays import IntArray
-from window_operator.events import EventBatch, RecordRejected
+from window_operator.events import EventBatch
 from window_operator.kernel.checkpoint import (
     CHECKPOINT_KEY,
     Checkpoint,
@@ -25,9 +25,10 @@ from window_operator.kernel.checkpoint import (
 from window_operator.kernel.clock import EventClock
 from window_operator.kernel.outputs import OutputBuffer
 from window_operator.kernel.positions import InputPosition, Positions, input_position
-from window_operator.kernel.records import Admission, StepStats, raw_of, retention_error
+from window_operator.kernel.records import Admission, StepStats, retention_error
 from window_operator.kernel.timers import TimerAction, Timers, due
 from window_operator.policies import EmitPolicy
+from window_operator.rejections import RecordRejected, raw_of
 from window_operator.results import ErrorRecord
 
 __all__ = ["COMPACT_EVERY", "Decoded", "OperatorKernel", "SingleDecoder"]

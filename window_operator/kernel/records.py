@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from window_operator.arrays import BoolArray, IntArray
 from window_operator.results import ErrorCode, ErrorRecord
 
-__all__ = ["Admission", "LiveState", "StepStats", "raw_of", "retention_error"]
+__all__ = ["Admission", "LiveState", "StepStats", "retention_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +79,3 @@ def retention_error(
         raw=orjson.dumps({"key": key, "ts": ts}),
         topic=topic,
     )
-
-
-def raw_of(message: Mapping[str, Any] | object) -> bytes:
-    """The bytes of a rejected in-memory record (JSON when it can be)."""
-    try:
-        return orjson.dumps(message)
-    except TypeError:
-        return repr(message).encode()

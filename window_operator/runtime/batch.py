@@ -37,8 +37,9 @@ from window_operator.runtime.faults import trace
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.plans import AggregationPlan, Plan, plan_for
+from window_operator.runtime.report import TaskReport
 from window_operator.runtime.routing import error_lane
-from window_operator.runtime.runner import TaskReport, TaskRunner
+from window_operator.runtime.runner import TaskRunner
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = [

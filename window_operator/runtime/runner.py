@@ -35,7 +35,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Sized
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, Never, TypeVar
 
 import numpy as np
@@ -67,12 +67,13 @@ from window_operator.runtime.producers import (
     transactional_id,
     transactional_producer,
 )
+from window_operator.runtime.report import TaskReport
 from window_operator.runtime.routing import error_lane, task_of_partition
 from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
 from window_operator.runtime.state_gauge import StateFigures, StateGauge
 
-__all__ = ["BrokerUnavailableError", "InputGapError", "OpenTask", "TaskReport", "TaskRunner"]
+__all__ = ["BrokerUnavailableError", "InputGapError", "OpenTask", "TaskRunner"]
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -94,51 +95,6 @@ _KAFKA_FAILURES = _kafka_failures()
 
 class BrokerUnavailableError(WindowOperatorError):
     """Kafka stayed unreachable for longer than ``processing.broker_timeout``."""
-
-
-@dataclass
-class TaskReport:
-    """What a task did in one micro-batch (sent back to the driver)."""
-
-    task: int
-    batch_id: int = -1
-    rows: int = 0
-    applied: int = 0
-    replayed: int = 0
-    rejected: int = 0
-    late: int = 0
-    results: int = 0
-    restored_records: int = 0
-    compensated: int = 0
-    changelog_records: int = 0
-    watermark: int = 0
-    attempts: int = 0
-    seconds: float = 0.0
-    seconds_restore: float = 0.0
-    seconds_operator: float = 0.0
-    seconds_commit: float = 0.0
-    location: str = ""
-    # -- observability (window_operator.observe): what the metrics need per task
-    rejected_by_code: dict[str, int] = field(default_factory=dict)
-    results_by_kind: dict[str, int] = field(default_factory=dict)
-    #: window results not written, sent to the error topic as ``RESULT_ERROR`` (a user
-    #: ``finish`` raised, or the output format refused a value): not input records
-    result_errors: int = 0
-    seconds_outputs: float = 0.0
-    seconds_changelog: float = 0.0
-    seconds_local_commit: float = 0.0
-    store_bytes: int = 0
-    #: -1: the operator does not tell (joins)
-    live_keys: int = -1
-    live_windows: int = -1
-    #: messages each input holds in the Message Store (joins; see JoinOperator.live_state)
-    held_messages: dict[str, int] = field(default_factory=dict)
-    #: LATE updates wait for the end of an ``emit.late`` period (a run that ends sends them)
-    late_pending: bool = False
-
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready fields."""
-        return asdict(self)
 
 
 @dataclass

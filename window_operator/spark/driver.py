@@ -39,7 +39,7 @@ from window_operator.runtime.batch import (
 )
 from window_operator.runtime.exchange import MapReport
 from window_operator.runtime.plans import plan_for
-from window_operator.runtime.runner import TaskReport
+from window_operator.runtime.report import TaskReport
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.clock_log import ClockLog
 from window_operator.spark.exchange import map_side, reduce_side, timer_pass

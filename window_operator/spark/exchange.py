@@ -29,7 +29,7 @@ from window_operator.runtime.batch import (
 from window_operator.runtime.exchange import InputRange, MapReport
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plans import plan_for
-from window_operator.runtime.runner import TaskReport
+from window_operator.runtime.report import TaskReport
 from window_operator.runtime.settings import TaskSettings
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from window_operator.config import JoinInputConfig
-from window_operator.events import RecordRejected
 from window_operator.join import LEFT, RIGHT, JoinDecoder, JoinRecord, JoinRows
+from window_operator.rejections import RecordRejected
 from window_operator.results import ErrorCode
 
 SIDE = JoinInputConfig(name="orders", topic="orders-topic", timestamp="ts")

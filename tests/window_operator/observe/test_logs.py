@@ -9,7 +9,7 @@ import pytest
 from window_operator.kernel import ClockState
 from window_operator.observe.logs import BATCH_LOGGER, BatchLog, KafkaNoiseFilter
 from window_operator.runtime.exchange import InputPartition, MapReport
-from window_operator.runtime.runner import TaskReport
+from window_operator.runtime.report import TaskReport
 from window_operator.spark.driver import BatchReport
 
 PARTITION = InputPartition(0, "clicks", 0)

@@ -9,7 +9,7 @@ from helpers import runtime_for
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.observe.metrics import JobMetrics
 from window_operator.runtime.exchange import InputPartition, MapReport
-from window_operator.runtime.runner import TaskReport
+from window_operator.runtime.report import TaskReport
 from window_operator.spark.driver import BatchReport
 
 

@@ -22,7 +22,7 @@ from window_operator.errors import WindowOperatorError
 from window_operator.kernel import ClockState
 from window_operator.results import ErrorRecord
 from window_operator.runtime.exchange import MapReport, Rows
-from window_operator.runtime.runner import TaskReport
+from window_operator.runtime.report import TaskReport
 
 __all__ = [
     "Ack",

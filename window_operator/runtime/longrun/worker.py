@@ -51,8 +51,9 @@ from window_operator.runtime.longrun.mesh import Mesh
 from window_operator.runtime.longrun.reader import CHUNK_RECORDS, Chunked, InputReader
 from window_operator.runtime.longrun.wire import Chunk, End, EpochReport, Kind, WorkerSummary
 from window_operator.runtime.plans import plan_for
+from window_operator.runtime.report import TaskReport
 from window_operator.runtime.routing import task_of_partition
-from window_operator.runtime.runner import TaskReport, TaskRunner
+from window_operator.runtime.runner import TaskRunner
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = ["DEFAULT_EPOCH_MS", "Worker", "WorkerSpec"]
