@@ -263,13 +263,21 @@ def _add_guarded(
     reopened: list[TaskOperator] = []
 
     def reopen() -> TaskOperator:
-        reopened.append(runtime.operator(agg.store))  # as the last flush left it
-        return reopened[-1]
+        fresh = runtime.operator(agg.store)  # as the last flush left it
+        # the parts of the batch it is given one by one see the watermark of the batch's
+        # start, as its rows do in one add_batch (and on Kafka): an earlier part must
+        # not make a later one late
+        fresh.begin_batch()
+        reopened.append(fresh)
+        return fresh
 
     result = add_guarded(reopen, agg, batch, EventBatch.take, len(batch))
     summary.applied += result.stats.applied
     summary.replayed += result.stats.replayed
-    return (reopened[-1] if reopened else agg), result.failed
+    if not reopened:
+        return agg, result.failed
+    reopened[-1].end_batch()
+    return reopened[-1], result.failed
 
 
 def _with_lines(

@@ -169,6 +169,28 @@ def test_results_of_a_batch_that_made_a_user_operation_raise_are_written(
     assert [orjson.loads(x)["code"] for x in errors.getvalue().splitlines()] == ["INTERNAL_ERROR"]
 
 
+def test_the_rest_of_a_batch_that_made_a_user_operation_raise_is_not_made_late(
+    tmp_path: Path,
+) -> None:
+    """The parts of the batch applied apart while the culprit is found are judged with
+    the watermark of the batch's start, as in one add_batch and on Kafka: before, the
+    part holding the newest event moved the watermark, and the window's next events came
+    out as a LATE update of an early ON_TIME result (helper's case)."""
+    lines = [orjson.dumps({"k": "a", "ts": BASE + t, "v": v}) for t, v in
+             [(20_000, 5), (1_000, 5), (1_500, 13), (2_000, 5)]]  # fmt: skip
+    aggs = [
+        {"name": "n", "op": "count"},
+        {"name": "s", "op": "udf_example:FailsOnThirteenOp", "field": "v"},
+    ]
+    results, errors, summary = run(
+        lines, tmp_path, 10, aggregations=aggs, emit={"late": "per_arrival"}
+    )
+    assert [(e["code"], e["offset"]) for e in errors] == [("INTERNAL_ERROR", 2)]
+    assert summary.applied == 3
+    first = [(r["kind"], r["values"]) for r in results if r["window_start"] == BASE]
+    assert first == [("ON_TIME", {"n": 2, "s": 10.0})]
+
+
 def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:
     config = parse_any_config(
         {
