@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import fastavro
+from fastavro.validation import ValidationError, validate
 
 from window_operator.codecs.avro_schema import (
     CONFLUENT_HEADER,
@@ -125,11 +126,16 @@ def avro_payload_encoder(
 ) -> Callable[[Any], bytes]:
     """Writes records as :class:`AvroPayloadDecoder` reads them (the Confluent framing
     with schema id 0). The encoder raises ``ValueError``, ``TypeError`` or
-    ``OverflowError`` for a record that does not fit the schema."""
+    ``OverflowError`` for a record that does not fit the schema: it is validated first,
+    as the writer alone would take ``true`` for a ``long`` (as 1) and ``-0.5`` (as 0)."""
     parsed = parse_schema(load_schema_file(Path(schema_path)), str(schema_path))
     prefix = confluent_header(0) if wire == "confluent" else b""
 
     def encode(record: Any) -> bytes:
+        try:
+            validate(record, parsed, raise_errors=True)
+        except ValidationError as exc:
+            raise ValueError(f"the record does not fit the schema: {exc}") from exc
         out = io.BytesIO()
         fastavro.schemaless_writer(out, parsed, record)
         return prefix + out.getvalue()

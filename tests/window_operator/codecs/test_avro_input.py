@@ -19,6 +19,7 @@ from window_operator.codecs import (
     decode_payloads,
     payload_decoder_for,
 )
+from window_operator.codecs.avro_input import avro_payload_encoder
 from window_operator.config import parse_config
 from window_operator.results import ErrorCode
 
@@ -261,3 +262,30 @@ def test_unusable_schema_files_raise_at_construction(tmp_path: Path) -> None:
         AvroPayloadDecoder(tmp_path / "bad.avsc")
     with pytest.raises(AvroSchemaError, match="cannot read"):
         AvroPayloadDecoder(tmp_path / "missing.avsc")
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"page": "/a", "ts": True, "latency_ms": 1.0},  # fastavro alone wrote 1
+        {"page": "/a", "ts": -0.5, "latency_ms": 1.0},  # ... and 0 (the job floors: -1)
+        {"page": "/a", "ts": T0, "latency_ms": True},
+        {"page": 7, "ts": T0, "latency_ms": 1.0},
+    ],
+)
+def test_the_encoder_refuses_a_record_that_does_not_fit_the_schema(
+    tmp_path: Path, record: dict[str, object]
+) -> None:
+    """``produce`` writes such a line as it is, where the job rejects it: the encoder
+    must not turn it into another valid record."""
+    encode = avro_payload_encoder(write_schema(tmp_path, CLICK_SCHEMA))
+    with pytest.raises(ValueError, match="does not fit the schema"):
+        encode(record)
+
+
+def test_the_encoder_writes_what_the_decoder_reads(tmp_path: Path) -> None:
+    schema = write_schema(tmp_path, CLICK_SCHEMA)
+    encode = avro_payload_encoder(schema, "confluent")
+    record = {"page": "/a", "ts": T0, "latency_ms": 3}  # an integer for a double fits
+    records, failures = AvroPayloadDecoder(schema, wire="confluent").decode([encode(record)])
+    assert failures == [] and records == [{"page": "/a", "ts": T0, "latency_ms": 3.0}]
