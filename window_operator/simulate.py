@@ -23,30 +23,23 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, TypeGuard, cast
+from typing import IO, cast
 
 import numpy as np
 import orjson
 
-from window_operator.arrival import ArrivalClock, future_error, future_errors
-from window_operator.codecs.json_input import InvalidJsonError, parse_json
+from window_operator.arrival import ArrivalClock, future_errors
 from window_operator.codecs.result_errors import encode_checked
 from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
 from window_operator.errors import UserCodeExitError
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
-from window_operator.join import JoinDecoder, JoinOperator, JoinResultBatch, JoinRuntime
-from window_operator.join.common import MAX_OFFSET, MAX_PARTITION
+from window_operator.join import JoinOperator, JoinResultBatch, JoinRuntime
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch
 from window_operator.runtime.guard import add_guarded, internal_error
-from window_operator.simulate_input import (
-    META_FIELDS,
-    DecodedLines,
-    LineDecoder,
-    bad_position,
-    line_wall,
-)
+from window_operator.simulate_input import DecodedLines, LineDecoder, avro_lines
+from window_operator.simulate_join import run_join_chunk
 
 __all__ = ["FinishedStateError", "SimulationSummary", "simulate"]
 
@@ -172,8 +165,17 @@ def _step(runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalCl
     if isinstance(runtime, JoinRuntime):
         join = running.op
         assert isinstance(join, JoinOperator)
-        return lambda chunk, summary: _run_join_chunk(runtime, join, chunk, clock, summary)
-    decoder = LineDecoder(runtime.decoder)
+        sides = (runtime.config.join.left, runtime.config.join.right)
+        avro = {side.name: avro_lines(side) for side in sides}
+
+        def join_step(chunk: list[bytes], summary: SimulationSummary) -> list[ErrorRecord]:
+            errors, stats = run_join_chunk(runtime, join, chunk, clock, avro)
+            summary.applied += stats.applied
+            summary.replayed += stats.replayed
+            return errors
+
+        return join_step
+    decoder = LineDecoder(runtime.decoder, avro_lines(runtime.config.input))
 
     def step(chunk: list[bytes], summary: SimulationSummary) -> list[ErrorRecord]:
         agg = running.op
@@ -336,148 +338,6 @@ _JSON_OUTPUT = JsonResultEncoder()
 # ---------------------------------------------------------------------------------------
 # Join jobs
 # ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class _JoinRun:
-    """Consecutive lines of one input: one ``add_batch``."""
-
-    source: str
-    records: list[dict[str, Any]] = field(default_factory=list)
-    partitions: list[int] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
-    walls: list[int] = field(default_factory=list)
-    raws: list[bytes] = field(default_factory=list)
-
-
-def _run_join_chunk(
-    runtime: JoinRuntime,
-    op: JoinOperator,
-    lines: list[bytes],
-    clock: ArrivalClock,
-    summary: SimulationSummary,
-) -> list[ErrorRecord]:
-    """Feed one micro-batch; return its error records (the lines as their ``raw``)."""
-    bad: list[ErrorRecord] = []
-    runs: list[_JoinRun] = []
-    for line in lines:
-        parsed = _join_line(line, op.spec.names)
-        if isinstance(parsed, ErrorRecord):
-            bad.append(parsed)
-            continue
-        source, rec, part, off, wall = parsed
-        if not runs or runs[-1].source != source:
-            runs.append(_JoinRun(source))
-        run = runs[-1]
-        run.raws.append(line)
-        run.records.append(rec)
-        run.partitions.append(part)
-        run.offsets.append(off)
-        run.walls.append(wall)
-    line_at: dict[tuple[str | None, int | None, int | None], bytes] = {}
-    op.begin_batch()  # retention and lateness: the watermark before the batch, as on Kafka
-    for run in runs:
-        side = op.side_of(run.source)
-        decoder = runtime.decoder(run.source)
-        parts = np.asarray(run.partitions, dtype=np.int64)
-        # the offsets the operator gives lines without one, so errors find their lines
-        run.offsets = op.kernel.positions.assign(
-            side, parts, np.asarray(run.offsets, dtype=np.int64)
-        ).tolist()
-        line_at.update(
-            ((decoder.topic, p, o), raw)
-            for p, o, raw in zip(run.partitions, run.offsets, run.raws, strict=True)
-        )
-        fresh = op.kernel.positions.fresh(side, parts, np.asarray(run.offsets, dtype=np.int64))
-        future = _reject_future_rows(decoder, run, fresh.tolist(), clock)
-        stats = op.add_records(
-            run.source,
-            run.records,
-            partitions=run.partitions,
-            offsets=run.offsets,
-            wall_ms=run.walls,
-        )
-        summary.applied += stats.applied
-        summary.replayed += stats.replayed
-        # rejected before the operator, but handled: a replay must not reject them again
-        for err in future:
-            assert err.partition is not None and err.offset is not None
-            op.mark_consumed(err.partition, err.offset, source=side)
-        bad += future
-    op.end_batch()
-    return [
-        replace(e, raw=line_at.get((e.topic, e.partition, e.offset), e.raw))
-        for e in bad + op.get_errors()
-    ]
-
-
-def _join_line(
-    line: bytes, names: tuple[str, str]
-) -> tuple[str, dict[str, Any], int, int, int] | ErrorRecord:
-    """``(source, record, partition, offset, wall)`` of a join line, or its error.
-
-    ``offset`` -1: the next offset of the partition; ``wall`` -1: the event time stands
-    in for the wall clock, so timers advance with the data.
-    """
-    try:
-        rec = parse_json(line)
-    except InvalidJsonError as exc:
-        return ErrorRecord(ErrorCode.BAD_JSON, exc.reason, None, None, line)
-    if not isinstance(rec, dict):
-        reason = f"record must be a JSON object, got {type(rec).__name__}"
-        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, reason, None, None, line)
-    source = rec.pop("source", None)
-    if not isinstance(source, str) or source not in names:
-        reason = f"source {source!r} is neither {names[0]!r} nor {names[1]!r}"
-        return ErrorRecord(ErrorCode.UNKNOWN_SOURCE, reason, None, None, line)
-    meta = {f: rec.pop(f) for f in META_FIELDS if f in rec}
-    part = meta.get("partition", 0)
-    off = meta.get("offset", 0)  # absent: the next offset of the partition (-1 below)
-    bad = bad_position(part, off, MAX_PARTITION, MAX_OFFSET)
-    if bad is not None:
-        return bad.error(line)
-    assert _is_int(part) and _is_int(off)  # checked by bad_position
-    return source, rec, part, off if "offset" in meta else -1, line_wall(meta)
-
-
-def _reject_future_rows(
-    decoder: JoinDecoder, run: _JoinRun, fresh: list[bool], clock: ArrivalClock
-) -> list[ErrorRecord]:
-    """Remove the run's far-future records (see :mod:`window_operator.arrival`); replays
-    (not ``fresh``) stay for the operator to recognise.
-
-    Records without a valid event time are left to the operator, which rejects them.
-    """
-    if clock.max_future is None:
-        return []
-    times = [decoder.event_time(r) if f else None for r, f in zip(run.records, fresh, strict=True)]
-    timed = [i for i, t in enumerate(times) if t is not None]
-    if not timed:
-        return []
-    ts = np.asarray([times[i] for i in timed], dtype=np.int64)
-    check = clock.check(ts, np.asarray([run.walls[i] for i in timed], dtype=np.int64))
-    if not check.mask.any():
-        return []
-    errors: list[ErrorRecord] = []
-    rejected: set[int] = set()
-    for j in np.flatnonzero(check.mask).tolist():
-        i = timed[j]
-        code, reason = future_error(int(ts[j]), int(check.arrival[j]), clock.max_future)
-        errors.append(
-            ErrorRecord(code, reason, run.partitions[i], run.offsets[i], run.raws[i], decoder.topic)
-        )
-        rejected.add(i)
-    keep = [i for i in range(len(run.records)) if i not in rejected]
-    run.records = [run.records[i] for i in keep]
-    run.partitions = [run.partitions[i] for i in keep]
-    run.offsets = [run.offsets[i] for i in keep]
-    run.walls = [run.walls[i] for i in keep]
-    run.raws = [run.raws[i] for i in keep]
-    return errors
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _partition_offsets(agg: TaskOperator) -> dict[int, int]:

@@ -10,19 +10,25 @@ verdicts and values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final, TypeGuard
 
 import numpy as np
 
+from window_operator.codecs.avro_input import AvroPayloadDecoder, AvroWire, avro_payload_encoder
 from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
+from window_operator.config import InputConfig, JoinInputConfig
 from window_operator.events import EventBatch, IntArray, RecordDecoder
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = [
+    "AvroLines",
+    "AvroMisfit",
     "MAX_LINE_OFFSET",
+    "avro_lines",
     "MAX_LINE_PARTITION",
     "META_FIELDS",
     "DecodedLines",
@@ -64,18 +70,72 @@ class _Line:
     raw: bytes
 
 
-class LineDecoder:
-    """Decodes chunks of ``simulate`` lines with a job's record decoder."""
+class AvroLines:
+    """An Avro input's lines as its topic holds them, read back as its job reads them.
 
-    def __init__(self, decoder: RecordDecoder) -> None:
+    A line is written with the input's schema, as ``produce`` writes it, and read back
+    by the job's payload decoder, so it gets the job's verdict: a field the schema does
+    not have is dropped, a missing one takes its default, a value of another type, or a
+    line that does not fit, is ``BAD_AVRO``; logical types come back as the job reads
+    them (``timestamp-millis``: epoch ms).
+    """
+
+    def __init__(self, schema: str | Path, wire: AvroWire) -> None:
+        self.encode = avro_payload_encoder(schema, wire)
+        self.decoder = AvroPayloadDecoder(schema, wire=wire)
+
+    def read_back(self, records: Sequence[Any]) -> list[Any | AvroMisfit]:
+        """Each record as the job reads it, or why it rejects it."""
+        out: list[Any | AvroMisfit] = []
+        for record in records:
+            try:
+                payload = self.encode(record)
+            except ValueError as exc:
+                out.append(
+                    AvroMisfit(
+                        f"the line does not fit input.avro_schema ({exc}): `produce` writes "
+                        "it as it is, and the job cannot read it as Avro"
+                    )
+                )
+                continue
+            decoded, failures = self.decoder.decode([payload])
+            out.append(AvroMisfit(failures[0][1]) if failures else decoded[0])
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AvroMisfit:
+    """Why the job would reject a line of an Avro input (``BAD_AVRO``)."""
+
+    reason: str
+
+    def error(self, partition: int, offset: int, raw: bytes, topic: str | None) -> ErrorRecord:
+        """The line's error record."""
+        return ErrorRecord(ErrorCode.BAD_AVRO, self.reason, partition, offset, raw, topic)
+
+
+def avro_lines(inp: InputConfig | JoinInputConfig) -> AvroLines | None:
+    """The :class:`AvroLines` of an Avro input (``None``: a JSON input)."""
+    if inp.format != "avro" or inp.avro_schema is None:
+        return None
+    return AvroLines(inp.avro_schema, inp.avro_wire)
+
+
+class LineDecoder:
+    """Decodes chunks of ``simulate`` lines with a job's record decoder (``avro``: the
+    input is Avro, each line goes through :class:`AvroLines`)."""
+
+    def __init__(self, decoder: RecordDecoder, avro: AvroLines | None = None) -> None:
         self.decoder = decoder
+        self.avro = avro
         self.columnar = ColumnarJsonDecoder(decoder, absent_fields=META_FIELDS)
 
     def decode(self, lines: list[bytes], offsets: Mapping[int, int]) -> DecodedLines:
         """Decode ``lines``; ``offsets`` holds the last offset consumed per partition."""
         first = offsets.get(0, -1) + 1
         # partition 0 has room for every line (else they take the exact path, which says so)
-        clean = self.columnar.decode(lines) if first + len(lines) <= MAX_LINE_OFFSET else None
+        fits = first + len(lines) <= MAX_LINE_OFFSET and self.avro is None
+        clean = self.columnar.decode(lines) if fits else None
         if clean is not None:
             # every line is an event of partition 0 at the next offsets
             clean.offset = np.arange(first, first + len(lines), dtype=np.int64)
@@ -95,6 +155,8 @@ class LineDecoder:
                 bad.append(line)
             else:
                 good.append(line)
+        if self.avro is not None:
+            good = self._read_back(self.avro, good, bad)
         decoded = self.decoder.decode_records(
             [g.record for g in good],
             partitions=[g.partition for g in good],
@@ -105,6 +167,17 @@ class LineDecoder:
         walls = np.asarray([g.wall for g in kept], dtype=np.int64)
         raws = [g.raw for g in kept]
         return DecodedLines(decoded.batch, bad + decoded.errors, replayed, walls, raws)
+
+    @staticmethod
+    def _read_back(avro: AvroLines, good: list[_Line], bad: list[ErrorRecord]) -> list[_Line]:
+        """The lines the job reads from Avro, as it reads them; the others to ``bad``."""
+        kept: list[_Line] = []
+        for line, record in zip(good, avro.read_back([g.record for g in good]), strict=True):
+            if isinstance(record, AvroMisfit):
+                bad.append(record.error(line.partition, line.offset, line.raw, None))
+            else:
+                kept.append(replace(line, record=record))
+        return kept
 
 
 def _split_line(raw: bytes, last: dict[int, int]) -> _Line | ErrorRecord | None:

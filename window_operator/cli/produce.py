@@ -51,10 +51,6 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parsers"]
 
-#: What a line of an Avro input that does not fit its schema raises when encoded.
-_UNFIT = (ValueError, TypeError, AttributeError, OverflowError)
-
-
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where the lines of one input go: its topic, the Kafka key of a record (``None``:
@@ -158,7 +154,7 @@ def route(
     if target.encode is not None:
         try:
             value = target.encode(record)
-        except _UNFIT:
+        except ValueError:  # it does not fit the Avro schema
             produced.unfit += 1  # as it is: the job routes it to the errors
     return target, target.key_of(record), value
 

@@ -28,6 +28,7 @@ from window_operator.codecs.avro_schema import (
     parse_schema,
 )
 from window_operator.codecs.decoding import DECODE_FAILED, NULL_PAYLOAD
+from window_operator.rejections import show
 from window_operator.results import ErrorCode
 
 __all__ = ["AvroPayloadDecoder", "AvroWire", "avro_payload_encoder"]
@@ -125,19 +126,42 @@ def avro_payload_encoder(
     schema_path: str | Path, wire: AvroWire = "schemaless"
 ) -> Callable[[Any], bytes]:
     """Writes records as :class:`AvroPayloadDecoder` reads them (the Confluent framing
-    with schema id 0). The encoder raises ``ValueError``, ``TypeError`` or
-    ``OverflowError`` for a record that does not fit the schema: it is validated first,
-    as the writer alone would take ``true`` for a ``long`` (as 1) and ``-0.5`` (as 0)."""
+    with schema id 0). The encoder raises ``ValueError`` for a record that does not fit
+    the schema: it is validated first, as the writer alone would take ``true`` for a
+    ``long`` (as 1) and ``-0.5`` (as 0)."""
     parsed = parse_schema(load_schema_file(Path(schema_path)), str(schema_path))
     prefix = confluent_header(0) if wire == "confluent" else b""
 
     def encode(record: Any) -> bytes:
+        out = io.BytesIO()
         try:
             validate(record, parsed, raise_errors=True)
+            fastavro.schemaless_writer(out, parsed, record)
         except ValidationError as exc:
-            raise ValueError(f"the record does not fit the schema: {exc}") from exc
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, parsed, record)
+            raise ValueError(f"it does not fit the schema: {_misfits(exc)}") from exc
+        except (TypeError, AttributeError, OverflowError) as exc:  # what validate let by
+            raise ValueError(f"it does not fit the schema: {exc}") from exc
         return prefix + out.getvalue()
 
     return encode
+
+
+def _misfits(exc: ValidationError) -> str:
+    """What fastavro's validation found, one clause a field (a union's branches in one)."""
+    wants: dict[str, tuple[object, list[str]]] = {}
+    for e in exc.errors:
+        wants.setdefault(e.field, (e.datum, []))[1].append(_schema_name(e.schema))
+    return "; ".join(
+        f"{name} is {show(datum)}, the schema has {' or '.join(schemas)}"
+        for name, (datum, schemas) in wants.items()
+    )
+
+
+def _schema_name(schema: object) -> str:
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, list):
+        return "[" + ", ".join(_schema_name(s) for s in schema) + "]"
+    if isinstance(schema, dict):
+        return str(schema.get("logicalType") or schema.get("name") or schema.get("type"))
+    return repr(schema)

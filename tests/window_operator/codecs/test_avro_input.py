@@ -279,7 +279,7 @@ def test_the_encoder_refuses_a_record_that_does_not_fit_the_schema(
     """``produce`` writes such a line as it is, where the job rejects it: the encoder
     must not turn it into another valid record."""
     encode = avro_payload_encoder(write_schema(tmp_path, CLICK_SCHEMA))
-    with pytest.raises(ValueError, match="does not fit the schema"):
+    with pytest.raises(ValueError, match="it does not fit the schema"):
         encode(record)
 
 

@@ -1,0 +1,203 @@
+"""``simulate`` of a join job: each line names its input in ``source``; each run of
+consecutive lines of one input is one ``add_records`` call, all of a micro-batch under
+the watermark of its start (as a task adds its inputs on Kafka)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeGuard
+
+import numpy as np
+
+from window_operator.arrival import ArrivalClock, future_error
+from window_operator.codecs.json_input import InvalidJsonError, parse_json
+from window_operator.join import JoinDecoder, JoinOperator, JoinRuntime
+from window_operator.join.common import MAX_OFFSET, MAX_PARTITION
+from window_operator.kernel import StepStats
+from window_operator.results import ErrorCode, ErrorRecord
+from window_operator.simulate_input import (
+    META_FIELDS,
+    AvroLines,
+    AvroMisfit,
+    bad_position,
+    line_wall,
+)
+
+__all__ = ["run_join_chunk"]
+
+
+@dataclass
+class _JoinRun:
+    """Consecutive lines of one input: one ``add_batch``."""
+
+    source: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    partitions: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    walls: list[int] = field(default_factory=list)
+    raws: list[bytes] = field(default_factory=list)
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (indices, in order)."""
+        self.records = [self.records[i] for i in rows]
+        self.partitions = [self.partitions[i] for i in rows]
+        self.offsets = [self.offsets[i] for i in rows]
+        self.walls = [self.walls[i] for i in rows]
+        self.raws = [self.raws[i] for i in rows]
+
+
+def run_join_chunk(
+    runtime: JoinRuntime,
+    op: JoinOperator,
+    lines: list[bytes],
+    clock: ArrivalClock,
+    avro: Mapping[str, AvroLines | None],
+) -> tuple[list[ErrorRecord], StepStats]:
+    """Feed one micro-batch; return its error records (the lines as their ``raw``) and
+    what the operator did. ``avro``: the :class:`AvroLines` of each Avro input."""
+    done = StepStats()
+    bad, runs = _runs(lines, op.spec.names)
+    line_at: dict[tuple[str | None, int | None, int | None], bytes] = {}
+    op.begin_batch()  # retention and lateness: the watermark before the batch, as on Kafka
+    for run in runs:
+        side = op.side_of(run.source)
+        decoder = runtime.decoder(run.source)
+        parts = np.asarray(run.partitions, dtype=np.int64)
+        # the offsets the operator gives lines without one, so errors find their lines
+        run.offsets = op.kernel.positions.assign(
+            side, parts, np.asarray(run.offsets, dtype=np.int64)
+        ).tolist()
+        line_at.update(
+            ((decoder.topic, p, o), raw)
+            for p, o, raw in zip(run.partitions, run.offsets, run.raws, strict=True)
+        )
+        fresh = op.kernel.positions.fresh(
+            side, parts, np.asarray(run.offsets, dtype=np.int64)
+        ).tolist()
+        lines_avro = avro.get(run.source)
+        # rejected before the operator, but handled: a replay must not reject them again
+        handled = [] if lines_avro is None else _read_back(lines_avro, run, fresh, decoder.topic)
+        handled += _reject_future_rows(decoder, run, fresh, clock)
+        stats = op.add_records(
+            run.source,
+            run.records,
+            partitions=run.partitions,
+            offsets=run.offsets,
+            wall_ms=run.walls,
+        )
+        done += stats
+        for err in handled:
+            assert err.partition is not None and err.offset is not None
+            op.mark_consumed(err.partition, err.offset, source=side)
+        bad += handled
+    op.end_batch()
+    errors = [
+        replace(e, raw=line_at.get((e.topic, e.partition, e.offset), e.raw))
+        for e in bad + op.get_errors()
+    ]
+    return errors, done
+
+
+def _read_back(
+    avro: AvroLines, run: _JoinRun, fresh: list[bool], topic: str | None
+) -> list[ErrorRecord]:
+    """Read the run's new lines back as the job reads its Avro input (replays stay for the
+    operator to recognise): the lines it rejects are removed (and ``fresh`` with them)."""
+    new = [i for i, f in enumerate(fresh) if f]
+    misfits: dict[int, ErrorRecord] = {}
+    for i, record in zip(new, avro.read_back([run.records[i] for i in new]), strict=True):
+        if isinstance(record, AvroMisfit):
+            misfits[i] = record.error(run.partitions[i], run.offsets[i], run.raws[i], topic)
+        else:
+            run.records[i] = record
+    if misfits:
+        rows = [i for i in range(len(run.records)) if i not in misfits]
+        run.keep(rows)
+        fresh[:] = [fresh[i] for i in rows]
+    return list(misfits.values())
+
+
+def _runs(lines: list[bytes], names: tuple[str, str]) -> tuple[list[ErrorRecord], list[_JoinRun]]:
+    """The lines' errors, and the runs of consecutive lines of one input."""
+    bad: list[ErrorRecord] = []
+    runs: list[_JoinRun] = []
+    for line in lines:
+        parsed = _join_line(line, names)
+        if isinstance(parsed, ErrorRecord):
+            bad.append(parsed)
+            continue
+        source, rec, part, off, wall = parsed
+        if not runs or runs[-1].source != source:
+            runs.append(_JoinRun(source))
+        run = runs[-1]
+        run.raws.append(line)
+        run.records.append(rec)
+        run.partitions.append(part)
+        run.offsets.append(off)
+        run.walls.append(wall)
+    return bad, runs
+
+
+def _join_line(
+    line: bytes, names: tuple[str, str]
+) -> tuple[str, dict[str, Any], int, int, int] | ErrorRecord:
+    """``(source, record, partition, offset, wall)`` of a join line, or its error.
+
+    ``offset`` -1: the next offset of the partition; ``wall`` -1: the event time stands
+    in for the wall clock, so timers advance with the data.
+    """
+    try:
+        rec = parse_json(line)
+    except InvalidJsonError as exc:
+        return ErrorRecord(ErrorCode.BAD_JSON, exc.reason, None, None, line)
+    if not isinstance(rec, dict):
+        reason = f"record must be a JSON object, got {type(rec).__name__}"
+        return ErrorRecord(ErrorCode.NOT_AN_OBJECT, reason, None, None, line)
+    source = rec.pop("source", None)
+    if not isinstance(source, str) or source not in names:
+        reason = f"source {source!r} is neither {names[0]!r} nor {names[1]!r}"
+        return ErrorRecord(ErrorCode.UNKNOWN_SOURCE, reason, None, None, line)
+    meta = {f: rec.pop(f) for f in META_FIELDS if f in rec}
+    part = meta.get("partition", 0)
+    off = meta.get("offset", 0)  # absent: the next offset of the partition (-1 below)
+    bad = bad_position(part, off, MAX_PARTITION, MAX_OFFSET)
+    if bad is not None:
+        return bad.error(line)
+    assert _is_int(part) and _is_int(off)  # checked by bad_position
+    return source, rec, part, off if "offset" in meta else -1, line_wall(meta)
+
+
+def _reject_future_rows(
+    decoder: JoinDecoder, run: _JoinRun, fresh: list[bool], clock: ArrivalClock
+) -> list[ErrorRecord]:
+    """Remove the run's far-future records (see :mod:`window_operator.arrival`); replays
+    (not ``fresh``) stay for the operator to recognise.
+
+    Records without a valid event time are left to the operator, which rejects them.
+    """
+    if clock.max_future is None:
+        return []
+    times = [decoder.event_time(r) if f else None for r, f in zip(run.records, fresh, strict=True)]
+    timed = [i for i, t in enumerate(times) if t is not None]
+    if not timed:
+        return []
+    ts = np.asarray([times[i] for i in timed], dtype=np.int64)
+    check = clock.check(ts, np.asarray([run.walls[i] for i in timed], dtype=np.int64))
+    if not check.mask.any():
+        return []
+    errors: list[ErrorRecord] = []
+    rejected: set[int] = set()
+    for j in np.flatnonzero(check.mask).tolist():
+        i = timed[j]
+        code, reason = future_error(int(ts[j]), int(check.arrival[j]), clock.max_future)
+        errors.append(
+            ErrorRecord(code, reason, run.partitions[i], run.offsets[i], run.raws[i], decoder.topic)
+        )
+        rejected.add(i)
+    run.keep([i for i in range(len(run.records)) if i not in rejected])
+    return errors
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
