@@ -25,6 +25,9 @@ from window_operator.keytable import KeyTable
 
 __all__ = ["Ring"]
 
+#: Frames a ring has room for before its first key (keys then double its room).
+_FIRST_FRAMES = 4096
+
 
 class Ring:
     """Every key's open frames and message count (see module doc)."""
@@ -34,7 +37,9 @@ class Ring:
         self.k = k
         self.step = step
         self.codec = FrameCodec(aggs)
-        cap = 64
+        # room for 64 keys, fewer for long rings (a key costs k frames: a ring of a
+        # million frames started with room for 64 keys took gigabytes before any input)
+        cap = max(1, min(64, _FIRST_FRAMES // k))
         self.count: IntArray = np.zeros(cap, dtype=np.int64)
         self.acc: FloatArray = np.empty((cap, k, aggs.width), dtype=np.float64)
         self.acc[:] = aggs.identity

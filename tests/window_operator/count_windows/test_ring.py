@@ -35,6 +35,18 @@ def small_ring() -> Ring:
     return ring
 
 
+def test_a_long_ring_starts_with_room_for_one_key_and_grows() -> None:
+    """A ring of a million frames per key started with room for 64 keys: gigabytes with
+    object accumulators before the first event (helper's case: 9.5 GB, then killed)."""
+    aggs = runtime({"type": "count", "size": 1_000_000, "step": 1}, AGGS).aggregations
+    ring = Ring(aggs, 1_000_000, 1)
+    assert ring.acc.shape[:2] == (1, 1_000_000) and len(ring.objs) == 1_000_000
+    ring.ensure(3)
+    assert ring.acc.shape[0] >= 3 and len(ring.objs) == ring.acc.shape[0] * 1_000_000
+    short = Ring(aggs, 2, 2)
+    assert short.acc.shape[0] == 64  # short rings as before
+
+
 # A key at count 5 (frames 0 1 2; slot = frame % 2): slot 0 holds frame 2, slot 1 frame 1.
 def test_each_slot_holds_the_newest_frame_up_to_the_count() -> None:
     ring = small_ring()
