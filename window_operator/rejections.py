@@ -7,6 +7,7 @@ the caller turns it into an error record, whose ``raw`` is :func:`raw_of` the re
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -80,12 +81,22 @@ def show(value: Any) -> str:
     if value is None:
         return "null"
     try:
-        text = orjson.dumps(value).decode() if not isinstance(value, _Missing) else "?"
-    except orjson.JSONEncodeError:  # too deep, surrogates, integers beyond 64 bits...
+        # the stdlib writes NaN and infinities as the record had them (orjson: null)
+        text = _dumps(value) if not isinstance(value, _Missing) else "?"
+    except (ValueError, TypeError, RecursionError):  # too deep, a huge integer...
         text = "..."
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{kind} {text}"
+
+
+def _dumps(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: escaped, so the reason encodes
+        return json.dumps(value, separators=(",", ":"))
+    return text
 
 
 def raw_of(record: Any) -> bytes:
