@@ -25,15 +25,15 @@ from window_operator.events import EventBatch, IntArray, RecordDecoder
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = [
-    "AvroLines",
-    "AvroMisfit",
     "MAX_LINE_OFFSET",
-    "avro_lines",
     "MAX_LINE_PARTITION",
     "META_FIELDS",
+    "AvroLines",
+    "AvroMisfit",
+    "BadPosition",
     "DecodedLines",
     "LineDecoder",
-    "BadPosition",
+    "avro_lines",
     "bad_position",
     "line_wall",
 ]
