@@ -36,6 +36,7 @@ from rocksdict import (
 )
 
 from stores.errors import StoreError
+from stores.heap import release_free_heap
 
 __all__ = [
     "BulkPut",
@@ -413,6 +414,7 @@ class TaskStore:
         def compact() -> None:
             for family, lo, hi in ranges:
                 family.compact_range(lo, hi)
+            release_free_heap()  # the flushes since the last call freed what they used
 
         if not background:
             compact()

@@ -22,6 +22,7 @@ import numpy.typing as npt
 import orjson
 
 from window_operator.aggregations.base import ObjectOp, Ordering
+from window_operator.jsonbytes import json_bytes
 
 __all__ = [
     "CollectOp",
@@ -48,7 +49,7 @@ _ENTRY_DTYPE = np.dtype([("ts", "<i8"), ("partition", "<i8"), ("offset", "<i8"),
 
 def _json_dumps(obj: Any, *, sort_keys: bool = False) -> bytes:
     try:
-        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+        return json_bytes(obj, orjson.OPT_SORT_KEYS if sort_keys else 0)
     except orjson.JSONEncodeError:
         text = json.dumps(obj, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
         return _STDLIB_MARKER + text.encode()
@@ -218,7 +219,7 @@ class CountDistinctOp(ObjectOp):
 
     def dumps(self, acc: set[str]) -> bytes:
         """The sorted list of canonical texts."""
-        return orjson.dumps(sorted(acc))
+        return json_bytes(sorted(acc))
 
     def loads(self, data: bytes) -> set[str]:
         """Inverse of :meth:`dumps`."""

@@ -41,6 +41,7 @@ from window_operator.aggregations.objects import (
     PercentileOp,
 )
 from window_operator.errors import USER_CODE_ERRORS, exception_text
+from window_operator.jsonbytes import json_bytes
 
 __all__ = [
     "BUILTIN_OPS",
@@ -143,7 +144,7 @@ class UserObjectOp(ObjectOp):
             if not isinstance(data, bytes):
                 raise TypeError(f"{self.op_name}.dumps must return bytes, got {type(data)}")
             return data
-        return orjson.dumps(acc, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        return json_bytes(acc, orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
     def loads(self, data: bytes) -> Any:
         """The user's ``loads`` or JSON."""

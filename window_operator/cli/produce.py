@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parsers"]
 
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where the lines of one input go: its topic, the Kafka key of a record (``None``:

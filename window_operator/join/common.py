@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 
 from stores.keys import FieldValue
 from window_operator.arrays import ObjArray
@@ -21,7 +20,6 @@ __all__ = [
     "RIGHT",
     "JoinKey",
     "UnknownSourceError",
-    "dumps",
     "message_position",
     "obj_array",
 ]
@@ -49,16 +47,6 @@ def message_position(partition: int, offset: int) -> int:
             f"[0, {MAX_PARTITION}] and offsets in [0, {MAX_OFFSET}]"
         )
     return (partition << POSITION_BITS) | offset
-
-
-def dumps(value: Any) -> bytes:
-    """``orjson.dumps`` copied into an exact-size object.
-
-    orjson returns its oversized output buffer shrunk in place; keeping millions of
-    those alive fragments the heap so badly that each call costs several times more
-    than the copy does.
-    """
-    return bytes(memoryview(orjson.dumps(value)))
 
 
 def obj_array(values: Sequence[Any]) -> ObjArray:

@@ -20,7 +20,8 @@ from window_operator.events import (
     check_column_lengths,
     position_columns,
 )
-from window_operator.join.common import JoinKey, dumps
+from window_operator.join.common import JoinKey
+from window_operator.jsonbytes import json_bytes
 from window_operator.rejections import RecordRejected, raw_of
 from window_operator.results import ErrorCode, ErrorRecord
 
@@ -195,7 +196,7 @@ class JoinDecoder:
             key = tuple(self._field(record, f) for f in on)
         carried = record if self.fields is None else {f: record.get(f) for f in self.fields}
         try:
-            rec = dumps(carried)
+            rec = json_bytes(carried)
         except orjson.JSONEncodeError as exc:  # nested over 254 levels: orjson's limit
             raise RecordRejected(
                 ErrorCode.WRONG_TYPE,
@@ -281,7 +282,7 @@ class JoinDecoder:
         elif not all(k.__class__ is str and k.isascii() and len(k) <= MAX_KEY_BYTES for k in keys):
             return None
         try:
-            recs = [dumps(r) for r in records]
+            recs = [json_bytes(r) for r in records]
         except orjson.JSONEncodeError:  # one record too deep: each is judged alone
             return None
         return keys, tss, recs

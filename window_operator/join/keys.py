@@ -9,7 +9,8 @@ import numpy as np
 from stores.keys import FieldValue, decode_fields, encode_fields
 from stores.keyspace import EncodedKey
 from window_operator.arrays import IntArray, ObjArray
-from window_operator.join.common import JoinKey, dumps
+from window_operator.join.common import JoinKey
+from window_operator.jsonbytes import json_bytes
 from window_operator.keytable import KeyTable
 
 __all__ = ["JoinKeyTable"]
@@ -40,7 +41,7 @@ class JoinKeyTable(KeyTable[JoinKey]):
         kid = super().id_of(key)
         if kid == len(self.json):
             fields = self.fields_of(key)
-            self.json.append(dumps(dict(zip(self.on, fields, strict=True))))
+            self.json.append(json_bytes(dict(zip(self.on, fields, strict=True))))
             self.by_encoded[self.encoded[kid]] = kid
         return kid
 

@@ -26,6 +26,7 @@ from window_operator.codecs.inputs import InputDecoder
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.events import DecodeResult, EventBatch
 from window_operator.job import JobRuntime, build_runtime
+from window_operator.jsonbytes import json_bytes
 from window_operator.kernel import StoredWindow, WindowOperator
 from window_operator.results import ResultBatch
 from window_operator.runtime.guard import decode_guarded
@@ -176,7 +177,7 @@ def event_batch_to_arrow(batch: EventBatch, idx: IntArray) -> pa.RecordBatch:
         arrays.append(pa.array(col[idx]))
         names.append(f"n:{f}")
     for f, objs in batch.objects.items():
-        arrays.append(pa.array([orjson.dumps(objs[i]) for i in idx.tolist()], pa.binary()))
+        arrays.append(pa.array([json_bytes(objs[i]) for i in idx.tolist()], pa.binary()))
         names.append(f"o:{f}")
     return pa.RecordBatch.from_arrays(arrays, names=names)
 

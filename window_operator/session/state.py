@@ -42,6 +42,7 @@ from stores.rocks import ColumnFamily
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, FloatArray, IntArray
+from window_operator.jsonbytes import json_bytes
 
 __all__ = [
     "FLAG_CLOSED",
@@ -303,7 +304,7 @@ class _TimeMessages:
         return _TIME_MESSAGES.key(key, message.ts, message.partition, message.offset)
 
     def value(self, message: PendingMessage) -> bytes:
-        return orjson.dumps(list(message.values))
+        return json_bytes(list(message.values))
 
     def span(self, key: EncodedKey, lo: int, hi: int) -> KeyRange:
         return _TIME_MESSAGES.times(key, lo, hi)
@@ -322,7 +323,7 @@ class _TupleMessages:
         return _TUPLE_MESSAGES.key(key, message.offset)
 
     def value(self, message: PendingMessage) -> bytes:
-        return orjson.dumps([message.ts, *message.values])
+        return json_bytes([message.ts, *message.values])
 
     def span(self, key: EncodedKey, lo: int, hi: int) -> KeyRange:
         return _TUPLE_MESSAGES.times(key, lo, hi)

@@ -31,6 +31,7 @@ from stores.rocks import StoreBatch, TaskStore
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, FloatArray, IntArray
+from window_operator.jsonbytes import json_bytes
 from window_operator.keytable import KeyTable
 from window_operator.timewindows.state import FRAMES, MESSAGES, FrameCodec
 
@@ -374,7 +375,7 @@ class FrameStore:
             batch.put(
                 MESSAGES.cf,
                 MESSAGES.key(enc[m.kid], m.ts, m.partition, m.offset),
-                orjson.dumps(list(m.values)),
+                json_bytes(list(m.values)),
             )
         self.pending_messages.clear()
         return len(slots)
