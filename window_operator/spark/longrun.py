@@ -215,7 +215,9 @@ class LongRunningJob(SparkJob):
             available_now=self.available_now,
         )
         self._known = spec.assignment.partition_counts()
-        return spec
+        # the workers look for new partitions before every epoch where the driver looks
+        watch = self.config.spark.partition_discovery is not None and not self.available_now
+        return replace(spec, watch_inputs=watch)
 
     def _supervise(self, spec: WorkerSpec) -> None:
         """Run the workers; start them again after a failure (see module doc)."""
@@ -230,6 +232,8 @@ class LongRunningJob(SparkJob):
                         if self._stopping.is_set():
                             return
                     self.summaries = self._run_stage(replace(spec, attempt=str(attempt)))
+                    if any(s.inputs_grew for s in self.summaries):
+                        self._workers_saw_new_partitions()
                     if self._stopping.is_set() or not self._regrow.is_set():
                         return
                 except Exception as exc:  # noqa: BLE001 - decided below
@@ -266,38 +270,54 @@ class LongRunningJob(SparkJob):
 
     def _discover(self, every_s: float) -> None:
         """Every ``every_s``: stop the workers for a new start when an input grew."""
-        topics = sorted({s.topic for s in plan_for(self.settings).sources})
         cfg = self.config.kafka.consumer
         admin = KafkaAdmin(self.settings.bootstrap_servers, client_config=cfg)
         while not self._stopping.wait(every_s) and not self._done.is_set():
             if self._regrow.is_set():
                 continue
-            try:
-                found = admin.topics()
-            except KafkaAdminError as exc:
-                log.debug("partition discovery: %s", exc)
-                continue
-            known = self._known
-            grown = [t for t in topics if found.get(t, 0) > known.get(t, 0)]
-            if not grown:
-                continue
-            text = ", ".join(f"{t} {known.get(t, 0)} -> {found[t]}" for t in grown)
-            try:
-                check_grown_inputs(self.config, self.settings.tasks, max(found[t] for t in grown))
-            except TaskCountError as exc:
-                log.warning("input partitions added (%s): the job stops", text)
-                with self._control:
-                    self.error = exc  # the workers commit what they read and end
-                    self._stopping.set()
-                    if self._coordinator is not None:
-                        self._coordinator.stop_workers()
+            if self._inputs_grew(admin) is False:
                 return
-            log.info("input partitions added (%s): starting the workers again", text)
+
+    def _workers_saw_new_partitions(self) -> None:
+        """The workers ended because an input grew: start them again with its new
+        partitions (also when the driver's own lookup does not answer now)."""
+        cfg = self.config.kafka.consumer
+        admin = KafkaAdmin(self.settings.bootstrap_servers, client_config=cfg)
+        if self._inputs_grew(admin) is None and not self._stopping.is_set():
+            self._regrow.set()
+
+    def _inputs_grew(self, admin: KafkaAdmin) -> bool | None:
+        """If an input has partitions the workers do not read: stop the workers for a new
+        start (``True``), or stop the job when its tasks cannot take them (``False``);
+        ``None``: none grew (or the lookup failed)."""
+        topics = sorted({s.topic for s in plan_for(self.settings).sources})
+        try:
+            found = admin.topics()
+        except KafkaAdminError as exc:
+            log.debug("partition discovery: %s", exc)
+            return None
+        known = self._known
+        grown = [t for t in topics if found.get(t, 0) > known.get(t, 0)]
+        if not grown:
+            return None
+        text = ", ".join(f"{t} {known.get(t, 0)} -> {found[t]}" for t in grown)
+        try:
+            check_grown_inputs(self.config, self.settings.tasks, max(found[t] for t in grown))
+        except TaskCountError as exc:
+            log.warning("input partitions added (%s): the job stops", text)
             with self._control:
-                if self._stopping.is_set() or self._coordinator is None:
-                    return
-                self._regrow.set()
-                self._coordinator.stop_workers()
+                self.error = exc  # the workers commit what they read and end
+                self._stopping.set()
+                if self._coordinator is not None:
+                    self._coordinator.stop_workers()
+            return False
+        log.info("input partitions added (%s): starting the workers again", text)
+        with self._control:
+            if self._stopping.is_set() or self._coordinator is None:
+                return False
+            self._regrow.set()
+            self._coordinator.stop_workers()
+        return True
 
     def _run_stage(self, spec: WorkerSpec) -> list[WorkerSummary]:
         sc = self.spark.sparkContext

@@ -188,6 +188,62 @@ def test_partitions_added_to_the_input_are_read_without_a_restart(
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
 
 
+def test_records_written_to_new_partitions_before_the_driver_looks_are_not_late(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """The input grows from 2 to 3 partitions; the driver would look only after an hour,
+    and the old partitions' records run 200 s of event time ahead of the new one's.
+    Before, the workers read on until the driver's look, and the new partition's records
+    were late (or out of retention) when they were read at last (helper's case: 91 of
+    600 late, wrong ON_TIME results). Each worker looks before every epoch: once an input
+    grew it ends, and the new start reads the new partition under a clock that waits
+    for it. Every window is exact, sent once, and nothing is late."""
+    topic = unique_name("grow")
+    create_topic(kafka_bootstrap, topic, 2)
+
+    def event(i: int, ts: int, part: int, key: str = "") -> tuple[bytes, bytes, int]:
+        rec = {"page": key or f"k{i % 4}", "ts": ts, "latency_ms": 1.0}
+        return f"e{part}-{i}".encode(), orjson.dumps(rec), part
+
+    first = [event(i, i * 500, i % 2) for i in range(200)]  # 0..99.5 s
+    produce(kafka_bootstrap, topic, [], raw=first)
+    window = {"type": "tumbling", "size": "10s"}
+    spark_section = {"mode": "long_running", "trigger": "200ms", "partition_discovery": "1h"}
+    config = job_config(tmp_path, topic, unique_name("job"), window=window, spark=spark_section)
+    job = LongRunningJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+    job.start()
+
+    def read_at_least(n: int) -> None:
+        deadline = time.monotonic() + 120
+        while job.run_totals.totals.get("records", 0) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job.run_totals.totals.get("records", 0) >= n, job.run_totals.totals
+
+    ahead = [event(i, 100_000 + i * 500, i % 2) for i in range(400)]  # 100..299.5 s
+    new = [event(i, 100_000 + i * 500, 2) for i in range(40)]  # 100..119.5 s
+    ends = [event(0, 10_000_000, p, "end") for p in range(3)]  # its window stays open
+    try:
+        read_at_least(len(first))
+        add_partitions(kafka_bootstrap, topic, 3)
+        produce(kafka_bootstrap, topic, [], raw=ahead + new + ends)
+        read_at_least(len(first) + len(ahead) + len(new) + len(ends))
+    finally:
+        job.stop()
+    assert job.await_termination(60)
+    totals = job.run_totals.totals
+    assert totals["records"] == len(first) + len(ahead) + len(new) + len(ends), totals
+    assert totals.get("late", 0) == 0, totals
+    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    kinds = Counter(r["kind"] for r in results)
+    assert set(kinds) == {"ON_TIME"}, kinds  # none LATE: each window sent once
+    expected = Counter(
+        (orjson.loads(v)["page"], orjson.loads(v)["ts"] // 10_000 * 10_000)
+        for _, v, _ in first + ahead + new
+    )
+    got = {(r["key"], r["window_start"]): r["values"]["clicks"] for r in results}
+    assert got == dict(expected)
+
+
 def test_a_task_over_its_memory_budget_spills_and_its_results_match_the_oracle(
     tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:

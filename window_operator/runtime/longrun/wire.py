@@ -138,6 +138,8 @@ class WorkerSummary:
     epochs: int
     records: int
     tasks: tuple[int, ...]
+    #: it ended because an input got partitions it did not read (see ``.growth``)
+    inputs_grew: bool = False
 
 
 class Connection:

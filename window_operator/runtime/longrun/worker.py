@@ -46,6 +46,7 @@ from window_operator.runtime.exchange import MapReport, TaskInput
 from window_operator.runtime.faults import trace
 from window_operator.runtime.longrun.assignment import Assignment, WorkerStart, start_offsets
 from window_operator.runtime.longrun.control import ControlClient
+from window_operator.runtime.longrun.growth import InputGrowth
 from window_operator.runtime.longrun.inbox import Inbox, TaskClock, merge_reports
 from window_operator.runtime.longrun.mesh import Mesh
 from window_operator.runtime.longrun.reader import CHUNK_RECORDS, Chunked, InputReader
@@ -89,6 +90,8 @@ class WorkerSpec:
     #: end an epoch early once the worker read this many records in it (None: no bound)
     epoch_records: int | None = None
     attempt: str = ""
+    #: look for partitions added to the inputs before every epoch (see :mod:`.growth`)
+    watch_inputs: bool = False
 
 
 @dataclass
@@ -140,6 +143,15 @@ class Worker:
         self._running: _RunningEpoch | None = None
         self.control: ControlClient | None = None
         self._pool = ThreadPoolExecutor(max(1, len(self.tasks)), thread_name_prefix="task")
+        self._growth = (
+            InputGrowth(
+                self.settings.bootstrap_servers,
+                spec.assignment.partition_counts(),
+                self.settings.config.kafka.consumer,
+            )
+            if spec.watch_inputs
+            else None
+        )
 
     # -- the run ------------------------------------------------------------------------
 
@@ -151,7 +163,9 @@ class Worker:
                 self.control = ControlClient(self.spec.control, self.spec.token, self.index)
             self._start()
             self._loop()
-            return WorkerSummary(self.index, self.epoch, self.records, tuple(self.tasks))
+            return WorkerSummary(
+                self.index, self.epoch, self.records, tuple(self.tasks), self._inputs_grew
+            )
         finally:
             self._close()
             trace("worker-end", -1, self.epoch, f"worker {self.index}")
@@ -215,11 +229,30 @@ class Worker:
             full = limit is not None and self._epoch_records >= limit
             if ended or full or time.monotonic() >= next_epoch:
                 self._finish_epoch()
-                self._start_epoch(final=ended)
+                if not self._stop_for_new_partitions():
+                    self._start_epoch(final=ended)
                 next_epoch = time.monotonic() + epoch_s
                 if ended:
                     self._finish_epoch()
                     return
+
+    @property
+    def _inputs_grew(self) -> bool:
+        return self._growth is not None and bool(self._growth.grown)
+
+    def _stop_for_new_partitions(self) -> bool:
+        """Whether an input grew (:mod:`.growth`): then the worker ends, committing
+        nothing more, and the driver starts the workers again with the new partitions."""
+        if self._growth is None or not self._growth.grew():
+            return False
+        if not self._sent_end:
+            log.info(
+                "worker %d: input partitions added (%s): it ends for a new start",
+                self.index,
+                self._growth.describe(),
+            )
+            self._send_end()
+        return True
 
     def _read_budget(self, limit: int | None) -> int:
         """The most records the next read may take: an epoch reads at most ``limit``."""

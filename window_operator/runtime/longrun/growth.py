@@ -1,0 +1,62 @@
+"""Whether an input topic got partitions the running workers do not read.
+
+The workers' assignment is fixed while they run (the driver deals new partitions in at
+a new start). Records written to a new partition before that are not read, while the
+partitions the workers do read move the watermark on: once read, they would be late
+(or out of retention), where micro-batches, which look for new partitions at every
+trigger, take them on time. So a worker looks before every epoch: once an input grew,
+it starts no more epochs, reads no more, and ends without committing what it has not
+committed yet; the driver then starts the workers again with the new partitions, and
+what was not committed is read again, under a clock that waits for the new partitions
+as for any partition with input. The check happens after the epoch's records were
+read, so a partition added later than the check holds only records newer than them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
+
+__all__ = ["InputGrowth"]
+
+log = logging.getLogger(__name__)
+
+
+class InputGrowth:
+    """Looks up the input topics' partition counts against those the workers read."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        known: Mapping[str, int],
+        client_config: Mapping[str, object] | None = None,
+        *,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.known = dict(known)
+        self.timeout_s = timeout_s
+        self._bootstrap = bootstrap_servers
+        self._client_config = dict(client_config or {})
+        self._admin: KafkaAdmin | None = None
+        self.grown: dict[str, tuple[int, int]] = {}
+
+    def grew(self) -> bool:
+        """Whether an input has more partitions than the workers read (once it has, the
+        answer stays). A failed lookup is not growth: the epoch goes on."""
+        if self.grown:
+            return True
+        try:
+            if self._admin is None:
+                self._admin = KafkaAdmin(self._bootstrap, client_config=self._client_config)
+            found = self._admin.topics(timeout_s=self.timeout_s)
+        except KafkaAdminError as exc:
+            log.debug("input partition lookup: %s", exc)
+            return False
+        self.grown = {t: (n, found[t]) for t, n in self.known.items() if found.get(t, 0) > n}
+        return bool(self.grown)
+
+    def describe(self) -> str:
+        """``topic known -> found`` of each input that grew."""
+        return ", ".join(f"{t} {a} -> {b}" for t, (a, b) in sorted(self.grown.items()))
