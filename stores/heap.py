@@ -10,7 +10,6 @@ state (a key-churn run with ``percentile`` held ~120 MB free in glibc). The stor
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 from collections.abc import Callable
 
@@ -36,11 +35,8 @@ def release_free_heap() -> bool:
 
 
 def _find_malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        trim = ctypes.CDLL(name).malloc_trim  # glibc only (not musl, not macOS)
+    try:  # the C library the process runs with (no ldconfig lookup from a thread)
+        trim = ctypes.CDLL(None).malloc_trim  # glibc only (not musl, not macOS)
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]

@@ -169,10 +169,10 @@ def _step(runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalCl
         avro = {side.name: avro_lines(side) for side in sides}
 
         def join_step(chunk: list[bytes], summary: SimulationSummary) -> list[ErrorRecord]:
-            errors, stats = run_join_chunk(runtime, join, chunk, clock, avro)
-            summary.applied += stats.applied
-            summary.replayed += stats.replayed
-            return errors
+            done = run_join_chunk(runtime, join, chunk, clock, avro)
+            summary.applied += done.stats.applied
+            summary.replayed += done.stats.replayed
+            return done.errors
 
         return join_step
     decoder = LineDecoder(runtime.decoder, avro_lines(runtime.config.input))
@@ -333,11 +333,6 @@ def _result_lines(batch: ResultBatch) -> list[bytes]:
 
 #: The JSON values of the output topic (stateless).
 _JSON_OUTPUT = JsonResultEncoder()
-
-
-# ---------------------------------------------------------------------------------------
-# Join jobs
-# ---------------------------------------------------------------------------------------
 
 
 def _partition_offsets(agg: TaskOperator) -> dict[int, int]:

@@ -18,6 +18,7 @@ from typing import Any, Final, TypeGuard
 import numpy as np
 
 from window_operator.codecs.avro_input import AvroPayloadDecoder, AvroWire, avro_payload_encoder
+from window_operator.codecs.avro_schema import has_binary_fields, load_schema_file
 from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.config import InputConfig, JoinInputConfig
@@ -87,19 +88,28 @@ class AvroLines:
     def read_back(self, records: Sequence[Any]) -> list[Any | AvroMisfit]:
         """Each record as the job reads it, or why it rejects it."""
         out: list[Any | AvroMisfit] = []
-        for record in records:
+        payloads: list[bytes] = []
+        written: list[int] = []
+        for i, record in enumerate(records):
             try:
-                payload = self.encode(record)
+                payloads.append(self.encode(record))
             except ValueError as exc:
                 out.append(
                     AvroMisfit(
-                        f"the line does not fit input.avro_schema ({exc}): `produce` writes "
-                        "it as it is, and the job cannot read it as Avro"
+                        f"the line does not fit the input's Avro schema ({exc}); `produce` "
+                        "writes such a line as it is, and the job cannot read it as Avro"
                     )
                 )
                 continue
-            decoded, failures = self.decoder.decode([payload])
-            out.append(AvroMisfit(failures[0][1]) if failures else decoded[0])
+            written.append(i)
+            out.append(None)
+        decoded, failures = self.decoder.decode(payloads)
+        for j, reason in failures:
+            out[written[j]] = AvroMisfit(reason)
+        failed = {j for j, _ in failures}
+        for j, i in enumerate(written):
+            if j not in failed:
+                out[i] = decoded[j]
         return out
 
 
@@ -115,8 +125,12 @@ class AvroMisfit:
 
 
 def avro_lines(inp: InputConfig | JoinInputConfig) -> AvroLines | None:
-    """The :class:`AvroLines` of an Avro input (``None``: a JSON input)."""
+    """The :class:`AvroLines` of an Avro input (``None``: a JSON input, or a schema
+    with ``bytes`` or ``fixed`` fields, which JSON cannot write: its lines are read as
+    JSON, the decoded values as the job reads them)."""
     if inp.format != "avro" or inp.avro_schema is None:
+        return None
+    if has_binary_fields(load_schema_file(Path(inp.avro_schema))):
         return None
     return AvroLines(inp.avro_schema, inp.avro_wire)
 
@@ -166,7 +180,10 @@ class LineDecoder:
         kept = [good[i] for i in decoded.kept]
         walls = np.asarray([g.wall for g in kept], dtype=np.int64)
         raws = [g.raw for g in kept]
-        return DecodedLines(decoded.batch, bad + decoded.errors, replayed, walls, raws)
+        errors = bad + decoded.errors
+        if self.avro is not None:  # in input order, as the job's decoding gives them
+            errors.sort(key=lambda e: (e.partition or 0, e.offset or 0))
+        return DecodedLines(decoded.batch, errors, replayed, walls, raws)
 
     @staticmethod
     def _read_back(avro: AvroLines, good: list[_Line], bad: list[ErrorRecord]) -> list[_Line]:

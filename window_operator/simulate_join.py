@@ -24,7 +24,7 @@ from window_operator.simulate_input import (
     line_wall,
 )
 
-__all__ = ["run_join_chunk"]
+__all__ = ["JoinChunk", "run_join_chunk"]
 
 
 @dataclass
@@ -47,15 +47,23 @@ class _JoinRun:
         self.raws = [self.raws[i] for i in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class JoinChunk:
+    """What one micro-batch of join lines did: its error records (the lines as their
+    ``raw``) and what the operator did with the rest."""
+
+    errors: list[ErrorRecord]
+    stats: StepStats
+
+
 def run_join_chunk(
     runtime: JoinRuntime,
     op: JoinOperator,
     lines: list[bytes],
     clock: ArrivalClock,
     avro: Mapping[str, AvroLines | None],
-) -> tuple[list[ErrorRecord], StepStats]:
-    """Feed one micro-batch; return its error records (the lines as their ``raw``) and
-    what the operator did. ``avro``: the :class:`AvroLines` of each Avro input."""
+) -> JoinChunk:
+    """Feed one micro-batch (``avro``: the :class:`AvroLines` of each Avro input)."""
     done = StepStats()
     bad, runs = _runs(lines, op.spec.names)
     line_at: dict[tuple[str | None, int | None, int | None], bytes] = {}
@@ -72,21 +80,22 @@ def run_join_chunk(
             ((decoder.topic, p, o), raw)
             for p, o, raw in zip(run.partitions, run.offsets, run.raws, strict=True)
         )
-        fresh = op.kernel.positions.fresh(
-            side, parts, np.asarray(run.offsets, dtype=np.int64)
-        ).tolist()
+        # replays go now, before lines are rejected: a replay of a rejected line must not
+        # reach the operator, which never saw the line it repeats
+        fresh = op.kernel.positions.fresh(side, parts, np.asarray(run.offsets, dtype=np.int64))
+        run.keep(np.flatnonzero(fresh).tolist())
+        done += StepStats(replayed=len(fresh) - len(run.records))
         lines_avro = avro.get(run.source)
         # rejected before the operator, but handled: a replay must not reject them again
-        handled = [] if lines_avro is None else _read_back(lines_avro, run, fresh, decoder.topic)
-        handled += _reject_future_rows(decoder, run, fresh, clock)
-        stats = op.add_records(
+        handled = [] if lines_avro is None else _read_back(lines_avro, run, decoder.topic)
+        handled += _reject_future_rows(decoder, run, clock)
+        done += op.add_records(
             run.source,
             run.records,
             partitions=run.partitions,
             offsets=run.offsets,
             wall_ms=run.walls,
         )
-        done += stats
         for err in handled:
             assert err.partition is not None and err.offset is not None
             op.mark_consumed(err.partition, err.offset, source=side)
@@ -96,25 +105,20 @@ def run_join_chunk(
         replace(e, raw=line_at.get((e.topic, e.partition, e.offset), e.raw))
         for e in bad + op.get_errors()
     ]
-    return errors, done
+    return JoinChunk(errors, done)
 
 
-def _read_back(
-    avro: AvroLines, run: _JoinRun, fresh: list[bool], topic: str | None
-) -> list[ErrorRecord]:
-    """Read the run's new lines back as the job reads its Avro input (replays stay for the
-    operator to recognise): the lines it rejects are removed (and ``fresh`` with them)."""
-    new = [i for i, f in enumerate(fresh) if f]
+def _read_back(avro: AvroLines, run: _JoinRun, topic: str | None) -> list[ErrorRecord]:
+    """Read the run's lines back as the job reads its Avro input; the lines it rejects
+    are removed from the run."""
     misfits: dict[int, ErrorRecord] = {}
-    for i, record in zip(new, avro.read_back([run.records[i] for i in new]), strict=True):
+    for i, record in enumerate(avro.read_back(run.records)):
         if isinstance(record, AvroMisfit):
             misfits[i] = record.error(run.partitions[i], run.offsets[i], run.raws[i], topic)
         else:
             run.records[i] = record
     if misfits:
-        rows = [i for i in range(len(run.records)) if i not in misfits]
-        run.keep(rows)
-        fresh[:] = [fresh[i] for i in rows]
+        run.keep([i for i in range(len(run.records)) if i not in misfits])
     return list(misfits.values())
 
 
@@ -169,16 +173,15 @@ def _join_line(
 
 
 def _reject_future_rows(
-    decoder: JoinDecoder, run: _JoinRun, fresh: list[bool], clock: ArrivalClock
+    decoder: JoinDecoder, run: _JoinRun, clock: ArrivalClock
 ) -> list[ErrorRecord]:
-    """Remove the run's far-future records (see :mod:`window_operator.arrival`); replays
-    (not ``fresh``) stay for the operator to recognise.
+    """Remove the run's far-future records (see :mod:`window_operator.arrival`).
 
     Records without a valid event time are left to the operator, which rejects them.
     """
     if clock.max_future is None:
         return []
-    times = [decoder.event_time(r) if f else None for r, f in zip(run.records, fresh, strict=True)]
+    times = [decoder.event_time(r) for r in run.records]
     timed = [i for i, t in enumerate(times) if t is not None]
     if not timed:
         return []

@@ -20,12 +20,12 @@ def test_a_burst_of_freed_memory_leaves_the_process() -> None:
 
     # many small blocks (below the mmap threshold: they come from the heap's arenas)
     burst = [bytearray(512) for _ in range(200_000)]
-    keep = bytearray(16)  # allocated last: the heap's top stays in use
+    keep = [bytearray(512)]  # allocated last: the heap's top may stay in use
     high = rss_kib()
     del burst
     assert release_free_heap() is True
     assert rss_kib() < high - 50_000  # ~100 MB were freed; most of it goes back
-    assert len(keep) == 16
+    assert len(keep[0]) == 512
 
 
 def test_it_can_be_called_from_several_threads_and_again() -> None:

@@ -126,9 +126,9 @@ def avro_payload_encoder(
     schema_path: str | Path, wire: AvroWire = "schemaless"
 ) -> Callable[[Any], bytes]:
     """Writes records as :class:`AvroPayloadDecoder` reads them (the Confluent framing
-    with schema id 0). The encoder raises ``ValueError`` for a record that does not fit
-    the schema: it is validated first, as the writer alone would take ``true`` for a
-    ``long`` (as 1) and ``-0.5`` (as 0)."""
+    with schema id 0). The encoder raises ``ValueError`` (saying why) for a record that
+    does not fit the schema: it is validated first, as the writer alone would take
+    ``true`` for a ``long`` (as 1) and ``-0.5`` (as 0)."""
     parsed = parse_schema(load_schema_file(Path(schema_path)), str(schema_path))
     prefix = confluent_header(0) if wire == "confluent" else b""
 
@@ -138,9 +138,11 @@ def avro_payload_encoder(
             validate(record, parsed, raise_errors=True)
             fastavro.schemaless_writer(out, parsed, record)
         except ValidationError as exc:
-            raise ValueError(f"it does not fit the schema: {_misfits(exc)}") from exc
+            raise ValueError(_misfits(exc)) from exc
+        except RecursionError as exc:
+            raise ValueError("the record is nested too deeply to write") from exc
         except (TypeError, AttributeError, OverflowError) as exc:  # what validate let by
-            raise ValueError(f"it does not fit the schema: {exc}") from exc
+            raise ValueError(str(exc)) from exc
         return prefix + out.getvalue()
 
     return encode
@@ -150,7 +152,7 @@ def _misfits(exc: ValidationError) -> str:
     """What fastavro's validation found, one clause a field (a union's branches in one)."""
     wants: dict[str, tuple[object, list[str]]] = {}
     for e in exc.errors:
-        wants.setdefault(e.field, (e.datum, []))[1].append(_schema_name(e.schema))
+        wants.setdefault(e.field or "the record", (e.datum, []))[1].append(_schema_name(e.schema))
     return "; ".join(
         f"{name} is {show(datum)}, the schema has {' or '.join(schemas)}"
         for name, (datum, schemas) in wants.items()

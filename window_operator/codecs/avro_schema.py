@@ -31,6 +31,7 @@ __all__ = [
     "avro_reason",
     "confluent_header",
     "confluent_problem",
+    "has_binary_fields",
     "json_native",
     "keep_raw_millis",
     "load_schema_file",
@@ -140,6 +141,19 @@ def keep_raw_millis(schema: Any) -> Any:
     if out.get("type") == "long" and out.get("logicalType") in _KEEP_RAW_LOGICAL:
         del out["logicalType"]
     return out
+
+
+def has_binary_fields(schema: Any) -> bool:
+    """Whether ``schema`` has a ``bytes`` or ``fixed`` type anywhere (``decimal`` too)."""
+    if isinstance(schema, list):
+        return any(has_binary_fields(item) for item in schema)
+    if isinstance(schema, str):
+        return schema in ("bytes", "fixed")
+    if not isinstance(schema, Mapping):
+        return False
+    if schema.get("type") in ("bytes", "fixed"):
+        return True
+    return any(has_binary_fields(child) for child in _schema_children(schema))
 
 
 def needs_json_native(schema: Any) -> bool:
