@@ -80,9 +80,11 @@ def show(value: Any) -> str:
     )
     if value is None:
         return "null"
+    if isinstance(value, _Missing):
+        return "missing"
     try:
         # the stdlib writes NaN and infinities as the record had them (orjson: null)
-        text = _dumps(value) if not isinstance(value, _Missing) else "?"
+        text = _dumps(value)
     except (ValueError, TypeError, RecursionError):  # too deep, a huge integer...
         text = "..."
     if len(text) > 60:

@@ -19,7 +19,7 @@ from window_operator.rejections import MISSING, raw_of, show
         (10**30, "int 1000000000000000000000000000000"),
         (10**5000, "int ..."),  # more digits than Python converts
         ("x" * 100, 'string "' + "x" * 56 + "..."),
-        (MISSING, "_Missing ?"),
+        (MISSING, "missing"),
     ],
     ids=lambda v: type(v).__name__,
 )
