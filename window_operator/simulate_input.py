@@ -166,7 +166,7 @@ class LineDecoder:
             if line is None:
                 replayed += 1
             elif isinstance(line, ErrorRecord):
-                bad.append(line)
+                bad.append(line if self.avro is None else _not_avro(line))
             else:
                 good.append(line)
         if self.avro is not None:
@@ -195,6 +195,18 @@ class LineDecoder:
             else:
                 kept.append(replace(line, record=record))
         return kept
+
+
+def _not_avro(err: ErrorRecord) -> ErrorRecord:
+    """A line that is not JSON, of an Avro input: ``produce`` writes it as it is, which
+    the job rejects as ``BAD_AVRO`` (other errors of a line stay)."""
+    if err.code is not ErrorCode.BAD_JSON:
+        return err
+    reason = (
+        f"the line is not JSON ({err.reason}); `produce` writes such a line as it is, "
+        "and the job cannot read it as Avro"
+    )
+    return replace(err, code=ErrorCode.BAD_AVRO, reason=reason)
 
 
 def _split_line(raw: bytes, last: dict[int, int]) -> _Line | ErrorRecord | None:

@@ -201,9 +201,10 @@ def test_errors_of_an_avro_job_come_in_input_order(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_bytes(
         b'{"page": "/a", "ts": %d, "v": NaN}\n'  # NON_FINITE_VALUE, from the decoder
-        b'{"page": 1, "ts": %d}\n' % (BASE, BASE)  # BAD_AVRO, from the read-back
+        b'{"page": 1, "ts": %d}\n'  # BAD_AVRO, from the read-back
+        b"not json\n" % (BASE, BASE)  # BAD_AVRO: produce writes it as it is
     )
     out, errors = io.BytesIO(), io.BytesIO()
     simulate(build_runtime(config), source, out, errors_out=errors, batch_size=10)
     got = [(e["code"], e["offset"]) for e in map(orjson.loads, errors.getvalue().splitlines())]
-    assert got == [("NON_FINITE_VALUE", 0), ("BAD_AVRO", 1)]
+    assert got == [("NON_FINITE_VALUE", 0), ("BAD_AVRO", 1), ("BAD_AVRO", 2)]
