@@ -12,7 +12,7 @@ times ISO-8601 strings, UUIDs strings and ``bytes``/``fixed`` strings of code po
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -143,33 +143,39 @@ def keep_raw_millis(schema: Any) -> Any:
     return out
 
 
-def has_binary_fields(schema: Any) -> bool:
-    """Whether ``schema`` has a ``bytes`` or ``fixed`` type anywhere (``decimal`` too)."""
+def _any_type(schema: Any, test: Callable[[str | None, Mapping[str, Any]], bool]) -> bool:
+    """Whether ``test(type, node)`` holds for a type anywhere in ``schema`` (a bare type
+    name is a node of that type with nothing else)."""
     if isinstance(schema, list):
-        return any(has_binary_fields(item) for item in schema)
+        return any(_any_type(item, test) for item in schema)
     if isinstance(schema, str):
-        return schema in ("bytes", "fixed")
+        return test(schema, {})
     if not isinstance(schema, Mapping):
         return False
-    if schema.get("type") in ("bytes", "fixed"):
+    kind = schema.get("type")
+    if test(kind if isinstance(kind, str) else None, schema):
         return True
-    return any(has_binary_fields(child) for child in _schema_children(schema))
+    return any(_any_type(child, test) for child in _schema_children(schema))
+
+
+def _binary(kind: str | None, node: Mapping[str, Any]) -> bool:
+    return kind in ("bytes", "fixed")
+
+
+def _not_json_native(kind: str | None, node: Mapping[str, Any]) -> bool:
+    logical = node.get("logicalType")
+    raw_millis = kind == "long" and logical in _KEEP_RAW_LOGICAL
+    return _binary(kind, node) or (logical is not None and not raw_millis)
+
+
+def has_binary_fields(schema: Any) -> bool:
+    """Whether ``schema`` has a ``bytes`` or ``fixed`` type anywhere (``decimal`` too)."""
+    return _any_type(schema, _binary)
 
 
 def needs_json_native(schema: Any) -> bool:
     """Whether records of ``schema`` may hold values that are not JSON-native."""
-    if isinstance(schema, list):
-        return any(needs_json_native(item) for item in schema)
-    if isinstance(schema, str):
-        return schema in ("bytes", "fixed")
-    if not isinstance(schema, Mapping):
-        return False
-    logical = schema.get("logicalType")
-    if schema.get("type") in ("bytes", "fixed"):
-        return True
-    if logical is not None and not (schema.get("type") == "long" and logical in _KEEP_RAW_LOGICAL):
-        return True
-    return any(needs_json_native(child) for child in _schema_children(schema))
+    return _any_type(schema, _not_json_native)
 
 
 _SCALARS: Final = (str, int, float, bool, type(None))
