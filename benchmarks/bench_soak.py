@@ -18,7 +18,9 @@ Operators (all with ``retention: 1m``, ``allowed_lateness: 1s``):
 ``time``     tumbling 10 s ``count`` + ``sum`` (the issue's measurement);
 ``session``  sessions with a 10 s gap, ``count`` + ``sum``;
 ``join``     inner join ``RANGE 10s``: half the events are orders, half shipments of
-             those orders, 0..10 s later.
+             those orders, 0..10 s later;
+``time_full`` (only with ``--only``) ``time`` plus ``percentile(v, 0.5)``, a full-state
+             operation: every event is a message in the store until its window fires.
 
 Key distributions:
 
@@ -111,18 +113,23 @@ def _config(operator: str, state: str, cache_mb: int | None) -> JobConfig | Join
         }
     else:
         window = (
-            {"type": "tumbling", "size": "10s"}
-            if operator == "time"
-            else {"type": "session", "gap": "10s"}
+            {"type": "session", "gap": "10s"}
+            if operator == "session"
+            else {"type": "tumbling", "size": "10s"}
         )
+        aggregations: list[dict[str, Any]] = [
+            {"name": "n", "op": "count"},
+            {"name": "total", "op": "sum", "field": "v"},
+        ]
+        if operator == "time_full":
+            aggregations.append(
+                {"name": "p50", "op": "percentile", "field": "v", "params": {"q": 0.5}}
+            )
         doc = {
             "job": f"soak-{operator}",
             "input": {"key": "user", "timestamp": "ts", "timestamp_unit": "ms"},
             "window": window,
-            "aggregations": [
-                {"name": "n", "op": "count"},
-                {"name": "total", "op": "sum", "field": "v"},
-            ],
+            "aggregations": aggregations,
         }
     config = parse_any_config(doc | common, base_dir=Path("."))
     assert isinstance(config, JobConfig | JoinJobConfig)

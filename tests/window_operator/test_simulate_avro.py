@@ -29,35 +29,47 @@ SCHEMA = {
 
 
 def _simulate(
-    runtime: Any, tmp_path: Path, lines: list[dict[str, Any]]
+    runtime: Any, tmp_path: Path, lines: list[dict[str, Any]] | bytes, batch_size: int = 10
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], SimulationSummary]:
+    """``simulate`` of ``lines`` (dicts, one JSON line each, or the file's bytes)."""
     source = tmp_path / "in.jsonl"
-    source.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    text = lines if isinstance(lines, bytes) else b"".join(orjson.dumps(x) + b"\n" for x in lines)
+    source.write_bytes(text)
     out, errors = io.BytesIO(), io.BytesIO()
-    summary = simulate(runtime, source, out, errors_out=errors, batch_size=10)
+    summary = simulate(runtime, source, out, errors_out=errors, batch_size=batch_size)
     results = [orjson.loads(x) for x in out.getvalue().splitlines()]
     return results, [orjson.loads(x) for x in errors.getvalue().splitlines()], summary
 
 
+def _avro_job(
+    tmp_path: Path, schema: dict[str, Any], key: str, aggregations: list[dict[str, Any]]
+) -> Any:
+    """The runtime of a tumbling 10 s job over an Avro input of ``schema``."""
+    (tmp_path / "input.avsc").write_bytes(orjson.dumps(schema))
+    inp = {"format": "avro", "avro_schema": "input.avsc", "key": key, "timestamp": "ts"}
+    window = {"type": "tumbling", "size": "10s"}
+    job = {"job": "avro", "input": inp, "window": window, "aggregations": aggregations}
+    return build_runtime(parse_any_config(job, base_dir=tmp_path))
+
+
+def _join_job(tmp_path: Path) -> Any:
+    """The runtime of a join whose left input (orders) is Avro, its right one JSON."""
+    order = {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "id", "type": "long"}, {"name": "ts", "type": "long"}],
+    }
+    (tmp_path / "order.avsc").write_bytes(orjson.dumps(order))
+    left = {"name": "orders", "timestamp": "ts", "format": "avro", "avro_schema": "order.avsc"}
+    right = {"name": "shipments", "timestamp": "ts"}
+    join = {"left": left, "right": right, "on": ["id"], "range": "1h"}
+    job = {"job": "os", "join": join, "retention": {"time": "1h"}}
+    return build_join_runtime(parse_any_config(job, base_dir=tmp_path))
+
+
 def test_an_avro_job_reads_each_line_as_its_topic_would_hold_it(tmp_path: Path) -> None:
-    (tmp_path / "click.avsc").write_bytes(orjson.dumps(SCHEMA))
-    config = parse_any_config(
-        {
-            "job": "clicks",
-            "input": {
-                "format": "avro",
-                "avro_schema": "click.avsc",
-                "key": "page",
-                "timestamp": "ts",
-            },
-            "window": {"type": "tumbling", "size": "10s"},
-            "aggregations": [
-                {"name": "n", "op": "count"},
-                {"name": "s", "op": "sum", "field": "v"},
-            ],
-        },
-        base_dir=tmp_path,
-    )
+    aggs = [{"name": "n", "op": "count"}, {"name": "s", "op": "sum", "field": "v"}]
+    runtime = _avro_job(tmp_path, SCHEMA, "page", aggs)
     lines = [
         {"page": "/a", "ts": BASE, "v": 1.5},
         {"page": "/a", "ts": BASE + 1, "v": 2},  # an integer for a double fits
@@ -66,7 +78,7 @@ def test_an_avro_job_reads_each_line_as_its_topic_would_hold_it(tmp_path: Path) 
         {"page": "/a", "ts": True, "v": 1.0},  # not a long (fastavro alone wrote 1)
         {"page": "/a", "ts": BASE + 4, "v": 4.0, "extra": "x"},  # not in the schema
     ]
-    results, errors, summary = _simulate(build_runtime(config), tmp_path, lines)
+    results, errors, summary = _simulate(runtime, tmp_path, lines)
     assert [(e["code"], e["offset"]) for e in errors] == [("BAD_AVRO", 3), ("BAD_AVRO", 4)]
     assert "Click.page is int 42, the schema has string" in errors[0]["reason"]
     assert "timestamp-millis" in errors[1]["reason"]
@@ -76,30 +88,6 @@ def test_an_avro_job_reads_each_line_as_its_topic_would_hold_it(tmp_path: Path) 
 
 
 def test_a_join_reads_its_avro_input_as_its_topic_would_hold_it(tmp_path: Path) -> None:
-    order = {
-        "type": "record",
-        "name": "Order",
-        "fields": [{"name": "id", "type": "long"}, {"name": "ts", "type": "long"}],
-    }
-    (tmp_path / "order.avsc").write_bytes(orjson.dumps(order))
-    config = parse_any_config(
-        {
-            "job": "orders-shipments",
-            "join": {
-                "left": {
-                    "name": "orders",
-                    "timestamp": "ts",
-                    "format": "avro",
-                    "avro_schema": "order.avsc",
-                },
-                "right": {"name": "shipments", "timestamp": "ts"},
-                "on": ["id"],
-                "range": "1h",
-            },
-            "retention": {"time": "1h"},
-        },
-        base_dir=tmp_path,
-    )
     lines = [
         {"source": "orders", "id": 1, "ts": BASE},
         {"source": "orders", "id": "2", "ts": BASE},  # a string where the schema has a long
@@ -107,34 +95,11 @@ def test_a_join_reads_its_avro_input_as_its_topic_would_hold_it(tmp_path: Path) 
         {"source": "shipments", "id": "2", "ts": BASE + 60_000},  # a JSON input: any type
         {"source": "orders", "id": 1, "ts": BASE, "offset": 0},  # a replay, not an error
     ]
-    results, errors, summary = _simulate(build_join_runtime(config), tmp_path, lines)
+    results, errors, summary = _simulate(_join_job(tmp_path), tmp_path, lines)
     assert [(e["code"], e["offset"], e["topic"]) for e in errors] == [("BAD_AVRO", 1, "orders")]
     assert errors[0]["raw"] == orjson.dumps(lines[1]).decode()
     assert sorted(m["key"]["id"] for m in results if m["kind"] == "MATCH") == [1]
     assert summary.applied == 3 and summary.replayed == 1
-
-
-def _join_config(tmp_path: Path) -> Any:
-    order = {
-        "type": "record",
-        "name": "Order",
-        "fields": [{"name": "id", "type": "long"}, {"name": "ts", "type": "long"}],
-    }
-    (tmp_path / "order.avsc").write_bytes(orjson.dumps(order))
-    left = {"name": "orders", "timestamp": "ts", "format": "avro", "avro_schema": "order.avsc"}
-    return parse_any_config(
-        {
-            "job": "os",
-            "join": {
-                "left": left,
-                "right": {"name": "shipments", "timestamp": "ts"},
-                "on": ["id"],
-                "range": "1h",
-            },
-            "retention": {"time": "1h"},
-        },
-        base_dir=tmp_path,
-    )
 
 
 def test_a_replay_of_a_rejected_join_line_is_a_replay_whatever_the_batch(tmp_path: Path) -> None:
@@ -147,13 +112,9 @@ def test_a_replay_of_a_rejected_join_line_is_a_replay_whatever_the_batch(tmp_pat
         {"source": "shipments", "id": "2", "ts": BASE + 1},
     ]
     for batch in (1, 10):
-        source = tmp_path / "in.jsonl"
-        source.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
-        out, errors = io.BytesIO(), io.BytesIO()
-        runtime = build_join_runtime(_join_config(tmp_path))
-        summary = simulate(runtime, source, out, errors_out=errors, batch_size=batch)
-        kinds = [orjson.loads(x)["kind"] for x in out.getvalue().splitlines()]
-        codes = [orjson.loads(x)["code"] for x in errors.getvalue().splitlines()]
+        results, errors, summary = _simulate(_join_job(tmp_path), tmp_path, lines, batch)
+        kinds = [r["kind"] for r in results]
+        codes = [e["code"] for e in errors]
         assert (kinds, codes) == ([], ["BAD_AVRO"]), batch
         assert (summary.applied, summary.replayed) == (1, 1), batch
 
@@ -170,41 +131,20 @@ def test_a_schema_with_bytes_reads_its_lines_as_json(tmp_path: Path) -> None:
             {"name": "data", "type": "bytes"},
         ],
     }
-    (tmp_path / "blob.avsc").write_bytes(orjson.dumps(schema))
-    config = parse_any_config(
-        {
-            "job": "blobs",
-            "input": {"format": "avro", "avro_schema": "blob.avsc", "key": "k", "timestamp": "ts"},
-            "window": {"type": "tumbling", "size": "10s"},
-            "aggregations": [{"name": "n", "op": "count"}],
-        },
-        base_dir=tmp_path,
-    )
+    runtime = _avro_job(tmp_path, schema, "k", [{"name": "n", "op": "count"}])
     lines = [{"k": "a", "ts": BASE, "data": "\u00ff\u0000"}, {"k": "a", "ts": BASE + 1, "data": ""}]
-    results, errors, summary = _simulate(build_runtime(config), tmp_path, lines)
+    results, errors, summary = _simulate(runtime, tmp_path, lines)
     assert errors == [] and summary.applied == 2
     assert [r["values"] for r in results] == [{"n": 2}]
 
 
 def test_errors_of_an_avro_job_come_in_input_order(tmp_path: Path) -> None:
-    (tmp_path / "click.avsc").write_bytes(orjson.dumps(SCHEMA))
-    inp = {"format": "avro", "avro_schema": "click.avsc", "key": "page", "timestamp": "ts"}
-    config = parse_any_config(
-        {
-            "job": "clicks",
-            "input": inp,
-            "window": {"type": "tumbling", "size": "10s"},
-            "aggregations": [{"name": "s", "op": "sum", "field": "v"}],
-        },
-        base_dir=tmp_path,
-    )
-    source = tmp_path / "in.jsonl"
-    source.write_bytes(
+    runtime = _avro_job(tmp_path, SCHEMA, "page", [{"name": "s", "op": "sum", "field": "v"}])
+    lines = (
         b'{"page": "/a", "ts": %d, "v": NaN}\n'  # NON_FINITE_VALUE, from the decoder
         b'{"page": 1, "ts": %d}\n'  # BAD_AVRO, from the read-back
         b"not json\n" % (BASE, BASE)  # BAD_AVRO: produce writes it as it is
     )
-    out, errors = io.BytesIO(), io.BytesIO()
-    simulate(build_runtime(config), source, out, errors_out=errors, batch_size=10)
-    got = [(e["code"], e["offset"]) for e in map(orjson.loads, errors.getvalue().splitlines())]
+    _, errors, _ = _simulate(runtime, tmp_path, lines)
+    got = [(e["code"], e["offset"]) for e in errors]
     assert got == [("NON_FINITE_VALUE", 0), ("BAD_AVRO", 1), ("BAD_AVRO", 2)]

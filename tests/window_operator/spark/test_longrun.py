@@ -147,6 +147,14 @@ def test_a_stopped_job_continues_where_its_state_ends(
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
 
 
+def read_at_least(job: LongRunningJob, n: int) -> None:
+    """Wait (at most 2 min) until the running ``job`` has read ``n`` records."""
+    deadline = time.monotonic() + 120
+    while job.run_totals.totals.get("records", 0) < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job.run_totals.totals.get("records", 0) >= n, job.run_totals.totals
+
+
 def test_partitions_added_to_the_input_are_read_without_a_restart(
     tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -165,19 +173,13 @@ def test_partitions_added_to_the_input_are_read_without_a_restart(
     )
     job.start()
 
-    def read_at_least(n: int) -> None:
-        deadline = time.monotonic() + 120
-        while job.run_totals.totals.get("records", 0) < n and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert job.run_totals.totals.get("records", 0) >= n, job.run_totals.totals
-
     try:
-        read_at_least(2_000)
+        read_at_least(job, 2_000)
         add_partitions(kafka_bootstrap, topic, 4)
         produce(kafka_bootstrap, topic, records[2_000:], round_robin=True, partitions=4)
         ends = sentinels(int(stream.ts.max()), 4)
         produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
-        read_at_least(len(records) + 4)
+        read_at_least(job, len(records) + 4)
     finally:
         job.stop()
     assert job.await_termination(60)
@@ -213,20 +215,14 @@ def test_records_written_to_new_partitions_before_the_driver_looks_are_not_late(
     job = LongRunningJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
     job.start()
 
-    def read_at_least(n: int) -> None:
-        deadline = time.monotonic() + 120
-        while job.run_totals.totals.get("records", 0) < n and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert job.run_totals.totals.get("records", 0) >= n, job.run_totals.totals
-
     ahead = [event(i, 100_000 + i * 500, i % 2) for i in range(400)]  # 100..299.5 s
     new = [event(i, 100_000 + i * 500, 2) for i in range(40)]  # 100..119.5 s
     ends = [event(0, 10_000_000, p, "end") for p in range(3)]  # its window stays open
     try:
-        read_at_least(len(first))
+        read_at_least(job, len(first))
         add_partitions(kafka_bootstrap, topic, 3)
         produce(kafka_bootstrap, topic, [], raw=ahead + new + ends)
-        read_at_least(len(first) + len(ahead) + len(new) + len(ends))
+        read_at_least(job, len(first) + len(ahead) + len(new) + len(ends))
     finally:
         job.stop()
     assert job.await_termination(60)
