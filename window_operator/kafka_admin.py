@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +127,11 @@ class _LastError:
             self.text, self._summary = str(error.str()), summary
 
 
+def _unreachable(errors: Any) -> tuple[int, ...]:
+    """librdkafka's codes of a request that no broker answered (``errors``: KafkaError)."""
+    return (errors._TIMED_OUT, errors._TRANSPORT, errors._ALL_BROKERS_DOWN)
+
+
 class KafkaAdmin:
     """Topic administration against one cluster, over one confluent-kafka AdminClient.
 
@@ -182,6 +187,41 @@ class KafkaAdmin:
             for name, t in meta.topics.items()
             if t.error is None and t.partitions
         }
+
+    def partition_counts(
+        self, names: Collection[str], timeout_s: float | None = None
+    ) -> dict[str, int]:
+        """Partition count of each topic of ``names`` that exists (a missing one is left
+        out), asked for by name: unlike :meth:`topics`, the answer does not grow with the
+        cluster, for the checks a running job makes every batch. The request (Kafka's
+        DescribeTopics) creates no topic. Raises :class:`BrokerUnreachableError` as
+        :meth:`topics` does, and :class:`KafkaAdminError` if the cluster refuses to
+        describe a topic (for example, no permission).
+        """
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+        if not names:
+            return {}
+        wait = self.metadata_timeout_s if timeout_s is None else timeout_s
+        self._client.poll(0)
+        self._last_error.reset()
+        futures = self._client.describe_topics(
+            TopicCollection(sorted(set(names))), request_timeout=wait
+        )
+        counts: dict[str, int] = {}
+        for name, future in futures.items():
+            try:
+                counts[name] = len(future.result().partitions)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue
+                self._client.poll(0)
+                if error.code() in _unreachable(KafkaError):
+                    cause = self._last_error.text or str(error.str())
+                    raise BrokerUnreachableError(self.bootstrap_servers, wait, cause) from None
+                raise KafkaAdminError(f"describing topic {name!r} failed: {error.str()}") from None
+        return counts
 
     def wait_until_reachable(self, timeout_s: float) -> None:
         """Block until a broker answers a metadata request, for at most ``timeout_s``.

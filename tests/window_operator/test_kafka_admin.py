@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from jobkit import add_partitions
 
 from stores.changelog import changelog_topic
 from window_operator.broker import free_port
@@ -78,6 +79,23 @@ def test_create_topics_creates_only_the_missing_ones(
 
 
 @kafka
+def test_partition_counts_by_name_leave_out_missing_topics_and_create_none(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    admin = KafkaAdmin(kafka_bootstrap)
+    here, absent = unique_name("here"), unique_name("absent")
+    admin.create_topic(here, 3)
+    assert admin.partition_counts([here, absent, here]) == {here: 3}
+    assert admin.partition_counts([]) == {}
+    assert absent not in admin.topics()  # asking for it by name did not create it
+    add_partitions(kafka_bootstrap, here, 5)
+    deadline = time.monotonic() + 10
+    while admin.partition_counts([here]) != {here: 5} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert admin.partition_counts([here]) == {here: 5}
+
+
+@kafka
 def test_list_offsets_earliest_and_latest(
     kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -133,6 +151,8 @@ def test_an_unreachable_broker_is_reported_in_bounded_time_and_silently(
     assert time.monotonic() - start < 10
     assert info.value.bootstrap_servers == bootstrap
     assert bootstrap in str(info.value) and "Connection refused" in info.value.cause
+    with pytest.raises(BrokerUnreachableError, match="Connection refused"):
+        admin.partition_counts(["t"])
     with pytest.raises(BrokerUnreachableError):
         admin.create_topic("t", 1)
     with pytest.raises(BrokerUnreachableError):

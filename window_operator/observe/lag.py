@@ -71,7 +71,7 @@ class InputLag:
 
     def _input_partitions(self) -> list[TopicPartition]:
         if not self._partitions or time.monotonic() - self._asked > METADATA_EVERY_S:
-            counts = self.admin.topics()
+            counts = self.admin.partition_counts(self.topics)
             self._partitions = [(t, p) for t in self.topics for p in range(counts.get(t, 0))]
             self._asked = time.monotonic()
         return self._partitions

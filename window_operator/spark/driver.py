@@ -272,7 +272,7 @@ class StreamingJob(SparkJob):
         if self._admin is None:
             self._admin = KafkaAdmin(self.bootstrap, client_config=self.config.kafka.consumer)
         try:
-            found = self._admin.topics()
+            found = self._admin.partition_counts(input_topics(self.config))
         except KafkaAdminError as exc:  # the tasks still refuse such records themselves
             log.debug("could not list the input partitions before batch: %s", exc)
             return

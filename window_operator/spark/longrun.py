@@ -292,7 +292,7 @@ class LongRunningJob(SparkJob):
         ``None``: none grew (or the lookup failed)."""
         topics = sorted({s.topic for s in plan_for(self.settings).sources})
         try:
-            found = admin.topics()
+            found = admin.partition_counts(topics)
         except KafkaAdminError as exc:
             log.debug("partition discovery: %s", exc)
             return None

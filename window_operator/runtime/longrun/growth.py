@@ -50,7 +50,7 @@ class InputGrowth:
         try:
             if self._admin is None:
                 self._admin = KafkaAdmin(self._bootstrap, client_config=self._client_config)
-            found = self._admin.topics(timeout_s=self.timeout_s)
+            found = self._admin.partition_counts(self.known, timeout_s=self.timeout_s)
         except KafkaAdminError as exc:
             log.debug("input partition lookup: %s", exc)
             return False

@@ -72,7 +72,12 @@ class BrokerQueries:
         """Every partition of the subscribed topics, sorted."""
 
         def fetch() -> list[TopicPartitionKey]:
-            topics = self._admin_client().topics()
+            admin, pattern = self._admin_client(), self.options.pattern
+            topics = (
+                admin.topics()
+                if pattern is not None
+                else admin.partition_counts(self.options.topics)
+            )
             return sorted(
                 (name, p)
                 for name, count in topics.items()
