@@ -256,11 +256,13 @@ class WindowedAggregator(EventOperator):
         # Windows are derived from the key's frames (a window exists iff it holds one):
         # the frames of the range are found by a time-range scan of the store (keys are
         # time-first) plus the cached ones, so the cost follows the state, not the range.
-        f_lo = max(start, NO_WATERMARK) - self._size + self._step
-        f_hi = min(end, END_OF_TIME)
+        # a window [w, w + size) overlaps [start, end) iff start - size < w < end, and
+        # holds the frames w .. w + size - step
+        f_lo = self.windowing.floor(max(start, NO_WATERMARK) - self._size + 1)
+        f_hi = min(end + self._size - self._step, END_OF_TIME)
         frames = {f for (k, f) in self.frames.slot_of if k == kid and f_lo <= f < f_hi}
         enc = self.keys.encoded[kid]
-        for k, _ in self.store.scan_range(FRAMES.times(self.windowing.floor(f_lo), f_hi)):
+        for k, _ in self.store.scan_range(FRAMES.times(f_lo, f_hi)):
             if FRAMES.holds_key(k, enc):
                 frames.add(FRAMES.time_of(k))
         wins = sorted(
