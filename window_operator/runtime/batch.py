@@ -22,7 +22,7 @@ from typing import TypeVar
 import numpy as np
 
 from window_operator.kernel import ClockState, InputPosition
-from window_operator.kernel.clock import fold_clock
+from window_operator.kernel.clock import PartitionActivity, fold_clock
 from window_operator.results import ErrorRecord
 from window_operator.runtime.exchange import (
     BatchStart,
@@ -100,13 +100,19 @@ class BatchContext:
 
 
 def advance_clock(
-    settings: TaskSettings, clock: ClockState, reports: Iterable[MapReport], now: int
+    settings: TaskSettings,
+    clock: ClockState,
+    reports: Iterable[MapReport],
+    now: int,
+    *,
+    waiting: Iterable[PartitionActivity] = (),
 ) -> ClockState:
-    """``clock`` plus the reports' activity, at wall clock ``now``."""
+    """``clock`` plus the reports' activity, at wall clock ``now``; ``waiting``: the
+    partitions with records not read yet, active at ``now`` too (none of them is idle)."""
     cfg = settings.config
     return fold_clock(
         clock,
-        [r.activity() for r in reports],
+        [*waiting, *(r.activity() for r in reports)],
         now,
         sources=len(plan_for(settings).sources),
         allowed_lateness=cfg.watermark.allowed_lateness,
@@ -309,7 +315,12 @@ class LocalJob:
     def run_batch(self, inputs: Sequence[InputRecords], now_ms: int) -> LocalBatch:
         """One micro-batch of ``inputs`` (each one input partition's range) at ``now_ms``."""
         plan = plan_for(self.settings)
-        before = advance_clock(self.settings, self.clock, [], now_ms)
+        read = [  # partitions with records are not idle now, whatever they brought before
+            PartitionActivity(InputPosition(source_index(plan, r.topic), r.partition), 1, None)
+            for r in inputs
+            if len(r)
+        ]
+        before = advance_clock(self.settings, self.clock, [], now_ms, waiting=read)
         ctx = BatchContext(self.settings, self.batch_id, before, self.origin, history=self.history)
         shuffled: dict[int, list[Shuffled]] = {t: [] for t in range(ctx.tasks + 1)}
         for records in inputs:

@@ -49,6 +49,7 @@ from window_operator.spark.topics import (
     keeps_partitions,
     prepare_topics,
 )
+from window_operator.spark.waiting import WaitingInput
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -189,6 +190,9 @@ class StreamingJob(SparkJob):
         #: ran, timer passes keep its clock as it is (moved on, by idle partitions, it
         #: could fire windows that batch must still find open when it runs again)
         self._held = final
+        self._waiting = WaitingInput(
+            self.bootstrap, config.watermark.idle_timeout, config.kafka.consumer
+        )
         self._lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._stop = threading.Event()
@@ -207,8 +211,10 @@ class StreamingJob(SparkJob):
     # -- the job clock -------------------------------------------------------------------
 
     def _advance(self, state: ClockState, now: int) -> ClockState:
-        """The clock ``state`` moved to wall clock ``now`` (no new input)."""
-        return advance_clock(self.settings, state, [], now)
+        """The clock ``state`` moved to wall clock ``now`` (no new input read; the
+        partitions with records waiting are active at ``now``: see ``WaitingInput``)."""
+        waiting = self._waiting.activity(state, self._ends)
+        return advance_clock(self.settings, state, [], now, waiting=waiting)
 
     def timer_clock(self, now: int) -> ClockState:
         """The clock a timer pass at wall clock ``now`` runs with: the job's, moved to

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -280,3 +281,51 @@ def test_an_available_now_run_sends_its_batched_late_updates_before_it_ends(
     ]
     window = [(r["kind"], r["values"]["clicks"]) for r in results if r["window_start"] == base]
     assert window == [("ON_TIME", 1), ("LATE", 2)]
+
+
+@pytest.mark.parametrize("mode", ["micro_batch", "long_running"])
+def test_a_partition_with_records_waiting_is_not_idle_after_a_stop_longer_than_the_timeout(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    mode: str,
+) -> None:
+    """A stop longer than ``idle_timeout`` took every partition for idle at the restart
+    (their last batch was that long ago): the watermark jumped to the partition furthest
+    ahead, and the records waiting in the other were out of retention."""
+    topic = unique_name("idle-restart")
+    create_topic(kafka_bootstrap, topic, 2)
+    base = 1_700_000_000_000
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        window={"type": "tumbling", "size": "10s"},
+        watermark={"allowed_lateness": "0s", "idle_timeout": "2s"},
+        retention={"time": "30s"},
+        spark={"mode": mode},
+    )
+
+    def event(page: str, ts: int, part: int) -> tuple[bytes, bytes, int]:
+        return page.encode(), orjson.dumps({"page": page, "ts": ts, "latency_ms": 1.0}), part
+
+    runs = [
+        [event("/a", base + 1_000, 0), event("/b", base + 100_000, 1)],
+        # wait in partition 0 while the job is stopped; the second closes /a's window
+        [event("/a", base + 1_500, 0), event("/a", base + 50_000, 0)],
+    ]
+    for raw in runs:
+        produce(kafka_bootstrap, topic, [], raw=raw)
+        job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+        job.start()
+        assert job.await_termination(300)
+        time.sleep(3)  # stopped for longer than the idle timeout
+    assert read_topic(kafka_bootstrap, config.output.errors_topic) == []
+    results = [
+        orjson.loads(m.value())
+        for m in read_topic(kafka_bootstrap, config.output.topic)
+        if m.value() is not None
+    ]
+    window = [(r["kind"], r["values"]["clicks"]) for r in results if r["window_start"] == base]
+    assert window == [("ON_TIME", 2)]

@@ -103,7 +103,9 @@ class TaskClock:
             (p.report for p in parts),
             key=lambda r: (r.range.source, r.range.partition, r.range.start),
         )
-        before = advance_clock(self.settings, self.state, [], now)
+        # the epoch's partitions are not idle now, whatever they brought before it
+        read = [replace(r.activity(), max_ts=None) for r in reports if r.records]
+        before = advance_clock(self.settings, self.state, [], now, waiting=read)
         seen = self.unseen & {r.range.position for r in reports}
         # from now on they count by their chunks (not for the rows before them)
         folded = replace(before, max_ts=_without(before.max_ts, seen)) if seen else before

@@ -1,0 +1,43 @@
+"""Which read input partitions have records waiting, asked of a real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from jobkit import create_topic, produce
+
+from window_operator.broker import free_port
+from window_operator.kernel import ClockState, InputPosition
+from window_operator.kernel.clock import PartitionActivity
+from window_operator.runtime.exchange import InputRange
+from window_operator.spark.waiting import WaitingInput
+
+
+@pytest.mark.kafka
+def test_a_partition_read_to_its_end_may_be_idle_one_with_records_waiting_is_active(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("waiting")
+    create_topic(kafka_bootstrap, topic, 3)
+    produce(kafka_bootstrap, topic, [], raw=[(b"k", b"{}", p) for p in (0, 0, 1, 1, 1)])
+    p0, p1, p2 = (InputPosition(0, p) for p in range(3))
+    # partition 0 read to its end (2), partition 1 only to 1 of 3; partition 2 never read
+    ends = {p0: InputRange(0, topic, 0, 0, 2), p1: InputRange(0, topic, 1, 0, 1)}
+    clock = ClockState(max_ts={p0: 10, p1: 20})
+    waiting = WaitingInput(kafka_bootstrap, idle_timeout=1_000)
+    assert waiting.activity(clock, ends) == [PartitionActivity(p1, 1, None)]
+    # no idle timeout: no partition can be idle, and the broker is not asked
+    assert WaitingInput(kafka_bootstrap, idle_timeout=None).activity(clock, ends) == []
+    assert waiting.activity(ClockState(), ends) == []
+    assert p2 not in ends
+
+
+def test_no_partition_is_taken_for_idle_when_the_broker_does_not_answer() -> None:
+    topic = "t"
+    p0 = InputPosition(0, 0)
+    ends = {p0: InputRange(0, topic, 0, 0, 2)}
+    unreachable = WaitingInput(f"127.0.0.1:{free_port()}", 1_000, timeout_s=1.0)
+    assert unreachable.activity(ClockState(max_ts={p0: 10}), ends) == [
+        PartitionActivity(p0, 1, None)
+    ]
