@@ -43,6 +43,7 @@ from window_operator.runtime.report import TaskReport
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.clock_log import ClockLog
 from window_operator.spark.exchange import map_side, reduce_side, timer_pass
+from window_operator.spark.failures import root_cause
 from window_operator.spark.topics import (
     check_grown_inputs,
     input_topics,
@@ -322,7 +323,8 @@ class StreamingJob(SparkJob):
                 except Exception as exc:  # noqa: BLE001 - a failed tick is retried next interval
                     if self._stop.is_set():
                         return
-                    log.warning("timer pass failed (retried next interval): %s", exc)
+                    # one line: Spark's failure carries screenfuls of Java and Python stack
+                    log.warning("timer pass failed (retried next interval): %s", root_cause(exc))
 
     # -- lifecycle -----------------------------------------------------------------------
 
