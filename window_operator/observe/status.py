@@ -149,9 +149,11 @@ def job_status(
 ) -> JobStatus:
     """Read the job's status (see module doc); a job that never ran has a problem saying so."""
     admin = KafkaAdmin(bootstrap_servers, client_config=config.kafka.consumer)
-    admin.topics()  # no broker answering is a setup problem, whatever the checkpoint holds
+    # no broker answering is a setup problem, whatever the checkpoint holds
+    found = admin.partition_counts(input_topics(config))
     cp = read_checkpoint(str(config.spark.checkpoint_dir))
     status = JobStatus(config.job, cp, now_ms=int(time.time() * 1000))
+    _check_topics(config, status, found, bootstrap_servers)
     if not cp.exists:
         status.problems.append(
             f"job {config.job!r} has never run: its Spark checkpoint "
@@ -170,7 +172,34 @@ def job_status(
             status.problems.append(f"lag growing: {before} -> {status.lag} in {interval_s:g} s")
     _check_idle(config, status, max_idle_triggers)  # on the last reading, as printed
     _check_unread(config, status)
+    _check_truncated(status)
     return status
+
+
+def _check_topics(
+    config: AnyJobConfig, status: JobStatus, found: dict[str, int], bootstrap: str
+) -> None:
+    """An input topic that does not exist: the job cannot start (``run`` refuses it)."""
+    for topic in input_topics(config):
+        if topic not in found:
+            status.problems.append(
+                f"input topic {topic!r} does not exist on {bootstrap}: the job cannot run "
+                "until it is created"
+            )
+
+
+def _check_truncated(status: JobStatus) -> None:
+    """A committed position past its partition's end: the topic was deleted and created
+    again (or its records deleted), and the job stops with ``InputGapError`` there."""
+    past = [p for p in status.partitions if None not in (p.committed, p.end)]
+    past = [p for p in past if (p.committed or 0) > (p.end or 0)]
+    if past:
+        names = ", ".join(f"{p.topic}[{p.partition}] {p.committed} > {p.end}" for p in past)
+        status.problems.append(
+            f"input behind the job: the checkpoint's positions are past the end of {names} "
+            "(the topic was created again or truncated); the job stops with InputGapError "
+            "there: see the README's Gaps"
+        )
 
 
 def _check_unread(config: AnyJobConfig, status: JobStatus) -> None:
@@ -184,7 +213,7 @@ def _check_unread(config: AnyJobConfig, status: JobStatus) -> None:
         names = ", ".join(f"{p.topic}[{p.partition}]" for p in unread)
         status.problems.append(
             f"not read: {sum(p.lag for p in unread)} records wait in {names}, which the "
-            "running workers do not read (spark.partition_discovery is off): restart the "
+            "job's workers do not read (spark.partition_discovery is off): restart the "
             "job to read them"
         )
 

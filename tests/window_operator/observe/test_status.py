@@ -15,7 +15,13 @@ from obskit import in_order, job_dict, one_partition_topic, produce_events, writ
 
 from window_operator.cli import main
 from window_operator.observe.checkpoint import CheckpointState
-from window_operator.observe.status import JobStatus, PartitionStatus, _check_unread
+from window_operator.observe.status import (
+    JobStatus,
+    PartitionStatus,
+    _check_topics,
+    _check_truncated,
+    _check_unread,
+)
 from window_operator.spark.driver import StreamingJob
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -114,7 +120,7 @@ def test_a_partition_a_long_running_job_without_discovery_never_reads_is_a_probl
     _check_unread(config, status)
     if discovery is None:
         assert status.problems == [
-            "not read: 75 records wait in clicks[2], which the running workers do not read "
+            "not read: 75 records wait in clicks[2], which the job's workers do not read "
             "(spark.partition_discovery is off): restart the job to read them"
         ]
     else:  # the workers start again with it within the discovery interval
@@ -129,3 +135,30 @@ def test_store_sizes_keep_their_fraction() -> None:
     assert [_size(n) for n in sizes] == [
         "not on this host", "5 B", "1.0 KiB", "2.2 MiB", "1.9 GiB", "5120.0 GiB"
     ]  # fmt: skip
+
+
+def test_a_missing_input_topic_and_positions_past_the_end_are_problems(
+    tmp_path: Path,
+) -> None:
+    """``status`` said healthy for a job whose input topic was deleted (``run`` refuses
+    it), and for one whose topic was created again with fewer records than the job had
+    read (``run`` stops with ``InputGapError``): a helper's operations test."""
+    config = job_config(tmp_path, "clicks", "gone")
+    status = JobStatus("gone", CheckpointState(tmp_path, last_planned=3, last_committed=3))
+    _check_topics(config, status, {}, "kafka:9092")
+    assert status.problems == [
+        "input topic 'clicks' does not exist on kafka:9092: the job cannot run until it is created"
+    ]
+    status = JobStatus("gone", CheckpointState(tmp_path, last_planned=3, last_committed=3))
+    _check_topics(config, status, {"clicks": 2}, "kafka:9092")
+    status.partitions = [
+        PartitionStatus("clicks", 0, 105, 30, None, None),  # recreated: 30 < 105
+        PartitionStatus("clicks", 1, 40, 40, None, None),
+        PartitionStatus("clicks", 2, None, 7, None, None),
+    ]
+    _check_truncated(status)
+    assert status.problems == [
+        "input behind the job: the checkpoint's positions are past the end of clicks[0] "
+        "105 > 30 (the topic was created again or truncated); the job stops with "
+        "InputGapError there: see the README's Gaps"
+    ]
