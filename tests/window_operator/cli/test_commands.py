@@ -684,3 +684,15 @@ def test_the_demo_of_a_join_config_says_it_runs_aggregations() -> None:
     proc = cli("demo", "--config", "config/orders-shipments.yaml")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "is a join: the demo streams clicks into an aggregation job" in proc.stderr
+
+
+def test_the_demo_of_a_job_that_cannot_read_clicks_says_so_before_it_starts() -> None:
+    """Before, it started a broker and Spark, streamed clicks the job rejected (302 of
+    303 MISSING_TIMESTAMP) and ended with exit 1, never saying why."""
+    proc = cli("demo", "--config", "config/orders-max.yaml")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (
+        "window-operator: config/orders-max.yaml takes its event time from 'time', and the "
+        'demo streams JSON clicks of {"page", "ts", "latency_ms"}: give it a job over '
+        "clicks such as config/clicks.yaml (try `simulate` or `run` for this one)"
+    )
