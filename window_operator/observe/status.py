@@ -219,20 +219,32 @@ def _check_unread(config: AnyJobConfig, status: JobStatus) -> None:
 
 
 def _check_idle(config: AnyJobConfig, status: JobStatus, max_idle_triggers: int) -> None:
+    """Input waits and the job did not run for ``max_idle_triggers`` triggers; or, with
+    none waiting, a streaming job that ran nothing that long has stopped: a running one
+    runs a batch or a timer pass (long-running: an epoch) every trigger, input or not."""
     lag = status.lag
-    if lag == 0:
-        return
     trigger = config.spark.trigger_ms
     if trigger is None:
-        status.problems.append(f"behind: {lag} input records wait for the next run")
+        if lag:
+            status.problems.append(f"behind: {lag} input records wait for the next run")
         return
     last = status.checkpoint.last_activity_ms or 0
     idle_s = (status.now_ms - last) / 1000.0
-    if idle_s > max_idle_triggers * trigger / 1000.0:
+    if idle_s <= max_idle_triggers * trigger / 1000.0:
+        return
+    span = (
+        f"{idle_s:.0f} s ({max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} "
+        f"of {trigger / 1000:g} s)"
+    )
+    if lag:
         status.problems.append(
-            f"behind: {lag} input records wait, but no batch ran for {idle_s:.0f} s "
-            f"({max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} of "
-            f"{trigger / 1000:g} s): is the job running?"
+            f"behind: {lag} input records wait, but no batch ran for {span}: is the job running?"
+        )
+    else:
+        ran = "an epoch" if status.checkpoint.unit == "epoch" else "a batch or a timer pass"
+        status.problems.append(
+            f"not running: the job ran nothing for {span}, where a running job runs {ran} "
+            "every trigger"
         )
 
 

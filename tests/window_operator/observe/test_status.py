@@ -18,6 +18,7 @@ from window_operator.observe.checkpoint import CheckpointState
 from window_operator.observe.status import (
     JobStatus,
     PartitionStatus,
+    _check_idle,
     _check_topics,
     _check_truncated,
     _check_unread,
@@ -162,3 +163,36 @@ def test_a_missing_input_topic_and_positions_past_the_end_are_problems(
         "105 > 30 (the topic was created again or truncated); the job stops with "
         "InputGapError there: see the README's Gaps"
     ]
+
+
+@pytest.mark.parametrize("unit", ["batch", "epoch"])
+def test_a_streaming_job_that_ran_nothing_for_some_triggers_is_not_running(
+    tmp_path: Path, unit: str
+) -> None:
+    """A stopped or killed job with no input waiting was 'healthy: lag 0' for ever: a
+    running one runs a batch, timer pass or epoch every trigger, input or not."""
+    config = job_config(tmp_path, "clicks", "stopped", spark={"trigger": "2s"})
+    now = 1_800_000_000_000
+
+    def status_after(quiet_ms: int) -> JobStatus:
+        checkpoint = CheckpointState(
+            tmp_path, last_planned=3, last_committed=3, last_activity_ms=now - quiet_ms,
+            unit=unit,
+        )  # fmt: skip
+        status = JobStatus("stopped", checkpoint, now_ms=now)
+        status.partitions = [PartitionStatus("clicks", 0, 500, 500, None, None)]
+        _check_idle(config, status, 3)
+        return status
+
+    assert status_after(5_000).healthy  # within 3 triggers of 2 s
+    ran = "an epoch" if unit == "epoch" else "a batch or a timer pass"
+    assert status_after(42_000).problems == [
+        f"not running: the job ran nothing for 42 s (3 triggers of 2 s), where a running "
+        f"job runs {ran} every trigger"
+    ]
+    available_now = job_config(tmp_path, "clicks", "stopped")  # stops by itself
+    status = status_after(0)
+    status.problems.clear()
+    status.now_ms += 3_600_000
+    _check_idle(available_now, status, 3)
+    assert status.healthy
