@@ -254,6 +254,12 @@ def _time(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _utc(ms: int | None) -> str:
+    """A time with its zone; ``none yet`` (not ``- UTC``) before the first event."""
+    shown = _time(ms)
+    return "none yet" if shown == "-" else f"{shown} UTC"
+
+
 def _size(n: int | None) -> str:
     """Bytes in binary units with one decimal (before: divided as integers, so 2.2 MiB
     showed as 2.0 MB)."""
@@ -281,7 +287,7 @@ def format_status(s: JobStatus) -> str:
     at = "" if cp.batch_time_ms is None else f" at {_time(cp.batch_time_ms)} UTC"
     lines = [
         f"job {s.job}: last {cp.unit} {cp.last_committed}{at}, "
-        f"last activity {_time(cp.last_activity_ms)} UTC{ago}, watermark {_time(wm)} UTC",
+        f"last activity {_time(cp.last_activity_ms)} UTC{ago}, watermark {_utc(wm)}",
         f"checkpoint {cp.directory}",
         "",
         f"{'input partition':<28} {'committed':>10} {'end':>10} {'lag':>8}  "

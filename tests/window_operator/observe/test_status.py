@@ -22,6 +22,7 @@ from window_operator.observe.status import (
     _check_topics,
     _check_truncated,
     _check_unread,
+    format_status,
 )
 from window_operator.spark.driver import StreamingJob
 
@@ -196,3 +197,9 @@ def test_a_streaming_job_that_ran_nothing_for_some_triggers_is_not_running(
     status.now_ms += 3_600_000
     _check_idle(available_now, status, 3)
     assert status.healthy
+
+
+def test_the_status_header_says_when_there_is_no_watermark_yet(tmp_path: Path) -> None:
+    checkpoint = CheckpointState(tmp_path, last_planned=0, last_committed=0)
+    header = format_status(JobStatus("fresh", checkpoint)).splitlines()[0]
+    assert header.endswith("watermark none yet"), header  # was "watermark - UTC"
