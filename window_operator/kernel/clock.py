@@ -16,6 +16,7 @@ driver computes the clock of the whole job from the map side's reports and the t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from window_operator.arrays import IntArray, distinct
@@ -202,8 +203,11 @@ def fold_clock(
     sources: int,
     allowed_lateness: int,
     idle_timeout: int | None,
+    active: Iterable[InputPosition] = (),
 ) -> ClockState:
-    """The job's clock after a micro-batch: ``before`` plus the batch's activity at ``now``.
+    """The job's clock after a micro-batch: ``before`` plus the batch's activity at ``now``;
+    ``active``: partitions active at ``now`` that bring no event time here (records
+    waiting, or read in the batch about to run), so not idle.
 
     Pure and deterministic: the Spark driver and every state task compute the same
     clock from the same inputs, and a replayed batch computes it again identically.
@@ -217,6 +221,8 @@ def fold_clock(
     clock.now = before.now
     clock.watermark = before.watermark
     clock.note_now(now)
+    for pos in active:
+        clock.note_active(pos.source, pos.partition, now)
     for a in activity:
         if a.max_ts is not None:
             clock.observe_one(a.position.source, a.position.partition, a.max_ts)

@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
+from window_operator.observe.heartbeat import Heartbeat
 from window_operator.observe.lag import InputLag
 from window_operator.observe.logs import BatchLog
 from window_operator.observe.metrics import JobMetrics
@@ -150,6 +151,7 @@ def run_observed(
     observers = attach(
         job, metrics_port=metrics_port, metrics_host=metrics_host, report_path=report_path
     )
+    heartbeat = Heartbeat(job.config.spark.checkpoint_dir).start()  # for `status`
     # PySpark's own Ctrl-C handler cancels every Spark job from inside the signal handler
     # (a screenful of py4j errors, and the running batch fails); this one lets the
     # running batch finish, then stops the query.
@@ -177,6 +179,7 @@ def run_observed(
             signal.signal(sig, handler)
         mute_cancel_warnings(job.spark)
         job.stop()
+        heartbeat.stop()
         observers.close()
         job.spark.stop()
 

@@ -20,6 +20,7 @@ from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.observe.checkpoint import CheckpointState, TopicPartition, read_checkpoint
+from window_operator.observe.heartbeat import STALE_S, Beat, read_heartbeat
 from window_operator.runtime.settings import task_state_dir
 from window_operator.spark.topics import input_topics
 
@@ -171,6 +172,7 @@ def job_status(
         if status.lag > before:
             status.problems.append(f"lag growing: {before} -> {status.lag} in {interval_s:g} s")
     _check_idle(config, status, max_idle_triggers)  # on the last reading, as printed
+    _check_alive(config, status, read_heartbeat(str(config.spark.checkpoint_dir)))
     _check_unread(config, status)
     _check_truncated(status)
     return status
@@ -219,32 +221,38 @@ def _check_unread(config: AnyJobConfig, status: JobStatus) -> None:
 
 
 def _check_idle(config: AnyJobConfig, status: JobStatus, max_idle_triggers: int) -> None:
-    """Input waits and the job did not run for ``max_idle_triggers`` triggers; or, with
-    none waiting, a streaming job that ran nothing that long has stopped: a running one
-    runs a batch or a timer pass (long-running: an epoch) every trigger, input or not."""
     lag = status.lag
+    if lag == 0:
+        return
     trigger = config.spark.trigger_ms
     if trigger is None:
-        if lag:
-            status.problems.append(f"behind: {lag} input records wait for the next run")
+        status.problems.append(f"behind: {lag} input records wait for the next run")
         return
     last = status.checkpoint.last_activity_ms or 0
     idle_s = (status.now_ms - last) / 1000.0
-    if idle_s <= max_idle_triggers * trigger / 1000.0:
-        return
-    span = (
-        f"{idle_s:.0f} s ({max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} "
-        f"of {trigger / 1000:g} s)"
-    )
-    if lag:
+    if idle_s > max_idle_triggers * trigger / 1000.0:
         status.problems.append(
-            f"behind: {lag} input records wait, but no batch ran for {span}: is the job running?"
+            f"behind: {lag} input records wait, but no batch ran for {idle_s:.0f} s "
+            f"({max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} of "
+            f"{trigger / 1000:g} s): is the job running?"
         )
-    else:
-        ran = "an epoch" if status.checkpoint.unit == "epoch" else "a batch or a timer pass"
+
+
+def _check_alive(config: AnyJobConfig, status: JobStatus, beat: Beat | None) -> None:
+    """A streaming job (not ``available_now``, which stops by itself) whose ``run`` ended,
+    or whose heartbeat is older than :data:`STALE_S` (killed, or its host gone), is not
+    running. Without a heartbeat (a job run by other means) this is not judged."""
+    if beat is None or config.spark.trigger_ms is None:
+        return
+    if beat.stopped:
         status.problems.append(
-            f"not running: the job ran nothing for {span}, where a running job runs {ran} "
-            "every trigger"
+            f"not running: the job stopped at {_time(beat.at_ms)} UTC (start it with "
+            "`window-operator run`)"
+        )
+    elif (quiet_s := (status.now_ms - beat.at_ms) / 1000.0) > STALE_S:
+        status.problems.append(
+            f"not running: no heartbeat for {quiet_s:.0f} s from its driver (pid {beat.pid} "
+            f"on {beat.host}): killed, or its host is down or hangs"
         )
 
 

@@ -22,7 +22,7 @@ from typing import TypeVar
 import numpy as np
 
 from window_operator.kernel import ClockState, InputPosition
-from window_operator.kernel.clock import PartitionActivity, fold_clock
+from window_operator.kernel.clock import fold_clock
 from window_operator.results import ErrorRecord
 from window_operator.runtime.exchange import (
     BatchStart,
@@ -105,18 +105,19 @@ def advance_clock(
     reports: Iterable[MapReport],
     now: int,
     *,
-    waiting: Iterable[PartitionActivity] = (),
+    active: Iterable[InputPosition] = (),
 ) -> ClockState:
-    """``clock`` plus the reports' activity, at wall clock ``now``; ``waiting``: the
-    partitions with records not read yet, active at ``now`` too (none of them is idle)."""
+    """``clock`` plus the reports' activity, at wall clock ``now``; ``active``: partitions
+    active at ``now`` too, bringing no event time (records waiting, or about to be read)."""
     cfg = settings.config
     return fold_clock(
         clock,
-        [*waiting, *(r.activity() for r in reports)],
+        [r.activity() for r in reports],
         now,
         sources=len(plan_for(settings).sources),
         allowed_lateness=cfg.watermark.allowed_lateness,
         idle_timeout=cfg.watermark.idle_timeout,
+        active=active,
     )
 
 
@@ -316,11 +317,9 @@ class LocalJob:
         """One micro-batch of ``inputs`` (each one input partition's range) at ``now_ms``."""
         plan = plan_for(self.settings)
         read = [  # partitions with records are not idle now, whatever they brought before
-            PartitionActivity(InputPosition(source_index(plan, r.topic), r.partition), 1, None)
-            for r in inputs
-            if len(r)
+            InputPosition(source_index(plan, r.topic), r.partition) for r in inputs if len(r)
         ]
-        before = advance_clock(self.settings, self.clock, [], now_ms, waiting=read)
+        before = advance_clock(self.settings, self.clock, [], now_ms, active=read)
         ctx = BatchContext(self.settings, self.batch_id, before, self.origin, history=self.history)
         shuffled: dict[int, list[Shuffled]] = {t: [] for t in range(ctx.tasks + 1)}
         for records in inputs:

@@ -214,8 +214,8 @@ class StreamingJob(SparkJob):
     def _advance(self, state: ClockState, now: int) -> ClockState:
         """The clock ``state`` moved to wall clock ``now`` (no new input read; the
         partitions with records waiting are active at ``now``: see ``WaitingInput``)."""
-        waiting = self._waiting.activity(state, self._ends)
-        return advance_clock(self.settings, state, [], now, waiting=waiting)
+        waiting = self._waiting.partitions(state, self._ends)
+        return advance_clock(self.settings, state, [], now, active=waiting)
 
     def timer_clock(self, now: int) -> ClockState:
         """The clock a timer pass at wall clock ``now`` runs with: the job's, moved to

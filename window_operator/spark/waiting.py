@@ -7,9 +7,15 @@ stopped for longer than the timeout, a partition whose records wait unread has n
 been read for that long, although it is anything but idle; taken for idle, it would let
 the watermark jump to the other partitions' event times, and its waiting records would
 be late or out of retention. So before the clock moves on at a batch or a timer pass,
-the driver asks the broker for the end of every partition the job has read, and a
-partition whose end is past what the job read counts as active at that moment, as the
-records of a batch do. When the broker does not answer, none is taken for idle.
+the driver asks the broker for the end (the last stable offset, as the job reads) of
+every partition the clock holds an event time of, and one whose end is past the last
+range the job read of it counts as active at that moment, as the records of a batch do.
+
+Not covered: a partition of a checkpoint older than the driver's record of ranges read
+(it is not asked for: idle as before), and one whose records wait behind an open
+transaction (the last stable offset stays where the job read: it may go idle, and its
+records be late once the transaction commits). When the broker does not answer, the
+partitions that were active stay active and the idle ones stay idle.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from typing import Any
 
 from window_operator.kafka_admin import METADATA_TIMEOUT_S, KafkaAdmin, KafkaAdminError
 from window_operator.kernel import ClockState
-from window_operator.kernel.clock import PartitionActivity
 from window_operator.kernel.positions import InputPosition
 from window_operator.runtime.exchange import InputRange
 
@@ -46,12 +51,12 @@ class WaitingInput:
         self._client_config = dict(client_config or {})
         self._admin: KafkaAdmin | None = None
 
-    def activity(
+    def partitions(
         self, clock: ClockState, ends: Mapping[InputPosition, InputRange]
-    ) -> list[PartitionActivity]:
+    ) -> list[InputPosition]:
         """The partitions of ``clock`` with records after their last range read
-        (``ends``), as activity of the clock's next move (no event time: the records are
-        not read yet). Without an idle timeout none is asked for: none can be idle."""
+        (``ends``): active at the clock's next move. Without an idle timeout the broker
+        is not asked: no partition can be idle."""
         if self.idle_timeout is None:
             return []
         read = [ends[pos] for pos in sorted(clock.max_ts) if pos in ends]
@@ -69,10 +74,13 @@ class WaitingInput:
                 [(r.topic, r.partition) for r in read], earliest=False
             )
         except KafkaAdminError as exc:
-            log.debug("input ends not known, no partition taken for idle: %s", exc)
-            return [PartitionActivity(r.position, 1, None) for r in read]
-        return [
-            PartitionActivity(r.position, 1, None)
-            for r in read
-            if latest.get((r.topic, r.partition), 0) > r.end
-        ]
+            log.debug("input ends not known, no partition goes idle now: %s", exc)
+            return [r.position for r in read if self._was_active(clock, r.position)]
+        return [r.position for r in read if latest.get((r.topic, r.partition), 0) > r.end]
+
+    def _was_active(self, clock: ClockState, pos: InputPosition) -> bool:
+        """Whether ``pos`` was not idle at the clock's last move."""
+        assert self.idle_timeout is not None
+        if clock.first_wall is None:
+            return True
+        return clock.now < clock.last_active.get(pos, clock.first_wall) + self.idle_timeout

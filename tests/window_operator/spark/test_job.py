@@ -295,7 +295,7 @@ def test_a_partition_with_records_waiting_is_not_idle_after_a_stop_longer_than_t
     (their last batch was that long ago): the watermark jumped to the partition furthest
     ahead, and the records waiting in the other were out of retention."""
     topic = unique_name("idle-restart")
-    create_topic(kafka_bootstrap, topic, 2)
+    create_topic(kafka_bootstrap, topic, 3)
     base = 1_700_000_000_000
     config = job_config(
         tmp_path,
@@ -311,16 +311,18 @@ def test_a_partition_with_records_waiting_is_not_idle_after_a_stop_longer_than_t
         return page.encode(), orjson.dumps({"page": page, "ts": ts, "latency_ms": 1.0}), part
 
     runs = [
-        [event("/a", base + 1_000, 0), event("/b", base + 100_000, 1)],
+        [event("/a", base + 1_000, 0), event("/b", base + 100_000, 1)]
+        + [event("/c", base + 2_000, 2)],  # behind; nothing more comes: it goes idle
         # wait in partition 0 while the job is stopped; the second closes /a's window
         [event("/a", base + 1_500, 0), event("/a", base + 50_000, 0)],
     ]
-    for raw in runs:
+    for i, raw in enumerate(runs):
+        if i:
+            time.sleep(3)  # stopped for longer than the idle timeout
         produce(kafka_bootstrap, topic, [], raw=raw)
         job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark)
         job.start()
         assert job.await_termination(300)
-        time.sleep(3)  # stopped for longer than the idle timeout
     assert read_topic(kafka_bootstrap, config.output.errors_topic) == []
     results = [
         orjson.loads(m.value())

@@ -9,7 +9,6 @@ from jobkit import create_topic, produce
 
 from window_operator.broker import free_port
 from window_operator.kernel import ClockState, InputPosition
-from window_operator.kernel.clock import PartitionActivity
 from window_operator.runtime.exchange import InputRange
 from window_operator.spark.waiting import WaitingInput
 
@@ -26,10 +25,10 @@ def test_a_partition_read_to_its_end_may_be_idle_one_with_records_waiting_is_act
     ends = {p0: InputRange(0, topic, 0, 0, 2), p1: InputRange(0, topic, 1, 0, 1)}
     clock = ClockState(max_ts={p0: 10, p1: 20})
     waiting = WaitingInput(kafka_bootstrap, idle_timeout=1_000)
-    assert waiting.activity(clock, ends) == [PartitionActivity(p1, 1, None)]
+    assert waiting.partitions(clock, ends) == [p1]
     # no idle timeout: no partition can be idle, and the broker is not asked
-    assert WaitingInput(kafka_bootstrap, idle_timeout=None).activity(clock, ends) == []
-    assert waiting.activity(ClockState(), ends) == []
+    assert WaitingInput(kafka_bootstrap, idle_timeout=None).partitions(clock, ends) == []
+    assert waiting.partitions(ClockState(), ends) == []
     assert p2 not in ends
 
 
@@ -38,6 +37,21 @@ def test_no_partition_is_taken_for_idle_when_the_broker_does_not_answer() -> Non
     p0 = InputPosition(0, 0)
     ends = {p0: InputRange(0, topic, 0, 0, 2)}
     unreachable = WaitingInput(f"127.0.0.1:{free_port()}", 1_000, timeout_s=1.0)
-    assert unreachable.activity(ClockState(max_ts={p0: 10}), ends) == [
-        PartitionActivity(p0, 1, None)
-    ]
+    # a clock that never moved: nothing is idle yet
+    assert unreachable.partitions(ClockState(max_ts={p0: 10}), ends) == [p0]
+
+
+def test_when_the_broker_does_not_answer_an_idle_partition_stays_idle() -> None:
+    """Before, every partition was taken as active: one slow answer brought a partition
+    idle for an hour back into the watermark, which then stood still."""
+    p0, p1 = InputPosition(0, 0), InputPosition(0, 1)
+    ends = {p0: InputRange(0, "t", 0, 0, 2), p1: InputRange(0, "t", 1, 0, 5)}
+    now = 1_800_000_000_000
+    clock = ClockState(
+        max_ts={p0: 10, p1: 20},
+        last_active={p0: now - 3_600_000, p1: now - 500},
+        now=now,
+        first_wall=now - 7_200_000,
+    )
+    unreachable = WaitingInput(f"127.0.0.1:{free_port()}", 1_000, timeout_s=1.0)
+    assert unreachable.partitions(clock, ends) == [p1]

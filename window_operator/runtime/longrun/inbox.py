@@ -80,12 +80,18 @@ class TaskClock:
     :data:`NO_WATERMARK` (it holds the watermark back, or is left out after the idle
     timeout, like any partition) until its first chunk arrives, and counts by its chunks
     from then on, as it would in a micro-batch.
+
+    A partition with input waiting is not idle either, however long ago its last
+    records came (before a stop, say): every partition of ``waiting`` counts as active
+    until its first chunk arrives (``pending``), and each epoch's partitions with
+    records count as active at its start.
     """
 
     settings: TaskSettings
     task: int
     state: ClockState
     unseen: set[InputPosition] = field(default_factory=set)
+    pending: set[InputPosition] = field(default_factory=set)
 
     @classmethod
     def waiting_for(
@@ -94,7 +100,7 @@ class TaskClock:
         """The clock of a task that restored ``restored``, waiting for ``waiting``."""
         unseen = {p for p in waiting if restored.max_ts.get(p, NO_WATERMARK) <= NO_WATERMARK}
         held = {**restored.max_ts, **dict.fromkeys(unseen, NO_WATERMARK)}
-        return cls(settings, task, replace(restored, max_ts=held), unseen)
+        return cls(settings, task, replace(restored, max_ts=held), unseen, set(waiting))
 
     def epoch(self, epoch: int, parts: list[Part], now: int) -> TaskInput:
         """The task's input of one epoch: the chunks it got, between its clock before
@@ -103,9 +109,9 @@ class TaskClock:
             (p.report for p in parts),
             key=lambda r: (r.range.source, r.range.partition, r.range.start),
         )
-        # the epoch's partitions are not idle now, whatever they brought before it
-        read = [replace(r.activity(), max_ts=None) for r in reports if r.records]
-        before = advance_clock(self.settings, self.state, [], now, waiting=read)
+        # neither the epoch's partitions nor those still waiting for a chunk are idle now
+        read = self.pending | {r.range.position for r in reports if r.records}
+        before = advance_clock(self.settings, self.state, [], now, active=sorted(read))
         seen = self.unseen & {r.range.position for r in reports}
         # from now on they count by their chunks (not for the rows before them)
         folded = replace(before, max_ts=_without(before.max_ts, seen)) if seen else before
@@ -124,6 +130,7 @@ class TaskClock:
         """The epoch ``inp`` committed: the clock is its clock after."""
         self.state = inp.clock_after
         self.unseen -= {r.position for r in inp.ranges}
+        self.pending -= {r.position for r in inp.ranges if r.end > r.start}
 
 
 def _without(

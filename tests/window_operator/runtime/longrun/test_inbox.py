@@ -61,3 +61,36 @@ def test_reports_of_consecutive_chunks_merge() -> None:
     m = merge_reports(a, b)
     assert (m.range.start, m.range.end, m.records, m.max_ts) == (0, 25, 24, 100)
     assert m.rejected == {"BAD_JSON": 3, "X": 1}
+
+
+def test_a_partition_waiting_for_its_first_chunk_is_not_idle_after_a_long_stop(
+    tmp_path: Path,
+) -> None:
+    """A restart an hour after the last epoch: partition 1's records wait, but its first
+    chunk comes an epoch after partition 0's (another worker reads it). Before, its last
+    activity was an hour old, it was idle, and the watermark jumped to partition 0's
+    event times: partition 1's waiting records were late."""
+    config = job_config(
+        tmp_path, "t", "job", watermark={"allowed_lateness": "0s", "idle_timeout": "10s"}
+    )
+    task_settings = TaskSettings(config, "unused:9092", str(tmp_path), tasks=2)
+    hour = 3_600_000
+    restored = ClockState(
+        max_ts={P0: 10_000, P1: 10_000},
+        last_active={P0: NOW - hour, P1: NOW - hour},
+        now=NOW - hour,
+        first_wall=NOW - 2 * hour,
+        watermark=10_000,
+    )
+    clock = TaskClock.waiting_for(task_settings, 0, restored, {P0, P1})
+    e0 = clock.epoch(0, [part(0, 0, 10, 90_000)], NOW)
+    assert e0.clock_before.watermark == 10_000 and e0.clock_after.watermark == 10_000
+    clock.advance(e0)
+    e1 = clock.epoch(1, [part(1, 0, 10, 20_000)], NOW + 1_000)
+    assert e1.clock_before.watermark == 10_000  # partition 1's rows judged before it moves
+    assert e1.clock_after.watermark == 20_000
+    clock.advance(e1)
+    assert clock.pending == set()
+    # with nothing waiting any more, a partition that brings nothing does go idle
+    e2 = clock.epoch(2, [part(0, 10, 20, 95_000)], NOW + 20_000)
+    assert e2.clock_after.watermark == 95_000

@@ -1,0 +1,29 @@
+"""The heartbeat a running job writes for ``status``."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from window_operator.observe.heartbeat import HEARTBEAT_FILE, Heartbeat, read_heartbeat
+
+
+def test_a_heartbeat_beats_while_it_runs_and_says_when_it_stopped(tmp_path: Path) -> None:
+    directory = tmp_path / "spark-checkpoint"  # made by the first beat
+    assert read_heartbeat(directory) is None
+    heartbeat = Heartbeat(directory, every_s=0.05).start()
+    first = read_heartbeat(directory)
+    assert first is not None and not first.stopped and first.pid == os.getpid()
+    time.sleep(0.3)
+    later = read_heartbeat(directory)
+    assert later is not None and later.at_ms > first.at_ms and not later.stopped
+    heartbeat.stop()
+    heartbeat.stop()  # a second stop does nothing
+    last = read_heartbeat(directory)
+    assert last is not None and last.stopped and last.at_ms >= later.at_ms
+
+
+def test_an_unreadable_heartbeat_is_none(tmp_path: Path) -> None:
+    (tmp_path / HEARTBEAT_FILE).write_text("{not json")
+    assert read_heartbeat(tmp_path) is None

@@ -1,0 +1,120 @@
+"""The checks of ``window-operator status``, one by one, on made-up readings (no broker,
+no Spark: ``test_status.py`` runs them on real jobs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from jobkit import job_config
+
+from window_operator.config import JobConfig
+from window_operator.observe.checkpoint import CheckpointState
+from window_operator.observe.heartbeat import Beat
+from window_operator.observe.status import (
+    JobStatus,
+    PartitionStatus,
+    _check_alive,
+    _check_topics,
+    _check_truncated,
+    _check_unread,
+    format_status,
+)
+
+
+@pytest.mark.parametrize("discovery", [None, "1m"])
+def test_a_partition_a_long_running_job_without_discovery_never_reads_is_a_problem(
+    tmp_path: Path, discovery: str | None
+) -> None:
+    """With ``partition_discovery`` off, records in a partition added while the workers
+    run wait for a restart: status says so, where it said healthy as long as the other
+    partitions kept the workers busy (a helper's partition-growth test)."""
+    spark = {"mode": "long_running", "partition_discovery": discovery}
+    config = job_config(tmp_path, "clicks", "unread", spark=spark)
+    status = JobStatus("unread", CheckpointState(tmp_path, last_planned=3, last_committed=3))
+    status.partitions = [
+        PartitionStatus("clicks", 0, 500, 500, None, None),
+        PartitionStatus("clicks", 2, None, 75, None, None),  # added, never read
+        PartitionStatus("clicks", 3, None, 0, None, None),  # added, empty
+        PartitionStatus("clicks", 4, None, 40, None, None, 40),  # its records expired
+    ]
+    assert [p.lag for p in status.partitions] == [0, 75, 0, 0]
+    _check_unread(config, status)
+    if discovery is None:
+        assert status.problems == [
+            "not read: 75 records wait in clicks[2], which the job's workers do not read "
+            "(spark.partition_discovery is off): restart the job to read them"
+        ]
+    else:  # the workers start again with it within the discovery interval
+        assert status.healthy
+
+
+def test_store_sizes_keep_their_fraction() -> None:
+    """Before, the division was of integers: 2.2 MiB showed as 2.0 MB, 1.9 GiB as 1.0 GB."""
+    from window_operator.observe.status import _size
+
+    sizes = [None, 5, 1024, 2_302_270, int(1.9 * 2**30), 5 * 2**40]
+    assert [_size(n) for n in sizes] == [
+        "not on this host", "5 B", "1.0 KiB", "2.2 MiB", "1.9 GiB", "5120.0 GiB"
+    ]  # fmt: skip
+
+
+def test_a_missing_input_topic_and_positions_past_the_end_are_problems(
+    tmp_path: Path,
+) -> None:
+    """``status`` said healthy for a job whose input topic was deleted (``run`` refuses
+    it), and for one whose topic was created again with fewer records than the job had
+    read (``run`` stops with ``InputGapError``): a helper's operations test."""
+    config = job_config(tmp_path, "clicks", "gone")
+    status = JobStatus("gone", CheckpointState(tmp_path, last_planned=3, last_committed=3))
+    _check_topics(config, status, {}, "kafka:9092")
+    assert status.problems == [
+        "input topic 'clicks' does not exist on kafka:9092: the job cannot run until it is created"
+    ]
+    status = JobStatus("gone", CheckpointState(tmp_path, last_planned=3, last_committed=3))
+    _check_topics(config, status, {"clicks": 2}, "kafka:9092")
+    status.partitions = [
+        PartitionStatus("clicks", 0, 105, 30, None, None),  # recreated: 30 < 105
+        PartitionStatus("clicks", 1, 40, 40, None, None),
+        PartitionStatus("clicks", 2, None, 7, None, None),
+    ]
+    _check_truncated(status)
+    assert status.problems == [
+        "input behind the job: the checkpoint's positions are past the end of clicks[0] "
+        "105 > 30 (the topic was created again or truncated); the job stops with "
+        "InputGapError there: see the README's Gaps"
+    ]
+
+
+def test_the_status_header_says_when_there_is_no_watermark_yet(tmp_path: Path) -> None:
+    checkpoint = CheckpointState(tmp_path, last_planned=0, last_committed=0)
+    header = format_status(JobStatus("fresh", checkpoint)).splitlines()[0]
+    assert header.endswith("watermark none yet"), header  # was "watermark - UTC"
+
+
+def test_a_streaming_job_whose_run_ended_or_whose_heartbeat_is_old_is_not_running(
+    tmp_path: Path,
+) -> None:
+    """A stopped or killed job with no input waiting was 'healthy: lag 0' for ever."""
+    streaming = job_config(tmp_path, "clicks", "beat", spark={"trigger": "2s"})
+    now = 1_800_000_000_000
+
+    def problems(config: JobConfig, beat: Beat | None) -> list[str]:
+        checkpoint = CheckpointState(tmp_path, last_planned=3, last_committed=3)
+        status = JobStatus("beat", checkpoint, now_ms=now)
+        _check_alive(config, status, beat)
+        return status.problems
+
+    assert problems(streaming, Beat(now - 5_000, "h1", 42)) == []  # beating
+    assert problems(streaming, Beat(now - 45_000, "h1", 42)) == [
+        "not running: no heartbeat for 45 s from its driver (pid 42 on h1): killed, or its "
+        "host is down or hangs"
+    ]
+    at = 1_800_000_000_000 - 60_000
+    assert problems(streaming, Beat(at, "h1", 42, stopped=True)) == [
+        "not running: the job stopped at 2027-01-15 07:59:00 UTC (start it with "
+        "`window-operator run`)"
+    ]
+    assert problems(streaming, None) == []  # not run by `run`: not judged
+    available_now = job_config(tmp_path, "clicks", "beat")  # stops by itself
+    assert problems(available_now, Beat(at, "h1", 42, stopped=True)) == []

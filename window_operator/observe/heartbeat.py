@@ -1,0 +1,94 @@
+"""The heartbeat of a running job, for ``status`` to tell a running job from a stopped one.
+
+With input waiting, a job that runs no batch is behind; with none waiting, a stopped job
+and an idle one look alike in the checkpoint. So while ``window-operator run`` runs a job
+it writes, every :data:`EVERY_S`, a small file into the job's checkpoint directory
+saying when, on which host and in which process; when the job ends (stopped, finished or
+failed) it writes that it stopped. A heartbeat older than :data:`STALE_S` is a job that
+was killed (or whose host or process hangs). The times are the driver host's clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["EVERY_S", "HEARTBEAT_FILE", "STALE_S", "Beat", "Heartbeat", "read_heartbeat"]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_FILE = "window-operator-heartbeat.json"
+#: How often a running job writes its heartbeat.
+EVERY_S = 2.0
+#: How old a running job's heartbeat may be before ``status`` takes it for gone.
+STALE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """The last heartbeat: when, from which driver, and whether the job had stopped."""
+
+    at_ms: int
+    host: str
+    pid: int
+    stopped: bool = False
+
+
+class Heartbeat:
+    """Writes the heartbeat of the job whose checkpoint is ``directory`` (a thread)."""
+
+    def __init__(self, directory: str | Path, every_s: float = EVERY_S) -> None:
+        self.path = Path(directory) / HEARTBEAT_FILE
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Heartbeat:
+        """Write the first beat and keep beating until :meth:`stop`."""
+        self._write(stopped=False)
+        self._thread = threading.Thread(target=self._beat, name="window-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop beating and write that the job stopped (a second call does nothing)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._write(stopped=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._write(stopped=False)
+
+    def _write(self, *, stopped: bool) -> None:
+        doc = {
+            "at_ms": int(time.time() * 1000),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "stopped": stopped,
+        }
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(doc))
+            tmp.replace(self.path)
+        except OSError as exc:  # a full disk must not stop the job: status only loses it
+            log.warning("could not write the heartbeat %s: %s", self.path, exc)
+
+
+def read_heartbeat(directory: str | Path) -> Beat | None:
+    """The last heartbeat written into ``directory`` (``None``: none, or unreadable)."""
+    try:
+        doc = json.loads((Path(directory) / HEARTBEAT_FILE).read_text())
+        return Beat(int(doc["at_ms"]), str(doc["host"]), int(doc["pid"]), bool(doc["stopped"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
