@@ -32,9 +32,27 @@ if TYPE_CHECKING:
     from window_operator.spark.driver import StreamingJob
     from window_operator.spark.longrun import LongRunningJob
 
-__all__ = ["run_demo"]
+__all__ = ["CLICK_FIELDS", "clicks_unread", "run_demo"]
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "clicks.yaml"
+#: The fields of the clicks the demo streams (:meth:`ClickStream.records`), as JSON with
+#: the event time ``ts`` in epoch milliseconds.
+CLICK_FIELDS = ("page", "ts", "latency_ms")
+
+
+def clicks_unread(config: JobConfig) -> str | None:
+    """What of the demo's clicks ``config`` cannot read (``None``: it reads them)."""
+    inp = config.input
+    if inp.format != "json":
+        return f"reads {inp.format}"
+    if inp.timestamp != "ts" or inp.timestamp_unit != "ms":
+        return f"takes its event time from {inp.timestamp!r} in {inp.timestamp_unit}"
+    wanted = (*inp.key_fields, *config.value_fields())
+    if missing := [f for f in dict.fromkeys(wanted) if f not in CLICK_FIELDS]:
+        return f"reads {', '.join(map(repr, missing))}"
+    return None
+
+
 _BAD_RECORDS = [
     b'{"page": "/home", "ts": 17',  # broken JSON
     b'{"page": "/home", "latency_ms": 12.5}',  # no timestamp

@@ -222,18 +222,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from window_operator.demo import DEFAULT_CONFIG, run_demo
+    from window_operator.demo import DEFAULT_CONFIG, clicks_unread, run_demo
 
     config_path = Path(args.config) if args.config else DEFAULT_CONFIG
-    config = load_any_config(config_path)
-    if not isinstance(config, JobConfig):
+    if not isinstance(load_any_config(config_path), JobConfig):
         raise CliError(
             f"{config_path} is a join: the demo streams clicks into an aggregation job "
             "(try `simulate` or `run` for a join)",
             EXIT_CONFIG,
         )
-    load_checked_config(config_path)  # its operations, as every command checks them
-    if (unread := _not_of_clicks(config)) is not None:
+    config = load_checked_config(config_path)  # its operations, as every command checks them
+    if isinstance(config, JobConfig) and (unread := clicks_unread(config)) is not None:
         raise CliError(
             f"{config_path} {unread}, and the demo streams JSON clicks of "
             '{"page", "ts", "latency_ms"}: give it a job over clicks such as '
@@ -250,20 +249,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         mode=args.mode,
     )
     return 0 if printed > 0 else 1
-
-
-def _not_of_clicks(config: JobConfig) -> str | None:
-    """What of the demo's clicks ``config`` cannot read (``None``: it reads them)."""
-    if config.input.format != "json":
-        return f"reads {config.input.format}"
-    if config.input.timestamp != "ts":
-        return f"takes its event time from {config.input.timestamp!r}"
-    if other := [f for f in config.input.key_fields if f != "page"]:
-        return f"is keyed by {', '.join(map(repr, other))}"
-    fields = {a.field for a in config.aggregations} - {None, "latency_ms", "page", "ts"}
-    if fields:
-        return f"aggregates {', '.join(sorted(map(repr, fields)))}"
-    return None
 
 
 def _add_simulate(sub: Subparsers) -> None:

@@ -692,7 +692,8 @@ def test_the_demo_of_a_job_that_cannot_read_clicks_says_so_before_it_starts() ->
     proc = cli("demo", "--config", "config/orders-max.yaml")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == (
-        "window-operator: config/orders-max.yaml takes its event time from 'time', and the "
+        "window-operator: config/orders-max.yaml takes its event time from 'time' in ms, "
+        "and the "
         'demo streams JSON clicks of {"page", "ts", "latency_ms"}: give it a job over '
         "clicks such as config/clicks.yaml (try `simulate` or `run` for this one)"
     )
