@@ -127,11 +127,6 @@ class _LastError:
             self.text, self._summary = str(error.str()), summary
 
 
-def _unreachable(errors: Any) -> tuple[int, ...]:
-    """librdkafka's codes of a request that no broker answered (``errors``: KafkaError)."""
-    return (errors._TIMED_OUT, errors._TRANSPORT, errors._ALL_BROKERS_DOWN)
-
-
 class KafkaAdmin:
     """Topic administration against one cluster, over one confluent-kafka AdminClient.
 
@@ -198,11 +193,19 @@ class KafkaAdmin:
         :meth:`topics` does, and :class:`KafkaAdminError` if the cluster refuses to
         describe a topic (for example, no permission).
         """
+        from concurrent.futures import TimeoutError as FutureTimeout
+
         from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
         if not names:
             return {}
         wait = self.metadata_timeout_s if timeout_s is None else timeout_s
+        unanswered = (
+            KafkaError._TIMED_OUT,
+            KafkaError._TRANSPORT,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError.REQUEST_TIMED_OUT,
+        )
         self._client.poll(0)
         self._last_error.reset()
         futures = self._client.describe_topics(
@@ -211,13 +214,15 @@ class KafkaAdmin:
         counts: dict[str, int] = {}
         for name, future in futures.items():
             try:
-                counts[name] = len(future.result().partitions)
+                counts[name] = len(future.result(timeout=wait + 1.0).partitions)
+            except FutureTimeout:
+                raise BrokerUnreachableError(self.bootstrap_servers, wait, "no answer") from None
             except KafkaException as exc:
                 error = exc.args[0]
                 if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue
                 self._client.poll(0)
-                if error.code() in _unreachable(KafkaError):
+                if error.code() in unanswered:
                     cause = self._last_error.text or str(error.str())
                     raise BrokerUnreachableError(self.bootstrap_servers, wait, cause) from None
                 raise KafkaAdminError(f"describing topic {name!r} failed: {error.str()}") from None
@@ -243,7 +248,7 @@ class KafkaAdmin:
 
     def partition_count(self, topic: str) -> int | None:
         """The number of partitions of ``topic``, or ``None`` if it does not exist."""
-        return self.topics().get(topic)
+        return self.partition_counts([topic]).get(topic)
 
     def require_topic(
         self, topic: str, *, hint: str, kind: str = "topic", wait_s: float = TOPIC_WAIT_S

@@ -77,6 +77,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     settings = task_settings(args, with_kafka=False)
     start = parse_time(args.start, -(2**62))
     end = parse_time(args.end, 2**62)
+    if start >= end:
+        raise CliError(f"--from ({args.start}) must be before --to ({args.end})", EXIT_CONFIG)
     root = task_state_dir(settings.state_dir_path, settings.config.job, 0).parent
     tasks = (
         sorted(int(p.name.removeprefix("task-")) for p in root.glob("task-*") if p.is_dir())

@@ -94,7 +94,7 @@ def _partitions(
     config: AnyJobConfig, admin: KafkaAdmin, cp: CheckpointState
 ) -> list[PartitionStatus]:
     topics = input_topics(config)
-    counts = admin.topics()
+    counts = admin.partition_counts(topics)
     known: set[TopicPartition] = {(t, p) for t in topics for p in range(counts.get(t, 0))}
     known |= {tp for tp in cp.committed if tp[0] in topics}
     existing = sorted(tp for tp in known if tp[1] < counts.get(tp[0], 0))
@@ -124,7 +124,7 @@ def _partitions(
 
 def _tasks(config: AnyJobConfig, admin: KafkaAdmin, state_dir: str) -> list[TaskStatus]:
     topic = changelog_topic(config.job)
-    count = admin.topics().get(topic, 0)
+    count = admin.partition_counts([topic]).get(topic, 0)
     parts = [(topic, p) for p in range(count)]
     starts = admin.list_offsets(parts, earliest=True)
     ends = admin.list_offsets(parts, earliest=False, read_committed=False)
@@ -192,14 +192,17 @@ def _check_topics(
 
 def _check_truncated(status: JobStatus) -> None:
     """A committed position past its partition's end: the topic was deleted and created
-    again (or its records deleted), and the job stops with ``InputGapError`` there."""
-    past = [p for p in status.partitions if None not in (p.committed, p.end)]
-    past = [p for p in past if (p.committed or 0) > (p.end or 0)]
+    again, and the job stops with ``InputGapError`` there."""
+    past = [
+        p
+        for p in status.partitions
+        if p.committed is not None and p.end is not None and p.committed > p.end
+    ]
     if past:
         names = ", ".join(f"{p.topic}[{p.partition}] {p.committed} > {p.end}" for p in past)
         status.problems.append(
             f"input behind the job: the checkpoint's positions are past the end of {names} "
-            "(the topic was created again or truncated); the job stops with InputGapError "
+            "(the topic was deleted and created again); the job stops with InputGapError "
             "there: see the README's Gaps"
         )
 
@@ -264,8 +267,9 @@ def _time(ms: int | None) -> str:
 
 def _utc(ms: int | None) -> str:
     """A time with its zone; ``none yet`` (not ``- UTC``) before the first event."""
-    shown = _time(ms)
-    return "none yet" if shown == "-" else f"{shown} UTC"
+    if ms is None or ms <= -(2**62) or ms >= 2**62:
+        return "none yet"
+    return f"{_time(ms)} UTC"
 
 
 def _size(n: int | None) -> str:
@@ -295,7 +299,7 @@ def format_status(s: JobStatus) -> str:
     at = "" if cp.batch_time_ms is None else f" at {_time(cp.batch_time_ms)} UTC"
     lines = [
         f"job {s.job}: last {cp.unit} {cp.last_committed}{at}, "
-        f"last activity {_time(cp.last_activity_ms)} UTC{ago}, watermark {_utc(wm)}",
+        f"last activity {_utc(cp.last_activity_ms)}{ago}, watermark {_utc(wm)}",
         f"checkpoint {cp.directory}",
         "",
         f"{'input partition':<28} {'committed':>10} {'end':>10} {'lag':>8}  "

@@ -70,3 +70,19 @@ def test_inspect_times_without_a_zone_are_utc_as_the_log_prints_them(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_inspect_refuses_a_range_that_ends_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--from 10 --to 5`` printed windows (a review)."""
+    from window_operator.cli import main
+
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "job: x\ninput: {key: k, timestamp: ts, topic: t}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+        f"state: {{dir: {tmp_path / 'state'}}}\n"
+    )
+    assert main(["inspect", "--config", str(job), "--key", "a", "--from", "10", "--to", "5"]) == 2
+    assert "--from (10) must be before --to (5)" in capsys.readouterr().err

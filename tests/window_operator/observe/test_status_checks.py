@@ -81,7 +81,7 @@ def test_a_missing_input_topic_and_positions_past_the_end_are_problems(
     _check_truncated(status)
     assert status.problems == [
         "input behind the job: the checkpoint's positions are past the end of clicks[0] "
-        "105 > 30 (the topic was created again or truncated); the job stops with "
+        "105 > 30 (the topic was deleted and created again); the job stops with "
         "InputGapError there: see the README's Gaps"
     ]
 

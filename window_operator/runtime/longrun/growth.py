@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
+from window_operator.kafka_admin import BrokerUnreachableError, KafkaAdmin, KafkaAdminError
 
 __all__ = ["InputGrowth"]
 
@@ -41,6 +41,7 @@ class InputGrowth:
         self._client_config = dict(client_config or {})
         self._admin: KafkaAdmin | None = None
         self.grown: dict[str, tuple[int, int]] = {}
+        self._warned = False
 
     def grew(self) -> bool:
         """Whether an input has more partitions than the workers read (once it has, the
@@ -51,8 +52,13 @@ class InputGrowth:
             if self._admin is None:
                 self._admin = KafkaAdmin(self._bootstrap, client_config=self._client_config)
             found = self._admin.partition_counts(self.known, timeout_s=self.timeout_s)
-        except KafkaAdminError as exc:
+        except BrokerUnreachableError as exc:
             log.debug("input partition lookup: %s", exc)
+            return False
+        except KafkaAdminError as exc:  # e.g. no permission: growth goes unseen, say so
+            if not self._warned:
+                log.warning("cannot look up the input partitions (no growth seen): %s", exc)
+                self._warned = True
             return False
         self.grown = {t: (n, found[t]) for t, n in self.known.items() if found.get(t, 0) > n}
         return bool(self.grown)
