@@ -177,3 +177,37 @@ def test_a_late_join_row_and_its_late_partner_in_one_batch_match_without_an_unma
         for m in read_topic(kafka_bootstrap, config.output.topic)
     ]
     assert [kind for kind, _ in got] == ["MATCH", "MATCH"]
+
+
+def test_a_partition_read_in_a_batch_is_not_idle_at_its_start(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """An hour between two batches (idle_timeout 10 s): partition 0 brings records in the
+    second, so it is not idle at its start, and its records are not out of retention
+    (before, the watermark jumped to partition 1's 100 s first)."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 2)
+    config = runtime_for(
+        job=unique_name("job"),
+        input={"topic": topic, "key": "k", "timestamp": "ts"},
+        watermark={"allowed_lateness": "0s", "idle_timeout": "10s"},
+        retention={"time": "30s"},
+    ).config
+    tasks = prepare_topics(config, kafka_bootstrap)
+    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+
+    def part(p: int, first: int, events: list[dict[str, Any]]) -> InputRecords:
+        r = records(topic, first, events)
+        return InputRecords(r.topic, p, r.offsets, r.keys, r.values)
+
+    now = 1_800_000_000_000
+    runner.run_batch(
+        [part(0, 0, [{"k": "a", "ts": 1 * S}]), part(1, 0, [{"k": "b", "ts": 100 * S}])], now
+    )
+    batch = runner.run_batch(
+        [part(0, 1, [{"k": "a", "ts": 2 * S}, {"k": "a", "ts": 50 * S}])], now + 3_600_000
+    )
+    assert sum(t.rejected for t in batch.tasks) == 0
+    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    first = [(r["kind"], r["values"]["n"]) for r in results if r["window_start"] == 0]
+    assert first == [("ON_TIME", 2)]
