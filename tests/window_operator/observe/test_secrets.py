@@ -21,6 +21,7 @@ import pytest
 from obskit import in_order, job_dict, one_partition_topic, produce_events, scrape, total
 
 from window_operator.config import load_config
+from window_operator.observe.heartbeat import read_heartbeat
 from window_operator.observe.redact import RedactingFilter, redact_settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -59,6 +60,7 @@ def test_secrets_stay_out_of_logs_reports_and_metrics(
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(doc))
     assert SASL not in repr(load_config(path))  # nor in a config's repr (tracebacks)
+    checkpoint = load_config(path).spark.checkpoint_dir
 
     port, report = free_port(), tmp_path / "report.jsonl"
     proc = subprocess.Popen(
@@ -83,6 +85,9 @@ def test_secrets_stay_out_of_logs_reports_and_metrics(
         else:
             pytest.fail("the job did not apply the input in time")
         texts.append(metrics_text(port))
+        # the heartbeat `status` reads: the running driver's
+        beat = read_heartbeat(checkpoint)
+        assert beat is not None and not beat.stopped and beat.pid == proc.pid
     finally:
         # a stop as systemd, Kubernetes or docker sends it (the job's Ctrl-C: the same
         # handler); before, SIGTERM killed the job in the middle of a batch
@@ -99,6 +104,8 @@ def test_secrets_stay_out_of_logs_reports_and_metrics(
     assert '"batch":0' in texts[-1]
     for text in texts:
         assert SASL not in text and KEY not in text
+    beat = read_heartbeat(checkpoint)
+    assert beat is not None and beat.stopped  # `status`: "not running: the job stopped at"
 
 
 def test_redaction_masks_secret_settings_and_log_text() -> None:
