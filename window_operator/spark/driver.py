@@ -50,7 +50,7 @@ from window_operator.spark.topics import (
     keeps_partitions,
     prepare_topics,
 )
-from window_operator.spark.waiting import WaitingInput
+from window_operator.spark.waiting import waiting_input
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -191,9 +191,7 @@ class StreamingJob(SparkJob):
         #: ran, timer passes keep its clock as it is (moved on, by idle partitions, it
         #: could fire windows that batch must still find open when it runs again)
         self._held = final
-        self._waiting = WaitingInput(
-            self.bootstrap, config.watermark.idle_timeout, config.kafka.consumer
-        )
+        self._waiting = waiting_input(self.bootstrap, config)
         self._lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._stop = threading.Event()

@@ -8,9 +8,15 @@ import pytest
 from jobkit import create_topic, produce
 
 from window_operator.broker import free_port
+from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.exchange import InputRange
 from window_operator.spark.waiting import WaitingInput
+
+
+def unreachable_admin() -> KafkaAdmin:
+    """A client of a port where no broker listens, that gives up after 1 s."""
+    return KafkaAdmin(f"127.0.0.1:{free_port()}", metadata_timeout_s=1.0, request_timeout_s=1.0)
 
 
 @pytest.mark.kafka
@@ -24,10 +30,10 @@ def test_a_partition_read_to_its_end_may_be_idle_one_with_records_waiting_is_act
     # partition 0 read to its end (2), partition 1 only to 1 of 3; partition 2 never read
     ends = {p0: InputRange(0, topic, 0, 0, 2), p1: InputRange(0, topic, 1, 0, 1)}
     clock = ClockState(max_ts={p0: 10, p1: 20})
-    waiting = WaitingInput(kafka_bootstrap, idle_timeout=1_000)
+    waiting = WaitingInput(KafkaAdmin(kafka_bootstrap), idle_timeout=1_000)
     assert waiting.partitions(clock, ends) == [p1]
     # no idle timeout: no partition can be idle, and the broker is not asked
-    assert WaitingInput(kafka_bootstrap, idle_timeout=None).partitions(clock, ends) == []
+    assert WaitingInput(None, idle_timeout=None).partitions(clock, ends) == []
     assert waiting.partitions(ClockState(), ends) == []
     assert p2 not in ends
 
@@ -36,7 +42,7 @@ def test_no_partition_is_taken_for_idle_when_the_broker_does_not_answer() -> Non
     topic = "t"
     p0 = InputPosition(0, 0)
     ends = {p0: InputRange(0, topic, 0, 0, 2)}
-    unreachable = WaitingInput(f"127.0.0.1:{free_port()}", 1_000, timeout_s=1.0)
+    unreachable = WaitingInput(unreachable_admin(), 1_000)
     # a clock that never moved: nothing is idle yet
     assert unreachable.partitions(ClockState(max_ts={p0: 10}), ends) == [p0]
 
@@ -53,5 +59,5 @@ def test_when_the_broker_does_not_answer_an_idle_partition_stays_idle() -> None:
         now=now,
         first_wall=now - 7_200_000,
     )
-    unreachable = WaitingInput(f"127.0.0.1:{free_port()}", 1_000, timeout_s=1.0)
+    unreachable = WaitingInput(unreachable_admin(), 1_000)
     assert unreachable.partitions(clock, ends) == [p1]
