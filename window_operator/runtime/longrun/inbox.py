@@ -83,8 +83,9 @@ class TaskClock:
 
     A partition with input waiting is not idle either, however long ago its last
     records came (before a stop, say): every partition of ``waiting`` counts as active
-    until its first chunk arrives (``pending``), and each epoch's partitions with
-    records count as active at its start.
+    until its first chunk arrives, or its reader tells that it read it to its end
+    without a record (a chunk spanning no offset: only transaction markers waited), and
+    each epoch's partitions with records count as active at its start.
     """
 
     settings: TaskSettings
@@ -106,9 +107,11 @@ class TaskClock:
         """The task's input of one epoch: the chunks it got, between its clock before
         and after them (the clock moves on when the epoch committed: :meth:`advance`)."""
         reports = sorted(
-            (p.report for p in parts),
+            (p.report for p in parts if not _spans_nothing(p.report)),
             key=lambda r: (r.range.source, r.range.partition, r.range.start),
         )
+        # a report spanning no offset says that its partition was read to its end
+        self.pending -= {p.report.range.position for p in parts if _spans_nothing(p.report)}
         # neither the epoch's partitions nor those still waiting for a chunk are idle now
         read = self.pending | {r.range.position for r in reports if r.records}
         before = advance_clock(self.settings, self.state, [], now, active=sorted(read))
@@ -131,6 +134,11 @@ class TaskClock:
         self.state = inp.clock_after
         self.unseen -= {r.position for r in inp.ranges}
         self.pending -= {r.position for r in inp.ranges if r.end > r.start}
+
+
+def _spans_nothing(report: MapReport) -> bool:
+    """A reader's word that its partition was read to its end (no offset, no record)."""
+    return report.range.end == report.range.start and not report.records
 
 
 def _without(

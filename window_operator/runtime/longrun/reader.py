@@ -68,6 +68,8 @@ class InputReader:
         self.next_offset: dict[InputPosition, int] = {}
         #: the partitions still read (``available_now``: not past their end yet)
         self.reading: set[InputPosition] = set()
+        #: the partitions read to their end since :meth:`take_caught_up` last asked
+        self.caught_up: set[InputPosition] = set()
         self.consumer: Consumer | None = None
 
     def assign(self, begin: Mapping[InputPosition, int]) -> None:
@@ -141,6 +143,8 @@ class InputReader:
         code = err.code()
         if code == KafkaError._PARTITION_EOF:
             pos = self._by_tp.get((m.topic(), m.partition()))
+            if pos is not None:
+                self.caught_up.add(pos)
             if pos is not None and self.ends is not None and (m.offset() or 0) >= self.ends[pos]:
                 self.reading.discard(pos)
         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
@@ -153,6 +157,13 @@ class InputReader:
             raise KafkaSourceError(f"{self.name}: reading input failed: {err.str()}")
         else:
             log.warning("%s: reading input: %s", self.name, err.str())
+
+    def take_caught_up(self) -> list[InputPartition]:
+        """The partitions read to their end (nothing waits in them) since the last call:
+        a partition whose last offsets hold no record to read (transaction markers, an
+        aborted transaction) brings no chunk, and this is how its readers learn it."""
+        caught_up, self.caught_up = self.caught_up, set()
+        return [self.partitions[pos] for pos in sorted(caught_up)]
 
     def close(self) -> None:
         """Close the consumer."""

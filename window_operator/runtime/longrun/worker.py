@@ -139,6 +139,8 @@ class Worker:
         self.records = 0
         self._epoch_records = 0
         self._read: dict[InputPosition, MapReport] = {}
+        #: the partitions whose end every task was told of (:meth:`_tell_caught_up`)
+        self._told_caught_up: set[InputPosition] = set()
         self._sent_end = False
         self._running: _RunningEpoch | None = None
         self.control: ControlClient | None = None
@@ -223,6 +225,7 @@ class Worker:
             if self.reader.reading and not self.mesh.throttled:
                 for chunk in self.reader.read(wait, self._read_budget(limit)):
                     self._map(chunk)
+                self._tell_caught_up()
             elif wait > 0:
                 time.sleep(min(wait, 0.005 if self.reader.reading else wait))
             ended = len(self.inbox.ended) == workers
@@ -290,6 +293,20 @@ class Worker:
                 {split.lane: split.errors} if split.errors and split.lane in tasks else {},
             )
             self.mesh.send(w, Kind.CHUNK, chunk)
+
+    def _tell_caught_up(self) -> None:
+        """Tell every task, once, of each partition read to its end: one whose waiting
+        offsets held no record (markers, an aborted transaction) brings no chunk, and a
+        task would otherwise count it as waiting for ever (:class:`TaskClock`). The
+        report spans no offset, so it moves no position."""
+        for partition in self.reader.take_caught_up():
+            if partition.position in self._told_caught_up:
+                continue
+            self._told_caught_up.add(partition.position)
+            at = self.reader.next_offset[partition.position]
+            report = MapReport(partition.span(at, at), 0, None)
+            for w in range(self.assignment.workers):
+                self.mesh.send(w, Kind.CHUNK, Chunk(report))
 
     # -- state tasks ----------------------------------------------------------------------
 

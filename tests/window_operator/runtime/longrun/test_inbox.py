@@ -94,3 +94,35 @@ def test_a_partition_waiting_for_its_first_chunk_is_not_idle_after_a_long_stop(
     # with nothing waiting any more, a partition that brings nothing does go idle
     e2 = clock.epoch(2, [part(0, 10, 20, 95_000)], NOW + 20_000)
     assert e2.clock_after.watermark == 95_000
+
+
+def test_a_partition_whose_reader_found_no_record_to_read_stops_waiting(
+    tmp_path: Path,
+) -> None:
+    """Only a commit marker waited in partition 1 (its input is another job's output):
+    no chunk of it ever comes. Its reader's word that it read it to its end (a report
+    spanning no offset) ends its wait, and it goes idle as any partition would."""
+    config = job_config(
+        tmp_path, "t", "job", watermark={"allowed_lateness": "0s", "idle_timeout": "10s"}
+    )
+    task_settings = TaskSettings(config, "unused:9092", str(tmp_path), tasks=2)
+    hour = 3_600_000
+    restored = ClockState(
+        max_ts={P0: 10_000, P1: 10_000},
+        last_active={P0: NOW - hour, P1: NOW - hour},
+        now=NOW - hour,
+        first_wall=NOW - 2 * hour,
+        watermark=10_000,
+    )
+    clock = TaskClock.waiting_for(task_settings, 0, restored, {P0, P1})
+    e0 = clock.epoch(0, [part(0, 0, 10, 90_000)], NOW)
+    assert e0.clock_after.watermark == 10_000  # partition 1 may still bring records
+    clock.advance(e0)
+    at_end = Part(MapReport(InputRange(0, "t", 1, 7, 7), 0, None), None, ())
+    e1 = clock.epoch(1, [at_end, part(0, 10, 20, 95_000)], NOW + 1_000)
+    assert clock.pending == set()
+    assert [(r.partition, r.start, r.end) for r in e1.ranges] == [(0, 10, 20)]  # no position
+    clock.advance(e1)
+    # waiting for nothing, it is idle once the timeout passed since it last counted
+    e2 = clock.epoch(2, [part(0, 20, 30, 99_000)], NOW + 12_000)
+    assert e2.clock_after.watermark == 99_000

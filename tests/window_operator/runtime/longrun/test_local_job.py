@@ -113,3 +113,59 @@ def test_offsets_windows_restart_where_each_partition_s_owner_stopped(
                 kw = (part, rec["page"], start)
                 expected[kw] = expected.get(kw, 0) + 1
     assert got == expected
+
+
+def test_a_partition_where_only_a_commit_marker_waits_goes_idle_after_a_restart(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """The input is written in transactions (another job's output): at a restart the
+    offset of a partition's last commit marker still lies ahead of what the state read,
+    so the partition looks as if records waited in it, yet no chunk of it ever comes.
+    Its reader's word that it read it to its end lets it go idle; otherwise it held the
+    watermark back at its old event time for as long as the workers ran."""
+    import time
+
+    from confluent_kafka import Producer
+
+    topic = unique_name("txn-in")
+    create_topic(kafka_bootstrap, topic, 2)
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_name("upstream")}
+    )
+    producer.init_transactions(30)
+
+    def write(events: list[tuple[int, dict[str, Any]]]) -> None:
+        producer.begin_transaction()
+        for part, event in events:
+            producer.produce(topic, orjson.dumps(event), event["page"].encode(), partition=part)
+        producer.commit_transaction(30)
+
+    base = 1_700_000_000_000
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        window={"type": "tumbling", "size": "10s"},
+        watermark={"allowed_lateness": "0s", "idle_timeout": "1s"},
+        spark={"trigger": "200ms"},
+    )
+    write([(0, {"page": "/a", "ts": base + 1_000, "latency_ms": 1.0}),
+           (1, {"page": "/b", "ts": base + 2_000, "latency_ms": 1.0})])  # fmt: skip
+    run_local(config, kafka_bootstrap, tmp_path, 2, available_now=True)
+    write([(0, {"page": "/a", "ts": base + 50_000, "latency_ms": 1.0})])
+    tasks = prepare_topics(config, kafka_bootstrap)
+    settings = TaskSettings(config, kafka_bootstrap, str(config.state.dir), tasks=tasks)
+    job = LocalLongRunningJob(worker_spec(settings, 2, checkpoint_dir=tmp_path / "checkpoint"))
+    job.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+            if any(start == base for _, start in got):
+                break
+            time.sleep(0.5)
+    finally:
+        job.stop()
+        job.wait(120)
+    fired = {key: r["values"]["clicks"] for (key, start), r in got.items() if start == base}
+    assert fired == {"/a": 1, "/b": 1}
