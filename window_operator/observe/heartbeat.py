@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from window_operator.files import write_atomically
+
 __all__ = ["EVERY_S", "HEARTBEAT_FILE", "STALE_S", "Beat", "Heartbeat", "read_heartbeat"]
 
 log = logging.getLogger(__name__)
@@ -76,11 +78,8 @@ class Heartbeat:
             "pid": os.getpid(),
             "stopped": stopped,
         }
-        tmp = self.path.with_suffix(".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(doc))
-            tmp.replace(self.path)
+            write_atomically(self.path, json.dumps(doc).encode())
         except OSError as exc:  # a full disk must not stop the job: status only loses it
             log.warning("could not write the heartbeat %s: %s", self.path, exc)
 

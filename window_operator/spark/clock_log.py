@@ -37,6 +37,7 @@ from pathlib import Path
 
 import orjson
 
+from window_operator.files import write_atomically
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.exchange import BatchStart, InputRange
 
@@ -178,7 +179,7 @@ class ClockLog:
         starts: Mapping[InputPosition, int] | None = None,
     ) -> None:
         """Write the entry of ``batch_id`` atomically (write, fsync, rename)."""
-        self._write(self._path(batch_id), _encode(state, final, starts))
+        write_atomically(self._path(batch_id), _encode(state, final, starts), durable=True)
         for old in self._ids():
             if old < batch_id - _KEEP:
                 self._path(old).unlink(missing_ok=True)
@@ -195,7 +196,7 @@ class ClockLog:
     def write_origin(self, origin: Mapping[InputPosition, int]) -> None:
         """Record ``origin`` (atomically)."""
         doc = [[p.source, p.partition, o] for p, o in sorted(origin.items())]
-        self._write(self.directory / _ORIGIN, orjson.dumps(doc))
+        write_atomically(self.directory / _ORIGIN, orjson.dumps(doc), durable=True)
 
     def ends(self) -> dict[InputPosition, InputRange]:
         """Every input partition's last range read (by the newest batch that read it)."""
@@ -209,17 +210,7 @@ class ClockLog:
     def write_ends(self, ends: Mapping[InputPosition, InputRange]) -> None:
         """Record ``ends`` (atomically)."""
         doc = [[r.source, r.topic, r.partition, r.start, r.end] for _, r in sorted(ends.items())]
-        self._write(self.directory / _ENDS, orjson.dumps(doc))
-
-    def _write(self, path: Path, data: bytes) -> None:
-        """Write, fsync, rename."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomically(self.directory / _ENDS, orjson.dumps(doc), durable=True)
 
     def _ids(self) -> list[int]:
         if not self.directory.is_dir():

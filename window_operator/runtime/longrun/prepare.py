@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from window_operator.errors import WindowOperatorError
+from window_operator.files import write_atomically
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import InputPosition
 from window_operator.runtime.exchange import InputPartition
@@ -104,10 +105,7 @@ def _starting_offsets(
             want = wanted.get((p.topic, p.partition), _EARLIEST)
             at = earliest[p.position] if want == _EARLIEST else latest[p.position]
             kept.setdefault(p.topic, {})[str(p.partition)] = at if want < 0 else want
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(kept, sort_keys=True))
-        tmp.replace(path)
+        write_atomically(path, json.dumps(kept, sort_keys=True).encode())
     return {p.position: int(kept[p.topic][str(p.partition)]) for p in partitions}
 
 

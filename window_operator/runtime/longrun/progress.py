@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from window_operator.files import write_atomically
 from window_operator.kernel import ClockState, InputPosition
 
 __all__ = ["PROGRESS_FILE", "Progress", "read_progress", "record_progress"]
@@ -82,10 +83,7 @@ def record_progress(
         "watermark": after.watermark,
         "last_activity_ms": after.last_activity_ms,
     }
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / (PROGRESS_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, sort_keys=True))
-    tmp.replace(directory / PROGRESS_FILE)
+    write_atomically(directory / PROGRESS_FILE, json.dumps(doc, sort_keys=True).encode())
     return after
 
 
