@@ -91,10 +91,11 @@ class JobStatus:
 
 
 def _partitions(
-    config: AnyJobConfig, admin: KafkaAdmin, cp: CheckpointState
+    config: AnyJobConfig, admin: KafkaAdmin, cp: CheckpointState, counts: dict[str, int]
 ) -> list[PartitionStatus]:
+    """Every input partition (``counts``: partitions per input topic) and every one the
+    checkpoint names, with the ends and the lag read now."""
     topics = input_topics(config)
-    counts = admin.partition_counts(topics)
     known: set[TopicPartition] = {(t, p) for t in topics for p in range(counts.get(t, 0))}
     known |= {tp for tp in cp.committed if tp[0] in topics}
     existing = sorted(tp for tp in known if tp[1] < counts.get(tp[0], 0))
@@ -161,13 +162,13 @@ def job_status(
             f"{cp.directory} holds no micro-batch (start it with `window-operator run`)"
         )
         return status
-    status.partitions = _partitions(config, admin, cp)
+    status.partitions = _partitions(config, admin, cp, found)
     status.tasks = _tasks(config, admin, str(state_dir or config.state.dir))
     if interval_s > 0:
         before = status.lag
         time.sleep(interval_s)
         status.checkpoint = read_checkpoint(str(config.spark.checkpoint_dir))
-        status.partitions = _partitions(config, admin, status.checkpoint)
+        status.partitions = _partitions(config, admin, status.checkpoint, found)
         status.now_ms = int(time.time() * 1000)
         if status.lag > before:
             status.problems.append(f"lag growing: {before} -> {status.lag} in {interval_s:g} s")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import BatchRefusedError
-from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
+from window_operator.kafka_admin import METADATA_TIMEOUT_S, KafkaAdmin, KafkaAdminError
 from window_operator.kernel import ClockState
 from window_operator.runtime.batch import (
     HISTORY,
@@ -50,7 +50,7 @@ from window_operator.spark.topics import (
     keeps_partitions,
     prepare_topics,
 )
-from window_operator.spark.waiting import waiting_input
+from window_operator.spark.waiting import WaitingInput
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -191,7 +191,14 @@ class StreamingJob(SparkJob):
         #: ran, timer passes keep its clock as it is (moved on, by idle partitions, it
         #: could fire windows that batch must still find open when it runs again)
         self._held = final
-        self._waiting = waiting_input(self.bootstrap, config)
+        #: asks the broker before batches: the input partitions (offsets jobs), the ends
+        #: of the partitions read (idle partitions); a batch waits: bounded as metadata
+        self._admin = KafkaAdmin(
+            self.bootstrap,
+            client_config=config.kafka.consumer,
+            request_timeout_s=METADATA_TIMEOUT_S,
+        )
+        self._waiting = WaitingInput(self._admin, config.watermark.idle_timeout)
         self._lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._stop = threading.Event()
@@ -201,8 +208,6 @@ class StreamingJob(SparkJob):
         #: a task reported batched LATE updates waiting (in its last batch or pass)
         self._late_pending: dict[int, bool] = {}
         self.query: StreamingQuery | None = None
-        #: lists the inputs' partitions before each batch of an offsets-window job
-        self._admin: KafkaAdmin | None = None
         #: set by :meth:`stop_before_next_batch`; the id of the batch it refused
         self._stopping = threading.Event()
         self.refused_batch: int | None = None
@@ -274,8 +279,6 @@ class StreamingJob(SparkJob):
         a partition they cannot hold."""
         if not keeps_partitions(self.config):
             return
-        if self._admin is None:
-            self._admin = KafkaAdmin(self.bootstrap, client_config=self.config.kafka.consumer)
         try:
             found = self._admin.partition_counts(input_topics(self.config))
         except KafkaAdminError as exc:  # the tasks still refuse such records themselves

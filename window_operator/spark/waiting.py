@@ -23,13 +23,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from window_operator.config import JobConfig, JoinJobConfig
-from window_operator.kafka_admin import METADATA_TIMEOUT_S, KafkaAdmin, KafkaAdminError
+from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.kernel import ClockState
 from window_operator.kernel.positions import InputPosition
 from window_operator.runtime.exchange import InputRange
 
-__all__ = ["WaitingInput", "waiting_input"]
+__all__ = ["WaitingInput"]
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +36,9 @@ log = logging.getLogger(__name__)
 class WaitingInput:
     """Asks, before the job clock moves on, which read partitions have records waiting."""
 
-    def __init__(self, admin: KafkaAdmin | None, idle_timeout: int | None) -> None:
-        """``admin``: where to ask (``None`` without an idle timeout: never asked)."""
-        if idle_timeout is not None and admin is None:
-            raise ValueError("an idle timeout needs a KafkaAdmin to ask for the ends")
+    def __init__(self, admin: KafkaAdmin, idle_timeout: int | None) -> None:
+        """``admin``: where to ask (a batch or timer pass waits for its answer: bound its
+        requests as a metadata request's)."""
         self.admin = admin
         self.idle_timeout = idle_timeout
 
@@ -50,7 +48,7 @@ class WaitingInput:
         """The partitions of ``clock`` with records after their last range read
         (``ends``): active at the clock's next move. Without an idle timeout the broker
         is not asked: no partition can be idle."""
-        if self.admin is None or self.idle_timeout is None:
+        if self.idle_timeout is None:
             return []
         read = [ends[pos] for pos in sorted(clock.max_ts) if pos in ends]
         if not read:
@@ -68,17 +66,3 @@ class WaitingInput:
         if clock.first_wall is None:
             return True
         return clock.now < clock.last_active.get(pos, clock.first_wall) + self.idle_timeout
-
-
-def waiting_input(bootstrap_servers: str, config: JobConfig | JoinJobConfig) -> WaitingInput:
-    """The driver's :class:`WaitingInput` of a job (a client only with an idle timeout;
-    bounded as a metadata request: a batch or timer pass waits for its answer)."""
-    idle = config.watermark.idle_timeout
-    if idle is None:
-        return WaitingInput(None, None)
-    admin = KafkaAdmin(
-        bootstrap_servers,
-        client_config=config.kafka.consumer,
-        request_timeout_s=METADATA_TIMEOUT_S,
-    )
-    return WaitingInput(admin, idle)

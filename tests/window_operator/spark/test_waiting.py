@@ -33,7 +33,9 @@ def test_a_partition_read_to_its_end_may_be_idle_one_with_records_waiting_is_act
     waiting = WaitingInput(KafkaAdmin(kafka_bootstrap), idle_timeout=1_000)
     assert waiting.partitions(clock, ends) == [p1]
     # no idle timeout: no partition can be idle, and the broker is not asked
-    assert WaitingInput(None, idle_timeout=None).partitions(clock, ends) == []
+    assert (
+        WaitingInput(KafkaAdmin(kafka_bootstrap), idle_timeout=None).partitions(clock, ends) == []
+    )
     assert waiting.partitions(ClockState(), ends) == []
     assert p2 not in ends
 

@@ -28,18 +28,11 @@ class InputGrowth:
     """Looks up the input topics' partition counts against those the workers read."""
 
     def __init__(
-        self,
-        bootstrap_servers: str,
-        known: Mapping[str, int],
-        client_config: Mapping[str, object] | None = None,
-        *,
-        timeout_s: float = 5.0,
+        self, admin: KafkaAdmin, known: Mapping[str, int], *, timeout_s: float = 5.0
     ) -> None:
+        self.admin = admin
         self.known = dict(known)
         self.timeout_s = timeout_s
-        self._bootstrap = bootstrap_servers
-        self._client_config = dict(client_config or {})
-        self._admin: KafkaAdmin | None = None
         self.grown: dict[str, tuple[int, int]] = {}
         self._warned = False
 
@@ -49,9 +42,7 @@ class InputGrowth:
         if self.grown:
             return True
         try:
-            if self._admin is None:
-                self._admin = KafkaAdmin(self._bootstrap, client_config=self._client_config)
-            found = self._admin.partition_counts(self.known, timeout_s=self.timeout_s)
+            found = self.admin.partition_counts(self.known, timeout_s=self.timeout_s)
         except BrokerUnreachableError as exc:
             log.debug("input partition lookup: %s", exc)
             return False

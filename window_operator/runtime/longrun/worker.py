@@ -40,6 +40,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.batch import split_range
 from window_operator.runtime.exchange import MapReport, TaskInput
@@ -147,9 +148,11 @@ class Worker:
         self._pool = ThreadPoolExecutor(max(1, len(self.tasks)), thread_name_prefix="task")
         self._growth = (
             InputGrowth(
-                self.settings.bootstrap_servers,
+                KafkaAdmin(
+                    self.settings.bootstrap_servers,
+                    client_config=self.settings.config.kafka.consumer,
+                ),
                 spec.assignment.partition_counts(),
-                self.settings.config.kafka.consumer,
             )
             if spec.watch_inputs
             else None
