@@ -141,6 +141,11 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Any]
     return out
 
 
+def json_results(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """Every JSON result of an output topic, in offset order (tombstones left out)."""
+    return [orjson.loads(m.value()) for m in read_topic(bootstrap, topic) if m.value() is not None]
+
+
 def latest_results(config: JobConfig, messages: list[Any]) -> dict[tuple[str, int], dict[str, Any]]:
     """Latest result value per (key, window_start) from the output topic (in offset order)."""
     decoder = result_decoder_for(config)

@@ -15,6 +15,7 @@ from jobkit import (
     assert_matches_oracle,
     create_topic,
     job_config,
+    json_results,
     latest_results,
     make_stream,
     oracle,
@@ -274,11 +275,7 @@ def test_an_available_now_run_sends_its_batched_late_updates_before_it_ends(
     # reported "no event yet", and the watermark gauge read 0)
     assert watermarks[1] and NO_WATERMARK not in watermarks[1]
     assert watermarks[1][0] >= watermarks[0][-1] == base + 30_000
-    results = [
-        orjson.loads(m.value())
-        for m in read_topic(kafka_bootstrap, config.output.topic)
-        if m.value() is not None
-    ]
+    results = json_results(kafka_bootstrap, config.output.topic)
     window = [(r["kind"], r["values"]["clicks"]) for r in results if r["window_start"] == base]
     assert window == [("ON_TIME", 1), ("LATE", 2)]
 
@@ -324,11 +321,7 @@ def test_a_partition_with_records_waiting_is_not_idle_after_a_stop_longer_than_t
         job.start()
         assert job.await_termination(300)
     assert read_topic(kafka_bootstrap, config.output.errors_topic) == []
-    results = [
-        orjson.loads(m.value())
-        for m in read_topic(kafka_bootstrap, config.output.topic)
-        if m.value() is not None
-    ]
+    results = json_results(kafka_bootstrap, config.output.topic)
     first = sorted(
         (r["key"], r["kind"], r["values"]["clicks"]) for r in results if r["window_start"] == base
     )

@@ -63,17 +63,12 @@ def test_reports_of_consecutive_chunks_merge() -> None:
     assert m.rejected == {"BAD_JSON": 3, "X": 1}
 
 
-def test_a_partition_waiting_for_its_first_chunk_is_not_idle_after_a_long_stop(
-    tmp_path: Path,
-) -> None:
-    """A restart an hour after the last epoch: partition 1's records wait, but its first
-    chunk comes an epoch after partition 0's (another worker reads it). Before, its last
-    activity was an hour old, it was idle, and the watermark jumped to partition 0's
-    event times: partition 1's waiting records were late."""
+def restarted_an_hour_later(tmp: Path) -> TaskClock:
+    """A task clock restored an hour after both partitions last brought records (at
+    10 s of event time; idle timeout 10 s), with input waiting in both."""
     config = job_config(
-        tmp_path, "t", "job", watermark={"allowed_lateness": "0s", "idle_timeout": "10s"}
+        tmp, "t", "job", watermark={"allowed_lateness": "0s", "idle_timeout": "10s"}
     )
-    task_settings = TaskSettings(config, "unused:9092", str(tmp_path), tasks=2)
     hour = 3_600_000
     restored = ClockState(
         max_ts={P0: 10_000, P1: 10_000},
@@ -82,7 +77,18 @@ def test_a_partition_waiting_for_its_first_chunk_is_not_idle_after_a_long_stop(
         first_wall=NOW - 2 * hour,
         watermark=10_000,
     )
-    clock = TaskClock.waiting_for(task_settings, 0, restored, {P0, P1})
+    task_settings = TaskSettings(config, "unused:9092", str(tmp), tasks=2)
+    return TaskClock.waiting_for(task_settings, 0, restored, {P0, P1})
+
+
+def test_a_partition_waiting_for_its_first_chunk_is_not_idle_after_a_long_stop(
+    tmp_path: Path,
+) -> None:
+    """A restart an hour after the last epoch: partition 1's records wait, but its first
+    chunk comes an epoch after partition 0's (another worker reads it). Before, its last
+    activity was an hour old, it was idle, and the watermark jumped to partition 0's
+    event times: partition 1's waiting records were late."""
+    clock = restarted_an_hour_later(tmp_path)
     e0 = clock.epoch(0, [part(0, 0, 10, 90_000)], NOW)
     assert e0.clock_before.watermark == 10_000 and e0.clock_after.watermark == 10_000
     clock.advance(e0)
@@ -102,19 +108,7 @@ def test_a_partition_whose_reader_found_no_record_to_read_stops_waiting(
     """Only a commit marker waited in partition 1 (its input is another job's output):
     no chunk of it ever comes. Its reader's word that it read it to its end (a report
     spanning no offset) ends its wait, and it goes idle as any partition would."""
-    config = job_config(
-        tmp_path, "t", "job", watermark={"allowed_lateness": "0s", "idle_timeout": "10s"}
-    )
-    task_settings = TaskSettings(config, "unused:9092", str(tmp_path), tasks=2)
-    hour = 3_600_000
-    restored = ClockState(
-        max_ts={P0: 10_000, P1: 10_000},
-        last_active={P0: NOW - hour, P1: NOW - hour},
-        now=NOW - hour,
-        first_wall=NOW - 2 * hour,
-        watermark=10_000,
-    )
-    clock = TaskClock.waiting_for(task_settings, 0, restored, {P0, P1})
+    clock = restarted_an_hour_later(tmp_path)
     e0 = clock.epoch(0, [part(0, 0, 10, 90_000)], NOW)
     assert e0.clock_after.watermark == 10_000  # partition 1 may still bring records
     clock.advance(e0)
