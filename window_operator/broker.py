@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from window_operator.errors import WindowOperatorError
 from window_operator.kafka_admin import BrokerUnreachableError, wait_for_broker
 
 __all__ = ["BrokerError", "LocalBroker", "free_port"]
 
 
-class BrokerError(RuntimeError):
+class BrokerError(WindowOperatorError, RuntimeError):
     """The local broker could not be started or did not answer."""
 
 

@@ -19,6 +19,8 @@ from typing import Annotated
 
 from pydantic import BeforeValidator
 
+from window_operator.errors import WindowOperatorError
+
 __all__ = [
     "MAX_DURATION_MS",
     "Duration",
@@ -44,7 +46,7 @@ _PART = re.compile(r"\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)\s
 _DIGITS = re.compile(r"\s*\d+\s*", re.ASCII)
 
 
-class DurationError(ValueError):
+class DurationError(WindowOperatorError, ValueError):
     """A value that is not a valid duration; the message says which forms are accepted."""
 
 

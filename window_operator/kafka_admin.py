@@ -25,6 +25,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from window_operator.errors import WindowOperatorError
+
 __all__ = [
     "METADATA_TIMEOUT_S",
     "BrokerUnreachableError",
@@ -51,7 +53,7 @@ TOPIC_WAIT_S = 2.0
 _POLL_S = 0.25
 
 
-class KafkaAdminError(Exception):
+class KafkaAdminError(WindowOperatorError):
     """Base of this module's errors: the cluster cannot do what was asked."""
 
 

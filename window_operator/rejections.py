@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from window_operator.errors import WindowOperatorError
 from window_operator.results import ErrorCode
 
 __all__ = [
@@ -29,7 +30,7 @@ __all__ = [
 MAX_VALUE_DEPTH = 64
 
 
-class RecordRejected(Exception):
+class RecordRejected(WindowOperatorError):
     """An input record that cannot be processed, with the error code and a reason."""
 
     def __init__(self, code: ErrorCode, reason: str) -> None:

@@ -31,7 +31,7 @@ import orjson
 from window_operator.arrival import ArrivalClock, future_errors
 from window_operator.codecs.result_errors import encode_checked
 from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
-from window_operator.errors import UserCodeExitError
+from window_operator.errors import UserCodeExitError, WindowOperatorError
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinOperator, JoinResultBatch, JoinRuntime
@@ -79,7 +79,7 @@ def _chunks(stream: IO[bytes], size: int) -> Iterator[list[bytes]]:
         yield chunk
 
 
-class FinishedStateError(Exception):
+class FinishedStateError(WindowOperatorError):
     """The state of a run whose final timer fired cannot take more events."""
 
     def __init__(self, state_dir: Path) -> None:

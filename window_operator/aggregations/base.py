@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from window_operator.arrays import BoolArray, FloatArray, IntArray
+from window_operator.errors import WindowOperatorError
 
 __all__ = [
     "AggregateOp",
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-class NotDeductibleError(TypeError):
+class NotDeductibleError(WindowOperatorError, TypeError):
     """Raised when ``deduct`` is called on an operation that has no inverse of combine."""
 
 

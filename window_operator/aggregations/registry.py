@@ -40,7 +40,7 @@ from window_operator.aggregations.objects import (
     MedianOp,
     PercentileOp,
 )
-from window_operator.errors import USER_CODE_ERRORS, exception_text
+from window_operator.errors import USER_CODE_ERRORS, WindowOperatorError, exception_text
 from window_operator.jsonbytes import json_bytes
 
 __all__ = [
@@ -77,11 +77,11 @@ _USER_METHODS = ("create", "accumulate", "combine", "finish")
 _INTERNAL_PARAMS = frozenset({"has_field"})
 
 
-class UnknownOpError(ValueError):
+class UnknownOpError(WindowOperatorError, ValueError):
     """The ``op`` is neither a built-in name nor a dotted path to a user-defined op."""
 
 
-class OpParamError(ValueError):
+class OpParamError(WindowOperatorError, ValueError):
     """The params of an op are invalid, or a user-defined op cannot be loaded."""
 
 

@@ -15,6 +15,7 @@ from window_operator.config import (
     load_any_config,
     load_config,
 )
+from window_operator.errors import WindowOperatorError
 from window_operator.job import JobRuntime, build_runtime, check_operations
 from window_operator.join import JoinRuntime, build_join_runtime
 from window_operator.observe.progress import progress_bar
@@ -59,7 +60,7 @@ EXIT_UNHEALTHY = 1
 EXIT_FAILED = 1
 
 
-class CliError(Exception):
+class CliError(WindowOperatorError):
     """A user-facing error: printed without a traceback."""
 
     def __init__(self, message: str, code: int = EXIT_INPUT) -> None:

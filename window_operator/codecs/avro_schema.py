@@ -22,7 +22,7 @@ from uuid import UUID
 import fastavro
 import orjson
 
-from window_operator.errors import exception_text
+from window_operator.errors import WindowOperatorError, exception_text
 
 __all__ = [
     "CONFLUENT_HEADER",
@@ -53,7 +53,7 @@ _KEEP_RAW_LOGICAL: Final = frozenset(
 )
 
 
-class AvroSchemaError(ValueError):
+class AvroSchemaError(WindowOperatorError, ValueError):
     """An Avro schema that cannot be loaded, derived or used for the job's results."""
 
 

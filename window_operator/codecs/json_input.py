@@ -22,6 +22,7 @@ from typing import Any, Final
 import orjson
 
 from window_operator.codecs.decoding import DECODE_FAILED, NULL_PAYLOAD
+from window_operator.errors import WindowOperatorError
 from window_operator.results import ErrorCode
 
 __all__ = ["InvalidJsonError", "JsonPayloadDecoder", "parse_json"]
@@ -32,7 +33,7 @@ _INT64_MIN: Final = -(2**63)
 _UINT64_END: Final = 2**64
 
 
-class InvalidJsonError(ValueError):
+class InvalidJsonError(WindowOperatorError, ValueError):
     """A payload that is not one JSON document; ``reason`` says why."""
 
     def __init__(self, reason: str) -> None:

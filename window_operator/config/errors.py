@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from window_operator.errors import WindowOperatorError
+
 __all__ = ["ConfigError", "ConfigProblem", "FieldProblems", "Location", "dotted", "show"]
 
 #: A location relative to a validated value: field names and list indexes.
@@ -28,7 +30,7 @@ class ConfigProblem:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class ConfigError(Exception):
+class ConfigError(WindowOperatorError):
     """A job config that cannot be used; ``str()`` lists every problem, one per line.
 
     The first line is ``invalid job config <source>:``, then ``  - <path>: <message>``
@@ -45,7 +47,7 @@ class ConfigError(Exception):
         return (ConfigError, (self.source, self.problems))
 
 
-class FieldProblems(ValueError):
+class FieldProblems(WindowOperatorError, ValueError):
     """Problems found by a validator above the field they concern.
 
     Each problem carries a location relative to the validated value, so the error can

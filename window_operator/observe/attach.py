@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
+from window_operator.errors import WindowOperatorError
 from window_operator.observe.heartbeat import Heartbeat
 from window_operator.observe.lag import InputLag
 from window_operator.observe.logs import BatchLog
@@ -125,7 +126,7 @@ def attach(
     return Observers(metrics, port, report, listener, job.spark)
 
 
-class QueryFailedError(Exception):
+class QueryFailedError(WindowOperatorError):
     """The job stopped with an error (the message names the task's error)."""
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.errors import WindowOperatorError
 from window_operator.observe.lag import InputLag
 from window_operator.results import ErrorCode
 
@@ -60,7 +61,7 @@ class MetricsSummary:
     lag: int = 0
 
 
-class MetricsPortError(Exception):
+class MetricsPortError(WindowOperatorError):
     """The metrics port cannot be served (taken, or not allowed)."""
 
     def __init__(self, host: str, port: int, cause: OSError) -> None:
