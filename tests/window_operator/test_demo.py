@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-# jobs in their own processes, each its own Spark: one at a time, beside the lighter tests
-# (bash .ci/run runs two pytest workers with --dist loadgroup)
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
+# a job in its own process, but nothing in it depends on timing: it may run beside the
+# kill tests of the spark-jobs group (which holds the longest serial part of the suite)
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
 @pytest.mark.parametrize("mode", ["micro_batch", "long_running"])

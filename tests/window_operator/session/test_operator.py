@@ -352,8 +352,7 @@ def test_tuple_sessions_of_several_partitions_keep_offsets_per_input_position(
     agg.add_message({"k": "a", "ts": 0, "v": 4}, partition=0, offset=6)
     agg.mark_consumed(0, 8)  # 6 + 2: a's session [4, 7) ends
     ((key, start, end, n, part),) = [
-        (r.key, r.window_start, r.window_end, r.values["n"], r.partition)
-        for r in agg.get_result()
+        (r.key, r.window_start, r.window_end, r.values["n"], r.partition) for r in agg.get_result()
     ]
     assert (key, start, end, n) == ("a", 4, 7, 3)
     assert part == 0

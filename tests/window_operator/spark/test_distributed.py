@@ -57,8 +57,11 @@ def wait_for(path: Path, text: str, count: int = 1, timeout_s: float = 120) -> N
     )
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Path]]]:
+    """One cluster for the module (its start costs seconds); each job keeps its stores
+    under its own name in the workers' state directories."""
+    tmp_path = tmp_path_factory.mktemp("cluster")
     env = {
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",
