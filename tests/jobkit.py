@@ -130,7 +130,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Any]
     eof = {p for p, end in ends.items() if end == 0}
     deadline = time.monotonic() + timeout_s
     while len(eof) < len(parts) and time.monotonic() < deadline:
-        for m in c.consume(10_000, timeout=0.5):
+        for m in c.consume(10_000, timeout=0.05):
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     eof.add(m.partition())
