@@ -160,6 +160,19 @@ class _Applier:
             self.store.commit(self.chunk)
             self.chunk, self.chunk_size = StoreBatch(), 0
 
+    def finish(self, end: int) -> None:
+        """Commit what is left, read to ``end`` (where the partition ended). With no batch
+        left unfinished, what lies between the last batch and ``end`` is transaction
+        markers and aborted records: the position moves on to ``end``, where the job's
+        own commits put it, so that the next opening of the store reads nothing."""
+        if self.pending or end <= self.result.position:
+            self.commit()
+            return
+        self.result.position = end
+        set_local_position(self.chunk, end)
+        self.store.commit(self.chunk)
+        self.chunk, self.chunk_size = StoreBatch(), 0
+
 
 def restore_from_changelog(
     store: TaskStore,
@@ -200,7 +213,7 @@ def restore_from_changelog(
             applier.add(offset, record)
             if on_progress is not None and n % PROGRESS_EVERY == 0:
                 on_progress(RestoreProgress(topic, partition, start, offset + 1, high, n))
-        applier.commit()
+        applier.finish(reader.end)
         if on_progress is not None:
             on_progress(RestoreProgress(topic, partition, start, high, high, result.applied, True))
         tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)

@@ -225,3 +225,48 @@ def test_produce_many_raises_when_a_record_is_rejected_for_more_than_a_full_queu
     with pytest.raises(ProduceError, match=f"producing to {topic} failed") as caught:
         produce_many(producer, topic, records, partition=0)
     assert isinstance(caught.value, StoreError)
+
+
+def test_a_restore_ends_past_the_transaction_markers_where_the_job_s_commits_do(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Under exactly-once each batch ends with its transaction's commit marker, and the job
+    puts its local position past it: a restore ends there too (after an aborted batch at
+    the end, past that), so that opening the store again reads nothing."""
+    conf = {"bootstrap.servers": kafka_bootstrap}
+    topic = make_topic(kafka_bootstrap, unique_name("changelog"))
+    producer = Producer({**conf, "transactional.id": unique_name("tx"), "linger.ms": 5})
+    producer.init_transactions(30)
+    writer = ChangelogWriter(producer, topic, 0, transactional=True)
+    leader = TaskStore(tmp_path / "leader")
+    for n in range(3):
+        producer.begin_transaction()
+        b = StoreBatch()
+        b.put(ColumnFamily.WINDOW_META, b"k%d" % n, b"v")
+        b.put(ColumnFamily.CHECKPOINT, b"task", b"cp%d" % n)
+        marker = writer.wait(writer.write(b, leader, batch_number=n, source_offsets=()))
+        producer.commit_transaction(30)
+        set_local_position(b, marker + 2)  # as the job commits: past the commit marker
+        leader.commit(b)
+    committed_end = local_position(leader)
+    fresh = TaskStore(tmp_path / "fresh")
+    result = restore_from_changelog(fresh, conf, topic, 0)
+    assert (result.batches, result.position) == (3, committed_end)
+    assert local_position(fresh) == committed_end
+    assert dump(fresh) == dump(leader)
+    again = restore_from_changelog(fresh, conf, topic, 0)
+    assert (again.applied, again.batches, again.position) == (0, 0, committed_end)
+    # a batch whose transaction was aborted: never applied, and the position moves past it
+    producer.begin_transaction()
+    producer.produce(
+        topic, key=CF_TAGS[ColumnFamily.WINDOW_META] + b"gone", value=b"x", partition=0
+    )
+    producer.flush(30)
+    producer.abort_transaction(30)
+    after_abort = restore_from_changelog(fresh, conf, topic, 0)
+    assert after_abort.applied == 0 and after_abort.uncommitted == []
+    assert fresh.get(ColumnFamily.WINDOW_META, b"gone") is None
+    assert after_abort.position == local_position(fresh) > committed_end
+    assert restore_from_changelog(fresh, conf, topic, 0).position == after_abort.position
+    leader.close()
+    fresh.close()
