@@ -5,6 +5,12 @@ Bad *input* is never an exception: a record that cannot be processed becomes an
 caller must act on: a store written by another job shape, a source name that does not
 exist, outputs the broker did not acknowledge. Store-level failures (corrupt bytes, a
 closed store, a changelog that cannot be read) are :class:`stores.errors.StoreError`.
+
+Every public exception the package defines, wherever it lives (``ConfigError``,
+``KafkaAdminError``, ``CliError`` ...), derives from :class:`WindowOperatorError`, so a
+library caller catches them all in one clause (``tests/window_operator/test_errors.py``
+walks the package to check it). Inside a job, a bad record still becomes an error
+record, never one of these.
 """
 
 from __future__ import annotations
