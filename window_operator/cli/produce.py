@@ -5,7 +5,10 @@ the record (the text of ``input.key``, or the JSON array of the texts of several
 fields). A join's lines name their input in ``source``, as in ``simulate``; each goes to
 that input's topic, keyed by the join key (``join.on``), without the fields ``simulate``
 takes as meta fields (``source``, ``partition``, ``offset``, ``wall_ms``), so that the
-job carries the same records into its results as ``simulate`` does. A line of an Avro
+job carries the same records into its results as ``simulate`` does. A line that names its
+``partition``, as ``simulate`` reads it, goes to that partition of its topic (one the topic
+does not have is counted, and the line goes by its key), so that the job sees the
+partitions ``simulate`` does; any other line goes to the partition of its key. A line of an Avro
 input is written with the input's schema; one that does not fit it is written as it is
 (the job sends it to the errors topic). A join line that is not JSON, or names no input,
 cannot be routed: it is skipped, and counted. The literals ``NaN``, ``Infinity`` and
@@ -62,6 +65,17 @@ class Target:
     encode: Callable[[Any], bytes] | None
 
 
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Where one line goes: its input, the record's Kafka key and value, and the
+    partition the line names (``None``: none, the key decides)."""
+
+    target: Target
+    key: bytes | None
+    value: bytes
+    partition: object = None
+
+
 @dataclass(slots=True)
 class Produced:
     """What a run of ``produce`` wrote, per topic, and the lines it could not route."""
@@ -70,6 +84,8 @@ class Produced:
     unfit: int = 0
     unrouted: int = 0
     not_json: int = 0
+    #: lines that named a partition their topic does not have (they went by key)
+    off_partition: int = 0
 
     def summary(self) -> str:
         """The closing line."""
@@ -81,7 +97,23 @@ class Produced:
             out += f"; {self.not_json} lines were not JSON (a join's line names its input): skipped"
         if self.unrouted:
             out += f"; {self.unrouted} lines named no input of the join in 'source': skipped"
+        if self.off_partition:
+            out += (
+                f"; {self.off_partition} lines named a partition their topic does not have: "
+                "produced to the partition of their key"
+            )
         return out
+
+    def partition_of(self, routed: Routed, partitions: int) -> int | None:
+        """The partition ``routed`` goes to, of a topic of ``partitions`` (``None``: the
+        partition of its key), counting a line that names one the topic does not have."""
+        part = routed.partition
+        if part is None:
+            return None
+        if isinstance(part, int) and not isinstance(part, bool) and 0 <= part < partitions:
+            return part
+        self.off_partition += 1
+        return None
 
 
 def targets(config: JobConfig | JoinJobConfig) -> dict[str | None, Target]:
@@ -130,13 +162,11 @@ def kafka_key(record: object, fields: tuple[str, ...]) -> bytes | None:
     return orjson.dumps(values)
 
 
-def route(
-    line: bytes, inputs: dict[str | None, Target], produced: Produced
-) -> tuple[Target, bytes | None, bytes] | None:
-    """``(input, key, value)`` of a line, or ``None`` for a join line that is not JSON
-    or names no input."""
+def route(line: bytes, inputs: dict[str | None, Target], produced: Produced) -> Routed | None:
+    """Where a line goes, or ``None`` for a join line that is not JSON or names no input."""
     record, literals = _parse(line)
     value = line
+    partition = record.get("partition") if isinstance(record, dict) else None
     if None in inputs:
         target = inputs[None]
     else:
@@ -157,7 +187,7 @@ def route(
             value = target.encode(record)
         except ValueError:  # it does not fit the Avro schema
             produced.unfit += 1  # as it is: the job routes it to the errors
-    return target, target.key_of(record), value
+    return Routed(target, target.key_of(record), value, partition)
 
 
 def _parse(line: bytes) -> tuple[object, bool]:
@@ -178,10 +208,14 @@ def _dumps(record: dict[str, Any], literals: bool) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _send(producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:
+def _send(producer: Producer, routed: Routed, partition: int | None) -> None:
+    topic, key, value = routed.target.topic, routed.key, routed.value
     while True:
         try:
-            producer.produce(topic, key=key, value=value)
+            if partition is None:
+                producer.produce(topic, key=key, value=value)
+            else:
+                producer.produce(topic, key=key, value=value, partition=partition)
             return
         except BufferError:
             producer.poll(0.1)
@@ -195,9 +229,11 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_servers(args, config)
     inputs = targets(config)
     admin = KafkaAdmin(bootstrap)
+    partitions: dict[str, int] = {}
     for topic in sorted({t.topic for t in inputs.values()}):
         # retention.ms=-1: sample data carries historical event times
         admin.create_topic(topic, args.partitions, {"retention.ms": "-1"})
+        partitions[topic] = admin.require_topic(topic, hint="create it", kind="input topic")
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     produced = Produced()
     bar = file_progress(input_path, "produce")
@@ -208,9 +244,9 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             line = line.strip()
             routed = route(line, inputs, produced) if line else None
             if routed is not None:
-                target, key, value = routed
-                _send(producer, target.topic, key, value)
-                produced.records[target.topic] += 1
+                topic = routed.target.topic
+                _send(producer, routed, produced.partition_of(routed, partitions[topic]))
+                produced.records[topic] += 1
     if producer.flush(60):
         raise CliError("some records were not acknowledged by the broker")
     print(produced.summary(), file=sys.stderr)

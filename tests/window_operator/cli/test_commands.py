@@ -678,6 +678,35 @@ def test_produce_writes_the_lines_of_an_avro_job_as_avro(
     assert values[b"c"] == b'{"k": "c", "ts": "late"}'
 
 
+def test_produce_writes_a_line_to_the_partition_it_names(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """As ``simulate`` reads the line; before, every line went to the partition of its
+    key, so the job saw other partitions (and another watermark) than ``simulate``."""
+    from jobkit import read_topic
+
+    topic = unique_name("parts")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: {unique_name('job')}\ninput: {{topic: {topic}, key: k, timestamp: ts}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    lines = [{"k": "a", "ts": i, "partition": i % 3} for i in range(6)]
+    lines.append({"k": "b", "ts": 9, "partition": 7})  # the topic has no partition 7
+    events = tmp_path / "e.jsonl"
+    events.write_bytes(b"\n".join(orjson.dumps(line) for line in lines))
+    proc = cli(
+        "produce", "--config", str(job), "--input", str(events), "--partitions", "3",
+        "--bootstrap-servers", kafka_bootstrap,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "produced 7 records" in proc.stderr
+    assert "1 lines named a partition their topic does not have" in proc.stderr
+    got = {orjson.loads(m.value())["ts"]: m.partition() for m in read_topic(kafka_bootstrap, topic)}
+    assert {ts: got[ts] for ts in range(6)} == {i: i % 3 for i in range(6)}
+    assert got[9] in range(3)
+
+
 def test_the_demo_of_a_join_config_says_it_runs_aggregations() -> None:
     """Before, a join config gave the aggregation model's problems (``join: unknown
     key``, ``input: required``)."""

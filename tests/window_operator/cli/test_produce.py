@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from window_operator.cli.produce import Produced, Target, kafka_key, route, targets
+from window_operator.cli.produce import Produced, Routed, Target, kafka_key, route, targets
 from window_operator.config import load_any_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -21,7 +21,7 @@ def first_route(config: str, line: bytes) -> tuple[Target, bytes | None, bytes, 
     produced = Produced()
     routed = route(line, inputs, produced)
     assert routed is not None
-    return (*routed, (inputs, produced))
+    return routed.target, routed.key, routed.value, (inputs, produced)
 
 
 def test_an_aggregation_line_goes_as_it_is_keyed_by_the_key_field() -> None:
@@ -29,7 +29,7 @@ def test_an_aggregation_line_goes_as_it_is_keyed_by_the_key_field() -> None:
     target, key, value, (inputs, produced) = first_route("config/clicks.yaml", line)
     assert (target.topic, key, value) == ("clicks", b"/a", line)
     # a broken line goes as it is too: the job sends it to its errors topic
-    assert route(b"{broken", inputs, produced) == (target, None, b"{broken")
+    assert route(b"{broken", inputs, produced) == Routed(target, None, b"{broken")
     assert (produced.unfit, produced.unrouted) == (0, 0)
 
 
@@ -93,14 +93,40 @@ def test_an_aggregation_line_is_keyed_by_the_job_key(
         "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
     )
     routed = route(line, targets(load_any_config(job)), Produced())
-    assert routed is not None and routed[1] == kafka
+    assert routed is not None and routed.key == kafka
 
 
 def test_the_summary_names_every_topic_and_what_was_skipped() -> None:
-    produced = Produced(unfit=1, unrouted=2, not_json=3)
+    produced = Produced(unfit=1, unrouted=2, not_json=3, off_partition=4)
     produced.records.update({"b": 2, "a": 1})
     assert produced.summary() == (
         "produced 3 records (1 to a, 2 to b); 1 lines did not fit the Avro schema: "
         "produced as they are; 3 lines were not JSON (a join's line names its input): "
-        "skipped; 2 lines named no input of the join in 'source': skipped"
+        "skipped; 2 lines named no input of the join in 'source': skipped; 4 lines named "
+        "a partition their topic does not have: produced to the partition of their key"
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "line"),
+    [
+        ("config/clicks.yaml", b'{"page": "/a", "ts": 1, "partition": %s}'),
+        ("config/orders-shipments.yaml", b'{"source": "orders", "id": 1, "partition": %s}'),
+    ],
+)
+def test_a_line_that_names_its_partition_goes_there_if_its_topic_has_it(
+    config: str, line: bytes
+) -> None:
+    """As ``simulate`` reads the line: so the job sees the partitions ``simulate`` does."""
+    inputs = targets(load_any_config(ROOT / config))
+    produced = Produced()
+    for named, partitions, expected in [(b"2", 4, 2), (b"0", 1, 0), (b"4", 4, None)]:
+        routed = route(line % named, inputs, produced)
+        assert routed is not None and produced.partition_of(routed, partitions) == expected
+    for unusable in (b'"2"', b"-1", b"true", b"1.5", b"null"):
+        routed = route(line % unusable, inputs, produced)
+        assert routed is not None and produced.partition_of(routed, 4) is None
+    assert produced.off_partition == 5  # out of range, or not a partition ("null": none)
+    without = route(line.replace(b', "partition": %s', b""), inputs, produced)
+    assert without is not None and produced.partition_of(without, 4) is None
+    assert produced.off_partition == 5
