@@ -157,9 +157,12 @@ def job_status(
     status = JobStatus(config.job, cp, now_ms=int(time.time() * 1000))
     _check_topics(config, status, found, bootstrap_servers)
     if not cp.exists:
+        status.partitions = _partitions(config, admin, cp, found)
+        waiting = f"; {status.lag} records wait in its input" if status.lag else ""
         status.problems.append(
             f"job {config.job!r} has never run: its Spark checkpoint "
             f"{cp.directory} holds no micro-batch (start it with `window-operator run`)"
+            f"{waiting}"
         )
         return status
     status.partitions = _partitions(config, admin, cp, found)

@@ -89,3 +89,9 @@ def test_status_of_a_job_that_never_ran(
         f"{tmp_path}/state/never-ran/spark-checkpoint holds no micro-batch "
         "(start it with `window-operator run`)"
     )
+    # with input waiting, it says how much (what `run` reads from the earliest offsets)
+    produce_events(kafka_bootstrap, topic, [{"page": "a", "ts": 1_000}] * 3)
+    code, out = status(capsys, path, kafka_bootstrap)
+    assert code == 1 and out.strip().endswith(
+        "(start it with `window-operator run`); 3 records wait in its input"
+    )
