@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,14 @@ def pytest_configure(config: pytest.Config) -> None:
     that each start a Spark of their own) must run one after another on one worker.
     pytest 9.2 silently defeats that grouping (pytest-xdist issue 1386): they then run
     two at a time on two cores and the suite slows by minutes. Refuse it, naming why."""
-    if config.getoption("dist", "no") == "loadgroup" and pytest.version_tuple[:2] >= (9, 2):
+    if config.getoption("dist", "no") != "loadgroup" or pytest.version_tuple[:2] < (9, 2):
+        return
+    xdist = version("pytest-xdist")
+    if tuple(int(n) for n in xdist.split(".")[:2] if n.isdigit()) <= (3, 8):
         raise pytest.UsageError(
-            f"pytest {pytest.__version__} does not group the tests marked xdist_group under "
-            "--dist loadgroup (pytest-xdist issue 1386): install the pytest pyproject.toml "
-            "names (pip install -e '.[test]')"
+            f"pytest {pytest.__version__} with pytest-xdist {xdist} does not group the tests "
+            "marked xdist_group under --dist loadgroup (pytest-xdist issue 1386): install the "
+            "pytest pyproject.toml names (pip install -e '.[test]')"
         )
 
 

@@ -154,8 +154,9 @@ class _Applier:
         if self.chunk_size >= self.chunk_records:
             self.commit()
 
-    def commit(self) -> None:
-        if self.chunk_size:
+    def commit(self, *, moved: bool = False) -> None:
+        """Write the batches gathered (and the position: ``moved``, also with none)."""
+        if self.chunk_size or moved:
             set_local_position(self.chunk, self.result.position)
             self.store.commit(self.chunk)
             self.chunk, self.chunk_size = StoreBatch(), 0
@@ -165,13 +166,10 @@ class _Applier:
         left unfinished, what lies between the last batch and ``end`` is transaction
         markers and aborted records: the position moves on to ``end``, where the job's
         own commits put it, so that the next opening of the store reads nothing."""
-        if self.pending or end <= self.result.position:
-            self.commit()
-            return
-        self.result.position = end
-        set_local_position(self.chunk, end)
-        self.store.commit(self.chunk)
-        self.chunk, self.chunk_size = StoreBatch(), 0
+        moved = not self.pending and end > self.result.position
+        if moved:
+            self.result.position = end
+        self.commit(moved=moved)
 
 
 def restore_from_changelog(
@@ -188,9 +186,11 @@ def restore_from_changelog(
 
     Whole batches are applied, ``chunk_records`` at a time per WriteBatch; the keys of
     the tail after the last marker, and of records beyond the last stable offset (an
-    open transaction), are returned in ``uncommitted``, not applied. ``on_progress`` is
-    called every :data:`PROGRESS_EVERY` records read and once at the end of a non-empty
-    restore.
+    open transaction), are returned in ``uncommitted``, not applied. With no such tail,
+    the position ends at the last stable offset, past the last batch's transaction
+    marker (and past aborted records), where the job's own commits put it.
+    ``on_progress`` is called every :data:`PROGRESS_EVERY` records read and once at the
+    end of a non-empty restore.
     """
     started = time.perf_counter()
     result = RestoreResult()
@@ -202,27 +202,31 @@ def restore_from_changelog(
         timeout_s,
     )
     try:
+        # under read_committed, the end a consumer is told is the last stable offset
         _, high = reader.watermarks()
         if high < start:
             result.ahead = True
             return result
-        if high == start:
-            return result
-        applier = _Applier(store, result, chunk_records)
-        for n, (offset, record) in enumerate(reader.records(start), 1):
-            applier.add(offset, record)
-            if on_progress is not None and n % PROGRESS_EVERY == 0:
-                on_progress(RestoreProgress(topic, partition, start, offset + 1, high, n))
-        applier.finish(reader.end)
-        if on_progress is not None:
-            on_progress(RestoreProgress(topic, partition, start, high, high, result.applied, True))
-        tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
-        if reader.end < high:
-            tail.update(
-                dict.fromkeys(
-                    _open_transaction_keys(consumer_config, topic, partition, reader.end, timeout_s)
+        tail: dict[tuple[ColumnFamily, bytes], None] = {}
+        stable = start
+        if high > start:
+            applier = _Applier(store, result, chunk_records)
+            for n, (offset, record) in enumerate(reader.records(start), 1):
+                applier.add(offset, record)
+                if on_progress is not None and n % PROGRESS_EVERY == 0:
+                    on_progress(RestoreProgress(topic, partition, start, offset + 1, high, n))
+            applier.finish(reader.end)
+            if on_progress is not None:
+                on_progress(
+                    RestoreProgress(topic, partition, start, high, high, result.applied, True)
                 )
+            tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
+            stable = reader.end
+        tail.update(
+            dict.fromkeys(
+                _open_transaction_keys(consumer_config, topic, partition, stable, timeout_s)
             )
+        )
         result.uncommitted = list(tail)
         return result
     finally:
@@ -233,7 +237,9 @@ def restore_from_changelog(
 def _open_transaction_keys(
     consumer_config: Mapping[str, Any], topic: str, partition: int, start: int, timeout_s: float
 ) -> list[tuple[ColumnFamily, bytes]]:
-    """Keys of the records from ``start`` that ``read_committed`` does not show yet."""
+    """Keys of the records from ``start`` (the last stable offset) that ``read_committed``
+    does not show yet: those of a transaction still open, up to the high watermark,
+    which only a ``read_uncommitted`` consumer is told."""
     peek = _Reader(
         _consumer_config(topic, partition, "read_uncommitted", consumer_config),
         topic,
@@ -241,6 +247,9 @@ def _open_transaction_keys(
         timeout_s,
     )
     try:
+        _, high = peek.watermarks()
+        if high <= start:
+            return []
         return [(cf, key) for _, (cf, key, _) in peek.records(start)]
     finally:
         peek.close()

@@ -270,3 +270,47 @@ def test_a_restore_ends_past_the_transaction_markers_where_the_job_s_commits_do(
     assert restore_from_changelog(fresh, conf, topic, 0).position == after_abort.position
     leader.close()
     fresh.close()
+
+
+def test_the_keys_of_a_transaction_left_open_are_reported_uncommitted(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A producer that died inside its transaction leaves records past the last stable
+    offset: a restore does not apply them and reports their keys (the task overwrites
+    them with the store's true values before it logs anything new), whether it read
+    batches first or had nothing to read. Before, the end it compared with was the last
+    stable offset itself (what a read_committed consumer is told), so it never looked."""
+    conf = {"bootstrap.servers": kafka_bootstrap}
+    topic = make_topic(kafka_bootstrap, unique_name("changelog"))
+    producer = Producer({**conf, "transactional.id": unique_name("tx"), "linger.ms": 5})
+    producer.init_transactions(30)
+    writer = ChangelogWriter(producer, topic, 0, transactional=True)
+    leader = TaskStore(tmp_path / "leader")
+    producer.begin_transaction()
+    b = StoreBatch()
+    b.put(ColumnFamily.WINDOW_META, b"k", b"committed")
+    b.put(ColumnFamily.CHECKPOINT, b"task", b"cp")
+    marker = writer.wait(writer.write(b, leader, batch_number=0, source_offsets=()))
+    producer.commit_transaction(30)
+    set_local_position(b, marker + 2)
+    leader.commit(b)
+    producer.begin_transaction()  # the next batch, whose producer dies before its commit
+    for key in (b"k", b"open"):
+        producer.produce(
+            topic, key=CF_TAGS[ColumnFamily.WINDOW_META] + key, value=b"dirty", partition=0
+        )
+    producer.flush(30)
+    expected = [(ColumnFamily.WINDOW_META, b"k"), (ColumnFamily.WINDOW_META, b"open")]
+    try:
+        fresh = TaskStore(tmp_path / "fresh")
+        read = restore_from_changelog(fresh, conf, topic, 0)
+        assert (read.batches, read.uncommitted) == (1, expected)
+        assert fresh.get(ColumnFamily.WINDOW_META, b"k") == b"committed"
+        assert fresh.get(ColumnFamily.WINDOW_META, b"open") is None
+        caught_up = restore_from_changelog(leader, conf, topic, 0)  # nothing to read
+        assert (caught_up.batches, caught_up.uncommitted) == (0, expected)
+        assert read.position == caught_up.position == local_position(leader)
+    finally:
+        producer.abort_transaction(30)
+    leader.close()
+    fresh.close()

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-# a job in its own process, but nothing in it depends on timing: it may run beside the
-# kill tests of the spark-jobs group (which holds the longest serial part of the suite)
+# a job in its own process, outside the spark-jobs group (the longest serial part of the
+# suite): it kills nothing, and its one wait (90 s for the job to take every record, which
+# it does in a few seconds) leaves room for running beside a job of that group
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 

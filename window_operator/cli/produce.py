@@ -7,8 +7,10 @@ that input's topic, keyed by the join key (``join.on``), without the fields ``si
 takes as meta fields (``source``, ``partition``, ``offset``, ``wall_ms``), so that the
 job carries the same records into its results as ``simulate`` does. A line that names its
 ``partition``, as ``simulate`` reads it, goes to that partition of its topic (one the topic
-does not have is counted, and the line goes by its key), so that the job sees the
-partitions ``simulate`` does; any other line goes to the partition of its key. A line of an Avro
+does not have is counted, and the line goes by its key); any other line goes to the
+partition of its key. So the job sees the partitions ``simulate`` does where every line
+names one (``simulate`` reads a line that names none as one of partition 0, and skips a
+line whose ``offset`` repeats one before it, which ``produce`` writes). A line of an Avro
 input is written with the input's schema; one that does not fit it is written as it is
 (the job sends it to the errors topic). A join line that is not JSON, or names no input,
 cannot be routed: it is skipped, and counted. The literals ``NaN``, ``Infinity`` and
@@ -24,7 +26,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -58,22 +60,24 @@ __all__ = ["add_parsers"]
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where the lines of one input go: its topic, the Kafka key of a record (``None``:
-    no key), and the value encoding (``None``: the JSON line)."""
+    no key), the value encoding (``None``: the JSON line), and the topic's partition
+    count (``None``: not known yet, any partition a line names is taken)."""
 
     topic: str
     key_of: Callable[[object], bytes | None]
     encode: Callable[[Any], bytes] | None
+    partitions: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Routed:
     """Where one line goes: its input, the record's Kafka key and value, and the
-    partition the line names (``None``: none, the key decides)."""
+    partition (``None``: the partition of the key)."""
 
     target: Target
     key: bytes | None
     value: bytes
-    partition: object = None
+    partition: int | None = None
 
 
 @dataclass(slots=True)
@@ -103,17 +107,6 @@ class Produced:
                 "produced to the partition of their key"
             )
         return out
-
-    def partition_of(self, routed: Routed, partitions: int) -> int | None:
-        """The partition ``routed`` goes to, of a topic of ``partitions`` (``None``: the
-        partition of its key), counting a line that names one the topic does not have."""
-        part = routed.partition
-        if part is None:
-            return None
-        if isinstance(part, int) and not isinstance(part, bool) and 0 <= part < partitions:
-            return part
-        self.off_partition += 1
-        return None
 
 
 def targets(config: JobConfig | JoinJobConfig) -> dict[str | None, Target]:
@@ -166,7 +159,7 @@ def route(line: bytes, inputs: dict[str | None, Target], produced: Produced) -> 
     """Where a line goes, or ``None`` for a join line that is not JSON or names no input."""
     record, literals = _parse(line)
     value = line
-    partition = record.get("partition") if isinstance(record, dict) else None
+    named = record.get("partition") if isinstance(record, dict) else None
     if None in inputs:
         target = inputs[None]
     else:
@@ -187,7 +180,19 @@ def route(line: bytes, inputs: dict[str | None, Target], produced: Produced) -> 
             value = target.encode(record)
         except ValueError:  # it does not fit the Avro schema
             produced.unfit += 1  # as it is: the job routes it to the errors
-    return Routed(target, target.key_of(record), value, partition)
+    return Routed(target, target.key_of(record), value, _partition(named, target, produced))
+
+
+def _partition(named: object, target: Target, produced: Produced) -> int | None:
+    """The partition a line goes to by the ``partition`` it names (``None``: by its key);
+    one its topic does not have is counted."""
+    if named is None:
+        return None
+    if isinstance(named, int) and not isinstance(named, bool) and named >= 0:
+        if target.partitions is None or named < target.partitions:
+            return named
+    produced.off_partition += 1
+    return None
 
 
 def _parse(line: bytes) -> tuple[object, bool]:
@@ -208,14 +213,14 @@ def _dumps(record: dict[str, Any], literals: bool) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _send(producer: Producer, routed: Routed, partition: int | None) -> None:
+def _send(producer: Producer, routed: Routed) -> None:
     topic, key, value = routed.target.topic, routed.key, routed.value
     while True:
         try:
-            if partition is None:
+            if routed.partition is None:
                 producer.produce(topic, key=key, value=value)
             else:
-                producer.produce(topic, key=key, value=value, partition=partition)
+                producer.produce(topic, key=key, value=value, partition=routed.partition)
             return
         except BufferError:
             producer.poll(0.1)
@@ -234,6 +239,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         # retention.ms=-1: sample data carries historical event times
         admin.create_topic(topic, args.partitions, {"retention.ms": "-1"})
         partitions[topic] = admin.require_topic(topic, hint="create it", kind="input topic")
+    inputs = {name: replace(t, partitions=partitions[t.topic]) for name, t in inputs.items()}
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     produced = Produced()
     bar = file_progress(input_path, "produce")
@@ -244,9 +250,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             line = line.strip()
             routed = route(line, inputs, produced) if line else None
             if routed is not None:
-                topic = routed.target.topic
-                _send(producer, routed, produced.partition_of(routed, partitions[topic]))
-                produced.records[topic] += 1
+                _send(producer, routed)
+                produced.records[routed.target.topic] += 1
     if producer.flush(60):
         raise CliError("some records were not acknowledged by the broker")
     print(produced.summary(), file=sys.stderr)

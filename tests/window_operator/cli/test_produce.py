@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -118,15 +119,18 @@ def test_a_line_that_names_its_partition_goes_there_if_its_topic_has_it(
     config: str, line: bytes
 ) -> None:
     """As ``simulate`` reads the line: so the job sees the partitions ``simulate`` does."""
-    inputs = targets(load_any_config(ROOT / config))
+    known = targets(load_any_config(ROOT / config))
     produced = Produced()
     for named, partitions, expected in [(b"2", 4, 2), (b"0", 1, 0), (b"4", 4, None)]:
+        inputs = {name: replace(t, partitions=partitions) for name, t in known.items()}
         routed = route(line % named, inputs, produced)
-        assert routed is not None and produced.partition_of(routed, partitions) == expected
-    for unusable in (b'"2"', b"-1", b"true", b"1.5", b"null"):
+        assert routed is not None and routed.partition == expected
+    inputs = {name: replace(t, partitions=4) for name, t in known.items()}
+    for unusable in (b'"2"', b"-1", b"true", b"1.5"):
         routed = route(line % unusable, inputs, produced)
-        assert routed is not None and produced.partition_of(routed, 4) is None
-    assert produced.off_partition == 5  # out of range, or not a partition ("null": none)
-    without = route(line.replace(b', "partition": %s', b""), inputs, produced)
-    assert without is not None and produced.partition_of(without, 4) is None
-    assert produced.off_partition == 5
+        assert routed is not None and routed.partition is None
+    assert produced.off_partition == 5  # out of range, or not a partition
+    for none in (line % b"null", line.replace(b', "partition": %s', b"")):
+        routed = route(none, inputs, produced)
+        assert routed is not None and routed.partition is None
+    assert produced.off_partition == 5  # naming none is not counted
