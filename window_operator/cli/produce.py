@@ -103,8 +103,8 @@ class Produced:
             out += f"; {self.unrouted} lines named no input of the join in 'source': skipped"
         if self.off_partition:
             out += (
-                f"; {self.off_partition} lines named a partition their topic does not have: "
-                "produced to the partition of their key"
+                f"; {self.off_partition} lines named a partition their topic does not have "
+                "(or no partition number): produced to the partition of their key"
             )
         return out
 

@@ -104,7 +104,8 @@ def test_the_summary_names_every_topic_and_what_was_skipped() -> None:
         "produced 3 records (1 to a, 2 to b); 1 lines did not fit the Avro schema: "
         "produced as they are; 3 lines were not JSON (a join's line names its input): "
         "skipped; 2 lines named no input of the join in 'source': skipped; 4 lines named "
-        "a partition their topic does not have: produced to the partition of their key"
+        "a partition their topic does not have (or no partition number): produced to the "
+        "partition of their key"
     )
 
 
