@@ -72,10 +72,19 @@ def _consumer_config(topic: str, partition: int, isolation: str, extra: Mapping[
 class _Reader:
     """Reads one partition from an offset to its end (partition EOF from the fetch side)."""
 
-    def __init__(self, conf: Mapping[str, Any], topic: str, partition: int, timeout_s: float):
+    def __init__(
+        self,
+        extra: Mapping[str, Any],
+        topic: str,
+        partition: int,
+        timeout_s: float,
+        *,
+        isolation: str = "read_committed",
+    ) -> None:
+        """A consumer of ``topic[partition]`` (``extra``: the job's consumer settings)."""
         from confluent_kafka import Consumer
 
-        self.consumer = Consumer(dict(conf))
+        self.consumer = Consumer(_consumer_config(topic, partition, isolation, extra))
         self.topic = topic
         self.partition = partition
         self.timeout_s = timeout_s
@@ -195,12 +204,7 @@ def restore_from_changelog(
     started = time.perf_counter()
     result = RestoreResult()
     start = result.position = local_position(store)
-    reader = _Reader(
-        _consumer_config(topic, partition, "read_committed", consumer_config),
-        topic,
-        partition,
-        timeout_s,
-    )
+    reader = _Reader(consumer_config, topic, partition, timeout_s)
     try:
         # under read_committed, the end a consumer is told is the last stable offset
         _, high = reader.watermarks()
@@ -240,12 +244,7 @@ def _open_transaction_keys(
     """Keys of the records from ``start`` (the last stable offset) that ``read_committed``
     does not show yet: those of a transaction still open, up to the high watermark,
     which only a ``read_uncommitted`` consumer is told."""
-    peek = _Reader(
-        _consumer_config(topic, partition, "read_uncommitted", consumer_config),
-        topic,
-        partition,
-        timeout_s,
-    )
+    peek = _Reader(consumer_config, topic, partition, timeout_s, isolation="read_uncommitted")
     try:
         _, high = peek.watermarks()
         if high <= start:

@@ -227,6 +227,32 @@ def test_produce_many_raises_when_a_record_is_rejected_for_more_than_a_full_queu
     assert isinstance(caught.value, StoreError)
 
 
+def transactional_writer(
+    bootstrap: str, topic: str, transactional_id: str
+) -> tuple[Producer, ChangelogWriter]:
+    """A changelog writer of partition 0 as a job under exactly-once has one."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
+    )
+    producer.init_transactions(30)
+    return producer, ChangelogWriter(producer, topic, 0, transactional=True)
+
+
+def commit_in_transaction(
+    store: TaskStore, producer: Producer, writer: ChangelogWriter, key: bytes, number: int
+) -> None:
+    """One batch putting ``key`` in a transaction, committed as the job commits: the local
+    position past the transaction's commit marker."""
+    producer.begin_transaction()
+    b = StoreBatch()
+    b.put(ColumnFamily.WINDOW_META, key, b"committed")
+    b.put(ColumnFamily.CHECKPOINT, b"task", b"cp%d" % number)
+    marker = writer.wait(writer.write(b, store, batch_number=number, source_offsets=()))
+    producer.commit_transaction(30)
+    set_local_position(b, marker + 2)
+    store.commit(b)
+
+
 def test_a_restore_ends_past_the_transaction_markers_where_the_job_s_commits_do(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -235,19 +261,10 @@ def test_a_restore_ends_past_the_transaction_markers_where_the_job_s_commits_do(
     the end, past that), so that opening the store again reads nothing."""
     conf = {"bootstrap.servers": kafka_bootstrap}
     topic = make_topic(kafka_bootstrap, unique_name("changelog"))
-    producer = Producer({**conf, "transactional.id": unique_name("tx"), "linger.ms": 5})
-    producer.init_transactions(30)
-    writer = ChangelogWriter(producer, topic, 0, transactional=True)
+    producer, writer = transactional_writer(kafka_bootstrap, topic, unique_name("tx"))
     leader = TaskStore(tmp_path / "leader")
     for n in range(3):
-        producer.begin_transaction()
-        b = StoreBatch()
-        b.put(ColumnFamily.WINDOW_META, b"k%d" % n, b"v")
-        b.put(ColumnFamily.CHECKPOINT, b"task", b"cp%d" % n)
-        marker = writer.wait(writer.write(b, leader, batch_number=n, source_offsets=()))
-        producer.commit_transaction(30)
-        set_local_position(b, marker + 2)  # as the job commits: past the commit marker
-        leader.commit(b)
+        commit_in_transaction(leader, producer, writer, b"k%d" % n, n)
     committed_end = local_position(leader)
     fresh = TaskStore(tmp_path / "fresh")
     result = restore_from_changelog(fresh, conf, topic, 0)
@@ -282,18 +299,9 @@ def test_the_keys_of_a_transaction_left_open_are_reported_uncommitted(
     stable offset itself (what a read_committed consumer is told), so it never looked."""
     conf = {"bootstrap.servers": kafka_bootstrap}
     topic = make_topic(kafka_bootstrap, unique_name("changelog"))
-    producer = Producer({**conf, "transactional.id": unique_name("tx"), "linger.ms": 5})
-    producer.init_transactions(30)
-    writer = ChangelogWriter(producer, topic, 0, transactional=True)
+    producer, writer = transactional_writer(kafka_bootstrap, topic, unique_name("tx"))
     leader = TaskStore(tmp_path / "leader")
-    producer.begin_transaction()
-    b = StoreBatch()
-    b.put(ColumnFamily.WINDOW_META, b"k", b"committed")
-    b.put(ColumnFamily.CHECKPOINT, b"task", b"cp")
-    marker = writer.wait(writer.write(b, leader, batch_number=0, source_offsets=()))
-    producer.commit_transaction(30)
-    set_local_position(b, marker + 2)
-    leader.commit(b)
+    commit_in_transaction(leader, producer, writer, b"k", 0)
     producer.begin_transaction()  # the next batch, whose producer dies before its commit
     for key in (b"k", b"open"):
         producer.produce(
