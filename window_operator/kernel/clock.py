@@ -204,10 +204,18 @@ def fold_clock(
     allowed_lateness: int,
     idle_timeout: int | None,
     active: Iterable[InputPosition] = (),
+    unread: Iterable[InputPosition] = (),
 ) -> ClockState:
     """The job's clock after a micro-batch: ``before`` plus the batch's activity at ``now``;
     ``active``: partitions active at ``now`` that bring no event time here (records
     waiting, or read in the batch about to run), so not idle.
+
+    ``unread``: partitions the job has never read that have records waiting. Without an
+    event time they would not count, and the watermark could pass the records still
+    waiting in them (one input that had nothing before a stop, or a partition a
+    rate-limited batch left for later). Each is entered at :data:`NO_WATERMARK` and
+    active, so it holds the watermark back (until it goes idle, like any partition); once
+    a batch reads it, that stand-in is dropped and it counts by its records.
 
     Pure and deterministic: the Spark driver and every state task compute the same
     clock from the same inputs, and a replayed batch computes it again identically.
@@ -223,7 +231,12 @@ def fold_clock(
     clock.note_now(now)
     for pos in active:
         clock.note_active(pos.source, pos.partition, now)
+    for pos in unread:
+        clock.max_ts.setdefault(pos, NO_WATERMARK)
+        clock.note_active(pos.source, pos.partition, now)
     for a in activity:
+        if clock.max_ts.get(a.position) == NO_WATERMARK:  # read now: counts by its records
+            del clock.max_ts[a.position]
         if a.max_ts is not None:
             clock.observe_one(a.position.source, a.position.partition, a.max_ts)
         if a.records:

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import WindowOperatorError
 from window_operator.observe.lag import InputLag
+from window_operator.policies import NO_WATERMARK
 from window_operator.results import ErrorCode
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ class JobMetrics:
             self.watermark.set(clock.watermark)
         lateness = self.config.watermark.allowed_lateness
         for pos, ts in clock.max_ts.items():
-            if pos.source >= len(self._topics):
+            if pos.source >= len(self._topics) or ts <= NO_WATERMARK:  # no event time yet
                 continue
             labels = (self._topics[pos.source], str(pos.partition))
             if ts <= seen.get(labels, -(2**63)):

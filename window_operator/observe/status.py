@@ -21,6 +21,7 @@ from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.observe.checkpoint import CheckpointState, TopicPartition, read_checkpoint
 from window_operator.observe.heartbeat import STALE_S, Beat, read_heartbeat
+from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.settings import task_state_dir
 from window_operator.spark.topics import input_topics
 
@@ -105,7 +106,11 @@ def _partitions(
     lateness = config.watermark.allowed_lateness
     max_ts = {}
     if cp.clock is not None:
-        max_ts = {(topics[p.source], p.partition): t for p, t in cp.clock.max_ts.items()}
+        max_ts = {
+            (topics[p.source], p.partition): t
+            for p, t in cp.clock.max_ts.items()
+            if t > NO_WATERMARK  # a partition that waits unread: no event time yet
+        }
     out = []
     for tp in sorted(known):
         ts = max_ts.get(tp)

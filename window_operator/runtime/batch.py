@@ -106,9 +106,11 @@ def advance_clock(
     now: int,
     *,
     active: Iterable[InputPosition] = (),
+    unread: Iterable[InputPosition] = (),
 ) -> ClockState:
     """``clock`` plus the reports' activity, at wall clock ``now``; ``active``: partitions
-    active at ``now`` too, bringing no event time (records waiting, or about to be read)."""
+    active at ``now`` too, bringing no event time (records waiting, or about to be read);
+    ``unread``: partitions never read with records waiting (see :func:`fold_clock`)."""
     cfg = settings.config
     return fold_clock(
         clock,
@@ -118,6 +120,7 @@ def advance_clock(
         allowed_lateness=cfg.watermark.allowed_lateness,
         idle_timeout=cfg.watermark.idle_timeout,
         active=active,
+        unread=unread,
     )
 
 

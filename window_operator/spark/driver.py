@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import BatchRefusedError
 from window_operator.kafka_admin import METADATA_TIMEOUT_S, KafkaAdmin, KafkaAdminError
-from window_operator.kernel import ClockState
+from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.batch import (
     HISTORY,
     BatchContext,
@@ -218,7 +218,19 @@ class StreamingJob(SparkJob):
         """The clock ``state`` moved to wall clock ``now`` (no new input read; the
         partitions with records waiting are active at ``now``: see ``WaitingInput``)."""
         waiting = self._waiting.partitions(state, self._ends)
-        return advance_clock(self.settings, state, [], now, active=waiting)
+        unread = self._unread()
+        return advance_clock(self.settings, state, [], now, active=waiting, unread=unread)
+
+    def _unread(self) -> list[InputPosition]:
+        """The input partitions never read with records waiting (``WaitingInput.unread``).
+        Only for a query that began at the earliest offsets and whose record of the
+        partitions read is whole (a checkpoint older than that record is not asked)."""
+        if self.clocks.starting_offsets() != "earliest":
+            return []
+        if self._origin is None and self._next_batch > 0:  # not known (see note_origin)
+            return []
+        read = (self._origin or {}).keys() | self._ends.keys()
+        return self._waiting.unread(plan_for(self.settings).sources, read)
 
     def timer_clock(self, now: int) -> ClockState:
         """The clock a timer pass at wall clock ``now`` runs with: the job's, moved to
@@ -356,6 +368,7 @@ class StreamingJob(SparkJob):
         if self._ends:
             # a restart: states that lost the last batch read it back before anything else
             self.tick()
+        self.clocks.note_start(self.starting_offsets)
         query: StreamingQuery = writer.start()
         self.query = query
         if not self.available_now:

@@ -11,22 +11,31 @@ the driver asks the broker for the end (the last stable offset, as the job reads
 every partition the clock holds an event time of, and one whose end is past the last
 range the job read of it counts as active at that moment, as the records of a batch do.
 
+A partition the job has never read has no event time, so it would not count at all:
+the watermark could pass the records waiting in it (an input that had nothing before a
+stop, a partition a rate-limited batch leaves for later). :meth:`WaitingInput.unread`
+finds those with records (the job reads a new partition from its earliest offset, so
+any record in it waits) and the clock holds the watermark back for them
+(:func:`~window_operator.kernel.clock.fold_clock`'s ``unread``).
+
 Not covered: a partition of a checkpoint older than the driver's record of ranges read
 (it is not asked for: idle as before), and one whose records wait behind an open
 transaction (the last stable offset stays where the job read: it may go idle, and its
 records be late once the transaction commits). When the broker does not answer, the
-partitions that were active stay active and the idle ones stay idle.
+partitions that were active stay active and the idle ones stay idle, and no partition
+is newly found unread.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.kernel import ClockState
 from window_operator.kernel.positions import InputPosition
 from window_operator.runtime.exchange import InputRange
+from window_operator.runtime.plan import SourceSpec
 
 __all__ = ["WaitingInput"]
 
@@ -59,6 +68,33 @@ class WaitingInput:
             log.debug("input ends not known, no partition goes idle now: %s", exc)
             return [r.position for r in read if self._was_active(clock, r.position)]
         return [r.position for r in read if latest.get((r.topic, r.partition), 0) > r.end]
+
+    def unread(
+        self, sources: Sequence[SourceSpec], read: Collection[InputPosition]
+    ) -> list[InputPosition]:
+        """The partitions of the inputs ``sources`` that hold records and are not in
+        ``read`` (every partition the job has read). For a job that reads a partition it
+        has never read from its earliest offset (the job's records of what it read must
+        be whole: a partition taken for unread that the job did read would hold the
+        watermark until its next record)."""
+        topics = sorted({s.topic for s in sources})
+        try:
+            counts = self.admin.partition_counts(topics)
+            positions = [
+                (InputPosition(s.index, p), (s.topic, p))
+                for s in sources
+                for p in range(counts.get(s.topic, 0))
+                if InputPosition(s.index, p) not in read
+            ]
+            asked = sorted({tp for _, tp in positions})
+            if not asked:
+                return []
+            first = self.admin.list_offsets(asked, earliest=True)
+            latest = self.admin.list_offsets(asked, earliest=False)
+        except KafkaAdminError as exc:
+            log.debug("input partitions not known, none newly found unread: %s", exc)
+            return []
+        return [pos for pos, tp in positions if latest.get(tp, 0) > first.get(tp, 0)]
 
     def _was_active(self, clock: ClockState, pos: InputPosition) -> bool:
         """Whether ``pos`` was not idle at the clock's last move."""

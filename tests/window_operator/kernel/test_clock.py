@@ -74,3 +74,26 @@ def test_merged_clocks_take_the_later_figure_of_each() -> None:
     )
     assert ahead.merged(behind) == behind.merged(ahead) == want
     assert ClockState().merged(ahead) == ahead.merged(ClockState()) == ahead
+
+
+def test_a_partition_waiting_unread_holds_the_watermark_until_a_batch_reads_it() -> None:
+    """A partition never read has no event time: it did not count, and the others moved
+    the watermark past the records waiting in it (a rate-limited first batch, an input
+    that had nothing before a stop)."""
+    p0, p1 = InputPosition(0, 0), InputPosition(0, 1)
+    fold = {"sources": 1, "allowed_lateness": 0, "idle_timeout": 30 * S}
+    read = fold_clock(ClockState(), [PartitionActivity(p0, 1, 40 * S)], 100 * S, **fold)
+    assert read.watermark == 40 * S  # partition 1 was not known to wait
+    begin = fold_clock(ClockState(), [], 100 * S, unread=[p0, p1], **fold)
+    after = fold_clock(begin, [PartitionActivity(p0, 1, 40 * S)], 100 * S, **fold)
+    assert after.max_ts == {p0: 40 * S, p1: NO_WATERMARK}
+    assert after.watermark == NO_WATERMARK  # partition 1 waits: it holds it back
+    # a batch read it: the stand-in goes, whatever the records brought
+    rejected = fold_clock(after, [PartitionActivity(p1, 2, None)], 101 * S, **fold)
+    assert rejected.max_ts == {p0: 40 * S} and rejected.watermark == 40 * S
+    read_too = fold_clock(after, [PartitionActivity(p1, 1, 20 * S)], 101 * S, **fold)
+    assert read_too.watermark == 20 * S
+    # an unread partition that stays unread goes idle like any other
+    assert fold_clock(after, [], 131 * S, **fold).watermark == 40 * S
+    # a partition with an event time is not reset by being named unread
+    assert fold_clock(after, [], 101 * S, unread=[p0], **fold).max_ts[p0] == 40 * S

@@ -8,6 +8,7 @@ from helpers import runtime_for
 
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.observe.metrics import JobMetrics
+from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.exchange import InputPartition, MapReport
 from window_operator.runtime.report import TaskReport
 from window_operator.spark.driver import BatchReport
@@ -42,6 +43,11 @@ def test_event_time_gauges_only_move_forward() -> None:
     assert sample("window_operator_watermark_ms") == 6_000
     labels = {"topic": topic, "partition": "0"}
     assert sample("window_operator_partition_max_event_time_ms", labels) == 9_000
+    # a partition waiting unread is in the clock without an event time: no gauge
+    p1 = InputPosition(0, 1)
+    metrics(BatchReport(-1, [TaskReport(0)], [], ClockState(max_ts={p1: NO_WATERMARK}), 0.1))
+    unread = {"topic": topic, "partition": "1"}
+    assert sample("window_operator_partition_max_event_time_ms", unread) is None
 
 
 def test_a_join_task_reports_the_messages_each_input_holds() -> None:

@@ -290,9 +290,11 @@ def test_a_partition_with_records_waiting_is_not_idle_after_a_stop_longer_than_t
 ) -> None:
     """A stop longer than ``idle_timeout`` took every partition for idle at the restart
     (their last batch was that long ago): the watermark jumped to the partition furthest
-    ahead, and the records waiting in the other were out of retention."""
+    ahead, and the records waiting in the other were out of retention. The third run
+    does the same with records waiting in a partition no run has read yet (it had no
+    event time: in micro-batches it did not count)."""
     topic = unique_name("idle-restart")
-    create_topic(kafka_bootstrap, topic, 3)
+    create_topic(kafka_bootstrap, topic, 4)
     base = 1_700_000_000_000
     config = job_config(
         tmp_path,
@@ -312,6 +314,8 @@ def test_a_partition_with_records_waiting_is_not_idle_after_a_stop_longer_than_t
         + [event("/c", base + 2_000, 2)],  # behind; nothing more comes: it goes idle
         # wait in partition 0 while the job is stopped; the second closes /a's window
         [event("/a", base + 1_500, 0), event("/a", base + 50_000, 0)],
+        # partition 3 was empty until now; the second closes /d's window
+        [event("/d", base + 60_000, 3), event("/d", base + 75_000, 3)],
     ]
     for i, raw in enumerate(runs):
         if i:
@@ -327,3 +331,42 @@ def test_a_partition_with_records_waiting_is_not_idle_after_a_stop_longer_than_t
     )
     # /c's partition had nothing waiting: idle, it held the watermark back no longer
     assert first == [("/a", "ON_TIME", 2), ("/c", "ON_TIME", 1)]
+    unread = [(r["key"], r["kind"]) for r in results if r["window_start"] == base + 60_000]
+    assert unread == [("/d", "ON_TIME")]
+
+
+def test_a_partition_a_rate_limited_batch_leaves_for_later_holds_the_watermark_back(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """``max_offsets_per_trigger`` below the partitions with a backlog: each batch reads
+    one. A partition not read yet had no event time and did not count, so the first
+    batches moved the watermark past the record waiting in it (out of retention)."""
+    topic = unique_name("rate-limited")
+    create_topic(kafka_bootstrap, topic, 3)
+    base = 1_700_000_000_000
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        window={"type": "tumbling", "size": "10s"},
+        watermark={"allowed_lateness": "0s"},
+        retention={"time": "30s"},
+        spark={"max_offsets_per_trigger": 1},
+    )
+    raw = [
+        (page.encode(), orjson.dumps({"page": page, "ts": ts, "latency_ms": 1.0}), part)
+        for page, ts, part in [("/a", base + 40_000, 0), ("/b", base + 41_000, 1)]
+        + [("/c", base + 1_000, 2), ("/c", base + 60_000, 2)]  # the second closes both
+    ]
+    produce(kafka_bootstrap, topic, [], raw=raw)
+    reports: list[BatchReport] = []
+    job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark,
+                  on_report=reports.append)  # fmt: skip
+    job.start()
+    assert job.await_termination(300)
+    assert max(len(r.ranges) for r in reports) == 1  # one partition a batch
+    assert read_topic(kafka_bootstrap, config.output.errors_topic) == []
+    results = json_results(kafka_bootstrap, config.output.topic)
+    # the watermark is the slowest partition's (40 s): only /c's first window closed
+    fired = [(r["key"], r["window_start"] - base, r["kind"]) for r in results]
+    assert fired == [("/c", 0, "ON_TIME")]

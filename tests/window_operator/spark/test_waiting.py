@@ -11,6 +11,7 @@ from window_operator.broker import free_port
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.exchange import InputRange
+from window_operator.runtime.plan import SourceSpec
 from window_operator.spark.waiting import WaitingInput
 
 
@@ -63,3 +64,35 @@ def test_when_the_broker_does_not_answer_an_idle_partition_stays_idle() -> None:
     )
     unreachable = WaitingInput(unreachable_admin(), 1_000)
     assert unreachable.partitions(clock, ends) == [p1]
+
+
+@pytest.mark.kafka
+def test_the_partitions_never_read_that_hold_records_are_found_for_every_input(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    left, right = unique_name("unread-left"), unique_name("unread-right")
+    create_topic(kafka_bootstrap, left, 3)
+    create_topic(kafka_bootstrap, right, 2)
+    produce(kafka_bootstrap, left, [], raw=[(b"k", b"{}", p) for p in (0, 1, 1)])
+    produce(kafka_bootstrap, right, [], raw=[(b"k", b"{}", 1)])
+    sources = [SourceSpec(0, "left", left), SourceSpec(1, "right", right)]
+    waiting = WaitingInput(KafkaAdmin(kafka_bootstrap), idle_timeout=None)
+    # partition 2 of the left input and 0 of the right hold nothing
+    assert waiting.unread(sources, set()) == [InputPosition(0, 0), InputPosition(0, 1)] + [
+        InputPosition(1, 1)
+    ]
+    # a partition read is not unread, however many records wait in it
+    assert waiting.unread(sources, {InputPosition(0, 1), InputPosition(1, 1)}) == [
+        InputPosition(0, 0)
+    ]
+    # the same topic as two inputs (a self-join): by input
+    both = [SourceSpec(0, "left", left), SourceSpec(1, "right", left)]
+    assert waiting.unread(both, {InputPosition(0, 0), InputPosition(0, 1)}) == [
+        InputPosition(1, 0),
+        InputPosition(1, 1),
+    ]
+
+
+def test_no_partition_is_found_unread_when_the_broker_does_not_answer() -> None:
+    waiting = WaitingInput(unreachable_admin(), 1_000)
+    assert waiting.unread([SourceSpec(0, "events", "t")], set()) == []
