@@ -190,6 +190,7 @@ def restore_from_changelog(
     chunk_records: int = 50_000,
     timeout_s: float = 60.0,
     on_progress: Callable[[RestoreProgress], None] | None = None,
+    transactional: bool = True,
 ) -> RestoreResult:
     """Replay ``topic[partition]`` (``read_committed``) from the store's local position.
 
@@ -198,6 +199,9 @@ def restore_from_changelog(
     open transaction), are returned in ``uncommitted``, not applied. With no such tail,
     the position ends at the last stable offset, past the last batch's transaction
     marker (and past aborted records), where the job's own commits put it.
+    ``transactional``: the changelog is written in transactions; if not (at-least-once),
+    no record can wait behind an open one, and the second consumer that looks for them
+    is not created.
     ``on_progress`` is called every :data:`PROGRESS_EVERY` records read and once at the
     end of a non-empty restore.
     """
@@ -226,11 +230,12 @@ def restore_from_changelog(
                 )
             tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
             stable = reader.end
-        tail.update(
-            dict.fromkeys(
-                _open_transaction_keys(consumer_config, topic, partition, stable, timeout_s)
+        if transactional:
+            tail.update(
+                dict.fromkeys(
+                    _open_transaction_keys(consumer_config, topic, partition, stable, timeout_s)
+                )
             )
-        )
         result.uncommitted = list(tail)
         return result
     finally:

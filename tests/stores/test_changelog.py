@@ -318,6 +318,9 @@ def test_the_keys_of_a_transaction_left_open_are_reported_uncommitted(
         caught_up = restore_from_changelog(leader, conf, topic, 0)  # nothing to read
         assert (caught_up.batches, caught_up.uncommitted) == (0, expected)
         assert read.position == caught_up.position == local_position(leader)
+        # a changelog written without transactions (at-least-once) is not looked into
+        plain = restore_from_changelog(leader, conf, topic, 0, transactional=False)
+        assert (plain.batches, plain.uncommitted) == (0, [])
     finally:
         producer.abort_transaction(30)
     leader.close()

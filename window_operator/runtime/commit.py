@@ -101,6 +101,7 @@ class TaskState:
             task,
             timeout_s=settings.broker_timeout_s,
             on_progress=progress,
+            transactional=settings.exactly_once,
         )
 
     def compensation(self) -> list[tuple[ColumnFamily, bytes, bytes | None]]:
