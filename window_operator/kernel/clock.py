@@ -16,7 +16,7 @@ driver computes the clock of the whole job from the map side's reports and the t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from window_operator.arrays import IntArray, distinct
@@ -204,18 +204,20 @@ def fold_clock(
     allowed_lateness: int,
     idle_timeout: int | None,
     active: Iterable[InputPosition] = (),
-    unread: Iterable[InputPosition] = (),
+    unread: Collection[InputPosition] | None = None,
 ) -> ClockState:
     """The job's clock after a micro-batch: ``before`` plus the batch's activity at ``now``;
     ``active``: partitions active at ``now`` that bring no event time here (records
     waiting, or read in the batch about to run), so not idle.
 
-    ``unread``: partitions the job has never read that have records waiting. Without an
-    event time they would not count, and the watermark could pass the records still
-    waiting in them (one input that had nothing before a stop, or a partition a
-    rate-limited batch left for later). Each is entered at :data:`NO_WATERMARK` and
-    active, so it holds the watermark back (until it goes idle, like any partition); once
-    a batch reads it, that stand-in is dropped and it counts by its records.
+    ``unread``: the partitions with no event time yet (never read, or every record
+    rejected) that have records waiting (None: as ``before`` has them). Without an event
+    time they would not count, and the watermark could pass the records waiting in them
+    (one input that had nothing before a stop, or a partition a rate-limited batch left
+    for later). Each is entered at :data:`NO_WATERMARK` and active, so it holds the
+    watermark back (until it goes idle, like any partition); once a batch reads it, that
+    stand-in is dropped and it counts by its records, as it is when it is not named
+    unread any more (nothing waits in it now).
 
     Pure and deterministic: the Spark driver and every state task compute the same
     clock from the same inputs, and a replayed batch computes it again identically.
@@ -231,9 +233,13 @@ def fold_clock(
     clock.note_now(now)
     for pos in active:
         clock.note_active(pos.source, pos.partition, now)
-    for pos in unread:
-        clock.max_ts.setdefault(pos, NO_WATERMARK)
-        clock.note_active(pos.source, pos.partition, now)
+    if unread is not None:
+        for pos in [p for p, t in clock.max_ts.items() if t <= NO_WATERMARK]:
+            if pos not in unread:
+                del clock.max_ts[pos]
+        for pos in unread:
+            clock.max_ts.setdefault(pos, NO_WATERMARK)
+            clock.note_active(pos.source, pos.partition, now)
     for a in activity:
         if clock.max_ts.get(a.position) == NO_WATERMARK:  # read now: counts by its records
             del clock.max_ts[a.position]

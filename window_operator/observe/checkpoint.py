@@ -12,9 +12,6 @@ long-running job keeps its progress in one file of its own instead (see
 
 from __future__ import annotations
 
-import json
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -22,11 +19,9 @@ from typing import Literal
 from window_operator.kernel import ClockState
 from window_operator.runtime.longrun.progress import read_progress
 from window_operator.spark.clock_log import ClockLog
+from window_operator.spark.offset_log import TopicPartition, numbered, read_offset_entry
 
 __all__ = ["CheckpointState", "TopicPartition", "read_checkpoint"]
-
-TopicPartition = tuple[str, int]
-_NUMBERED = re.compile(r"^\d+$")
 
 
 @dataclass(frozen=True)
@@ -54,31 +49,6 @@ class CheckpointState:
     def exists(self) -> bool:
         """Whether the job ever planned a micro-batch here."""
         return self.last_planned is not None
-
-
-def _numbered(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return sorted(int(n) for n in os.listdir(directory) if _NUMBERED.match(n))
-
-
-def _offset_entry(path: Path) -> tuple[int | None, dict[TopicPartition, int]]:
-    """``batchTimestampMs`` and the source offsets of one ``offsets/<batch>`` file."""
-    lines = path.read_text().splitlines()
-    meta = json.loads(lines[1]) if len(lines) > 1 else {}
-    offsets: dict[TopicPartition, int] = {}
-    for line in lines[2:]:
-        if not line.strip() or line.strip() == "-":
-            continue
-        doc = json.loads(line)
-        if not isinstance(doc, dict):
-            continue
-        for topic, parts in doc.items():
-            if isinstance(parts, dict):
-                for p, off in parts.items():
-                    offsets[(str(topic), int(p))] = int(off)
-    stamp = meta.get("batchTimestampMs")
-    return (int(stamp) if stamp is not None else None), offsets
 
 
 def _newest_clock(directory: Path) -> ClockState | None:
@@ -109,15 +79,16 @@ def read_checkpoint(
 
 def _micro_batches(root: Path) -> CheckpointState:
     """What Spark's offset and commit logs and the driver's clock log say."""
-    planned = _numbered(root / "offsets")
-    committed = _numbered(root / "commits")
+    planned = numbered(root / "offsets")
+    committed = numbered(root / "commits")
     if not planned:
         return CheckpointState(root)
     last_committed = committed[-1] if committed else None
     offsets: dict[TopicPartition, int] = {}
     stamp: int | None = None
     if last_committed is not None and (root / "offsets" / str(last_committed)).is_file():
-        stamp, offsets = _offset_entry(root / "offsets" / str(last_committed))
+        entry = read_offset_entry(root / "offsets" / str(last_committed))
+        stamp, offsets = entry.batch_time_ms, entry.offsets
     clock = _newest_clock(root / "window-operator-clock")
     activity = [t for t in (stamp, clock.now if clock is not None else None) if t]
     if last_committed is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -106,11 +106,11 @@ def advance_clock(
     now: int,
     *,
     active: Iterable[InputPosition] = (),
-    unread: Iterable[InputPosition] = (),
+    unread: Collection[InputPosition] | None = None,
 ) -> ClockState:
     """``clock`` plus the reports' activity, at wall clock ``now``; ``active``: partitions
     active at ``now`` too, bringing no event time (records waiting, or about to be read);
-    ``unread``: partitions never read with records waiting (see :func:`fold_clock`)."""
+    ``unread``: partitions with no event time and records waiting (see :func:`fold_clock`)."""
     cfg = settings.config
     return fold_clock(
         clock,
@@ -165,12 +165,12 @@ def starts_after(ends: Mapping[InputPosition, InputRange]) -> dict[InputPosition
     return {p: r.end for p, r in ends.items()}
 
 
-def source_index(plan: Plan, topic: str) -> int:
-    """The input a topic feeds."""
-    for s in plan.sources:
-        if s.topic == topic:
-            return s.index
-    raise ValueError(f"topic {topic!r} is not an input of job {plan.job!r}")
+def source_indexes(plan: Plan, topic: str) -> list[int]:
+    """The inputs a topic feeds (both inputs of a self-join)."""
+    found = [s.index for s in plan.sources if s.topic == topic]
+    if not found:
+        raise ValueError(f"topic {topic!r} is not an input of job {plan.job!r}")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +320,10 @@ class LocalJob:
         """One micro-batch of ``inputs`` (each one input partition's range) at ``now_ms``."""
         plan = plan_for(self.settings)
         read = [  # partitions with records are not idle now, whatever they brought before
-            InputPosition(source_index(plan, r.topic), r.partition) for r in inputs if len(r)
+            InputPosition(source, r.partition)
+            for r in inputs
+            if len(r)
+            for source in source_indexes(plan, r.topic)
         ]
         before = advance_clock(self.settings, self.clock, [], now_ms, active=read)
         ctx = BatchContext(self.settings, self.batch_id, before, self.origin, history=self.history)
@@ -328,16 +331,11 @@ class LocalJob:
         for records in inputs:
             if not len(records):
                 continue
-            source = source_index(plan, records.topic)
-            rng = InputRange(
-                source,
-                records.topic,
-                records.partition,
-                records.offsets[0],
-                records.offsets[-1] + 1,
-            )
-            for task, item in map_range(ctx, rng, records):
-                shuffled[task].append((task, item))
+            for source in source_indexes(plan, records.topic):
+                start, end = records.offsets[0], records.offsets[-1] + 1
+                rng = InputRange(source, records.topic, records.partition, start, end)
+                for task, item in map_range(ctx, rng, records):
+                    shuffled[task].append((task, item))
         reports = [r for _, r in shuffled[ctx.tasks] if isinstance(r, MapReport)]
         tasks = [reduce_task(ctx, t, shuffled[t]) for t in range(ctx.tasks)]
         self.note_batch(before, reports)

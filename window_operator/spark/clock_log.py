@@ -25,9 +25,6 @@ that lost acknowledged writes) reads back from there what it never consumed.
 ends; a timer pass checks the states against it (the first one runs before the query
 starts again), so a state that lost the last batch reads it back even when no batch
 follows.
-``<dir>/start.json``: where the job began reading its input partitions (the
-``startingOffsets`` of its first run: Spark keeps to it on every restart, whatever the
-later runs ask), written at every start until a batch began.
 """
 
 from __future__ import annotations
@@ -51,7 +48,6 @@ _ENTRY = re.compile(r"^(\d+)\.json$")
 _KEEP = 100
 _ORIGIN = "origin.json"
 _ENDS = "ends.json"
-_START = "start.json"
 
 
 def _encode(
@@ -215,23 +211,6 @@ class ClockLog:
         """Record ``ends`` (atomically)."""
         doc = [[r.source, r.topic, r.partition, r.start, r.end] for _, r in sorted(ends.items())]
         write_atomically(self.directory / _ENDS, orjson.dumps(doc), durable=True)
-
-    def starting_offsets(self) -> str | None:
-        """The ``startingOffsets`` the job's query began with (None: not recorded, for a
-        checkpoint begun before it was)."""
-        try:
-            doc = orjson.loads((self.directory / _START).read_bytes())
-        except FileNotFoundError:
-            return None
-        return str(doc["starting_offsets"])
-
-    def note_start(self, starting_offsets: str) -> None:
-        """Record the ``startingOffsets`` of a start, unless a batch already began (the
-        query then goes on from its checkpoint, not from these)."""
-        if self._ids():
-            return
-        doc = orjson.dumps({"starting_offsets": starting_offsets})
-        write_atomically(self.directory / _START, doc, durable=True)
 
     def _ids(self) -> list[int]:
         if not self.directory.is_dir():

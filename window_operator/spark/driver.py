@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import BatchRefusedError
 from window_operator.kafka_admin import METADATA_TIMEOUT_S, KafkaAdmin, KafkaAdminError
-from window_operator.kernel import ClockState, InputPosition
+from window_operator.kernel import ClockState
 from window_operator.runtime.batch import (
     HISTORY,
     BatchContext,
@@ -44,6 +44,7 @@ from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.clock_log import ClockLog
 from window_operator.spark.exchange import map_side, reduce_side, timer_pass
 from window_operator.spark.failures import root_cause
+from window_operator.spark.offset_log import planned_starts
 from window_operator.spark.topics import (
     check_grown_inputs,
     input_topics,
@@ -214,23 +215,19 @@ class StreamingJob(SparkJob):
 
     # -- the job clock -------------------------------------------------------------------
 
-    def _advance(self, state: ClockState, now: int) -> ClockState:
-        """The clock ``state`` moved to wall clock ``now`` (no new input read; the
-        partitions with records waiting are active at ``now``: see ``WaitingInput``)."""
+    def _advance(self, state: ClockState, now: int, batch_id: int | None = None) -> ClockState:
+        """The clock ``state`` moved to wall clock ``now`` before batch ``batch_id`` (None:
+        the next one) or a timer pass (no new input read; the partitions with records
+        waiting are active at ``now``, and those with no event time yet hold the
+        watermark back: see ``WaitingInput``)."""
         waiting = self._waiting.partitions(state, self._ends)
-        unread = self._unread()
+        starts = planned_starts(
+            str(self.config.spark.checkpoint_dir),
+            self._next_batch if batch_id is None else batch_id,
+        )
+        sources = plan_for(self.settings).sources
+        unread = None if starts is None else self._waiting.unread(state, sources, starts)
         return advance_clock(self.settings, state, [], now, active=waiting, unread=unread)
-
-    def _unread(self) -> list[InputPosition]:
-        """The input partitions never read with records waiting (``WaitingInput.unread``).
-        Only for a query that began at the earliest offsets and whose record of the
-        partitions read is whole (a checkpoint older than that record is not asked)."""
-        if self.clocks.starting_offsets() != "earliest":
-            return []
-        if self._origin is None and self._next_batch > 0:  # not known (see note_origin)
-            return []
-        read = (self._origin or {}).keys() | self._ends.keys()
-        return self._waiting.unread(plan_for(self.settings).sources, read)
 
     def timer_clock(self, now: int) -> ClockState:
         """The clock a timer pass at wall clock ``now`` runs with: the job's, moved to
@@ -254,7 +251,9 @@ class StreamingJob(SparkJob):
         self._check_inputs()
         with self._lock:
             starts = starts_after(self._ends)
-            clock = self.clocks.begin(batch_id, _now_ms(), self._advance, starts)
+            clock = self.clocks.begin(
+                batch_id, _now_ms(), lambda state, now: self._advance(state, now, batch_id), starts
+            )
             history = self.clocks.history(batch_id, HISTORY)
             ctx = BatchContext(self.settings, batch_id, clock, self._origin, history=history)
             n = self.settings.tasks
@@ -368,7 +367,6 @@ class StreamingJob(SparkJob):
         if self._ends:
             # a restart: states that lost the last batch read it back before anything else
             self.tick()
-        self.clocks.note_start(self.starting_offsets)
         query: StreamingQuery = writer.start()
         self.query = query
         if not self.available_now:

@@ -23,7 +23,7 @@ from window_operator.runtime.batch import (
     map_range,
     reduce_task,
     run_task,
-    source_index,
+    source_indexes,
     timer_input,
 )
 from window_operator.runtime.exchange import InputRange, MapReport
@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["map_side", "read_input", "reduce_side", "timer_pass"]
 
 
-def read_input(settings: TaskSettings, row: Row) -> tuple[InputRange | None, InputRecords]:
-    """The records of one offset range row (``None`` range: nothing was read)."""
+def read_input(settings: TaskSettings, row: Row) -> tuple[list[InputRange], InputRecords]:
+    """The records of one offset range row, and the range as each input it feeds reads
+    it (both inputs of a self-join; none: nothing was read)."""
     topic, partition = str(row["topic"]), int(row["partition"])
     start, until = int(row["start_offset"]), int(row["until_offset"])
     records = lookup.read_input(
@@ -48,18 +49,20 @@ def read_input(settings: TaskSettings, row: Row) -> tuple[InputRange | None, Inp
     )  # fmt: skip
     first = records.offsets[0] if start < 0 and len(records) else start
     if first < 0:
-        return None, records  # an empty range read from "earliest": nothing to mark
-    source = source_index(plan_for(settings), topic)
-    return InputRange(source, topic, partition, first, until), records
+        return [], records  # an empty range read from "earliest": nothing to mark
+    sources = source_indexes(plan_for(settings), topic)
+    return [InputRange(s, topic, partition, first, until) for s in sources], records
 
 
 def map_side(ctx: BatchContext, rows: Iterable[Row]) -> Iterator[Shuffled]:
     """``mapPartitions`` body over the source's offset-range rows."""
     for row in rows:
         t0 = time.perf_counter()
-        rng, records = read_input(ctx.settings, row)
-        if rng is not None:
-            yield from map_range(ctx, rng, records, time.perf_counter() - t0)
+        ranges, records = read_input(ctx.settings, row)
+        read_seconds = time.perf_counter() - t0
+        for rng in ranges:
+            yield from map_range(ctx, rng, records, read_seconds)
+            read_seconds = 0.0  # read once
 
 
 def reduce_side(

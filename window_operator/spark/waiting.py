@@ -11,29 +11,31 @@ the driver asks the broker for the end (the last stable offset, as the job reads
 every partition the clock holds an event time of, and one whose end is past the last
 range the job read of it counts as active at that moment, as the records of a batch do.
 
-A partition the job has never read has no event time, so it would not count at all:
-the watermark could pass the records waiting in it (an input that had nothing before a
-stop, a partition a rate-limited batch leaves for later). :meth:`WaitingInput.unread`
-finds those with records (the job reads a new partition from its earliest offset, so
-any record in it waits) and the clock holds the watermark back for them
-(:func:`~window_operator.kernel.clock.fold_clock`'s ``unread``).
+A partition with no event time yet (never read, or every record of it rejected) would
+not count at all: the watermark could pass the records waiting in it (an input that
+had nothing before a stop, a partition a rate-limited batch leaves for later).
+:meth:`WaitingInput.unread` finds those with records past where Spark's next batch
+begins reading them (its offset log), and the clock holds the watermark back for them
+until a batch reads them (:func:`~window_operator.kernel.clock.fold_clock`'s
+``unread``).
 
 Not covered: a partition of a checkpoint older than the driver's record of ranges read
 (it is not asked for: idle as before), and one whose records wait behind an open
 transaction (the last stable offset stays where the job read: it may go idle, and its
 records be late once the transaction commits). When the broker does not answer, the
-partitions that were active stay active and the idle ones stay idle, and no partition
-is newly found unread.
+partitions that were active stay active and the idle ones stay idle (the unread ones
+held for stay held, and none is newly found).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.kernel import ClockState
 from window_operator.kernel.positions import InputPosition
+from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.exchange import InputRange
 from window_operator.runtime.plan import SourceSpec
 
@@ -70,30 +72,31 @@ class WaitingInput:
         return [r.position for r in read if latest.get((r.topic, r.partition), 0) > r.end]
 
     def unread(
-        self, sources: Sequence[SourceSpec], read: Collection[InputPosition]
+        self,
+        clock: ClockState,
+        sources: Sequence[SourceSpec],
+        starts: Mapping[tuple[str, int], int],
     ) -> list[InputPosition]:
-        """The partitions of the inputs ``sources`` that hold records and are not in
-        ``read`` (every partition the job has read). For a job that reads a partition it
-        has never read from its earliest offset (the job's records of what it read must
-        be whole: a partition taken for unread that the job did read would hold the
-        watermark until its next record)."""
-        topics = sorted({s.topic for s in sources})
+        """The partitions of the inputs ``sources`` that have no event time in ``clock``
+        and records past where the next batch begins reading them (``starts``, from
+        Spark's offset log; a partition it does not name is new, read from its earliest
+        offset). When the broker does not answer, the partitions ``clock`` already holds
+        the watermark back for stay so."""
         try:
-            counts = self.admin.partition_counts(topics)
+            counts = self.admin.partition_counts(sorted({s.topic for s in sources}))
             positions = [
                 (InputPosition(s.index, p), (s.topic, p))
                 for s in sources
                 for p in range(counts.get(s.topic, 0))
-                if InputPosition(s.index, p) not in read
+                if clock.max_ts.get(InputPosition(s.index, p), NO_WATERMARK) <= NO_WATERMARK
             ]
             asked = sorted({tp for _, tp in positions})
-            if not asked:
-                return []
-            first = self.admin.list_offsets(asked, earliest=True)
             latest = self.admin.list_offsets(asked, earliest=False)
+            new = [tp for tp in asked if tp not in starts]
+            first = {**self.admin.list_offsets(new, earliest=True), **starts}
         except KafkaAdminError as exc:
-            log.debug("input partitions not known, none newly found unread: %s", exc)
-            return []
+            log.debug("input ends not known, no unread partition changes now: %s", exc)
+            return sorted(p for p, t in clock.max_ts.items() if t <= NO_WATERMARK)
         return [pos for pos, tp in positions if latest.get(tp, 0) > first.get(tp, 0)]
 
     def _was_active(self, clock: ClockState, pos: InputPosition) -> bool:

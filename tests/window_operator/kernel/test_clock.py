@@ -93,7 +93,11 @@ def test_a_partition_waiting_unread_holds_the_watermark_until_a_batch_reads_it()
     assert rejected.max_ts == {p0: 40 * S} and rejected.watermark == 40 * S
     read_too = fold_clock(after, [PartitionActivity(p1, 1, 20 * S)], 101 * S, **fold)
     assert read_too.watermark == 20 * S
-    # an unread partition that stays unread goes idle like any other
+    # an unread partition that stays unread goes idle like any other, unless found
+    # waiting again (before every batch and timer pass)
     assert fold_clock(after, [], 131 * S, **fold).watermark == 40 * S
+    assert fold_clock(after, [], 131 * S, unread=[p1], **fold).watermark == NO_WATERMARK
+    # nothing waits in it any more (say, its topic was made anew): the stand-in goes
+    assert fold_clock(after, [], 101 * S, unread=[], **fold).max_ts == {p0: 40 * S}
     # a partition with an event time is not reset by being named unread
     assert fold_clock(after, [], 101 * S, unread=[p0], **fold).max_ts[p0] == 40 * S

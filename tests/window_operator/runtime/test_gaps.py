@@ -18,7 +18,7 @@ from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.batch import (
     LocalJob,
     advance_clock,
-    source_index,
+    source_indexes,
     split_range,
 )
 from window_operator.runtime.exchange import BatchStart, InputRange, TaskInput
@@ -76,14 +76,10 @@ def lose_batch(local: LocalJob, inputs: list[InputRecords], now_ms: int) -> None
     before = advance_clock(local.settings, local.clock, [], now_ms)
     reports = []
     for records in inputs:
-        rng = InputRange(
-            source_index(plan, records.topic),
-            records.topic,
-            records.partition,
-            records.offsets[0],
-            records.offsets[-1] + 1,
-        )
-        reports.append(split_range(local.settings, rng, records).report)
+        for source in source_indexes(plan, records.topic):
+            start, end = records.offsets[0], records.offsets[-1] + 1
+            rng = InputRange(source, records.topic, records.partition, start, end)
+            reports.append(split_range(local.settings, rng, records).report)
     local.note_batch(before, reports)
 
 

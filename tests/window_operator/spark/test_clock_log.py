@@ -127,17 +127,3 @@ def test_a_restart_holds_the_clock_of_a_batch_that_may_run_again(tmp_path: Path)
     log.prepare(10, before)  # batch 9 ended, batch 10 never began
     moved_on = StreamingJob(config, bootstrap_servers="unused:9092", spark=None)
     assert moved_on.timer_clock(restart).watermark == 60_000 - 5_000  # minus the lateness
-
-
-def test_the_start_keeps_the_starting_offsets_of_the_run_the_query_began_with(
-    tmp_path: Path,
-) -> None:
-    log = ClockLog(tmp_path / "clock")
-    assert log.starting_offsets() is None  # a checkpoint begun before it was recorded
-    log.note_start("latest")
-    log.note_start("earliest")  # no batch began yet: this start is the query's first
-    assert log.starting_offsets() == "earliest"
-    log.begin(0, 100, moved)
-    # a later run asks for other offsets, but the query goes on from its checkpoint
-    log.note_start("latest")
-    assert ClockLog(tmp_path / "clock").starting_offsets() == "earliest"

@@ -12,12 +12,14 @@ import orjson
 import pytest
 import yaml
 from jobkit import create_topic, read_topic
-from joinjobkit import BASE, produce_at, random_join, upsert_view
+from joinjobkit import BASE, RandomJoin, produce_at, random_join, upsert_view
+from joinkit import Ev
 
 from window_operator.config import JoinJobConfig, load_any_config, parse_any_config
 from window_operator.join import build_join_runtime
 from window_operator.simulate import simulate
 from window_operator.spark.driver import BatchReport, StreamingJob
+from window_operator.spark.longrun import job_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -147,6 +149,32 @@ def test_restore_and_inspect_a_join(
         ("shipments", 2),
         ("shipments", 3),
     ]
+
+
+@pytest.mark.parametrize("mode", ["micro_batch", "long_running"])
+def test_a_self_join_reads_its_one_topic_as_both_inputs(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    mode: str,
+) -> None:
+    """Both inputs read one topic. In micro-batches every record reached only the left
+    input (the first that reads the topic): an inner join found no pair at all."""
+    topic = unique_name("events")
+    names = (unique_name("job"), topic, topic)
+    one = random_join(kafka_bootstrap, tmp_path, names, events=300, produce=False,
+                      spark={"mode": mode})  # fmt: skip
+    rows = sorted((row for _, side in one.inputs for row in side), key=lambda r: r[2])
+    both = [Ev(side, e.k, e.k2, e.ts, e.n) for e in one.events for side in (0, 1)]
+    join = RandomJoin(one.config, both, "inner", ((topic, rows),))
+    join.produce(kafka_bootstrap)
+    running = job_for(join.config, bootstrap_servers=kafka_bootstrap, spark=spark)
+    running.start()
+    assert running.await_termination(600)
+    expected = join.expected()
+    assert expected[("MATCH", 0, 0)] == 1  # each record pairs with itself, at least
+    assert join.got(kafka_bootstrap) == expected
 
 
 def test_produce_loads_a_join_file_that_the_job_reads_as_simulate_does(

@@ -10,6 +10,7 @@ from jobkit import create_topic, produce
 from window_operator.broker import free_port
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import ClockState, InputPosition
+from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.exchange import InputRange
 from window_operator.runtime.plan import SourceSpec
 from window_operator.spark.waiting import WaitingInput
@@ -67,7 +68,7 @@ def test_when_the_broker_does_not_answer_an_idle_partition_stays_idle() -> None:
 
 
 @pytest.mark.kafka
-def test_the_partitions_never_read_that_hold_records_are_found_for_every_input(
+def test_the_partitions_without_an_event_time_and_records_waiting_are_found_per_input(
     kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     left, right = unique_name("unread-left"), unique_name("unread-right")
@@ -76,23 +77,30 @@ def test_the_partitions_never_read_that_hold_records_are_found_for_every_input(
     produce(kafka_bootstrap, left, [], raw=[(b"k", b"{}", p) for p in (0, 1, 1)])
     produce(kafka_bootstrap, right, [], raw=[(b"k", b"{}", 1)])
     sources = [SourceSpec(0, "left", left), SourceSpec(1, "right", right)]
-    waiting = WaitingInput(KafkaAdmin(kafka_bootstrap), idle_timeout=None)
-    # partition 2 of the left input and 0 of the right hold nothing
-    assert waiting.unread(sources, set()) == [InputPosition(0, 0), InputPosition(0, 1)] + [
-        InputPosition(1, 1)
-    ]
-    # a partition read is not unread, however many records wait in it
-    assert waiting.unread(sources, {InputPosition(0, 1), InputPosition(1, 1)}) == [
-        InputPosition(0, 0)
-    ]
-    # the same topic as two inputs (a self-join): by input
-    both = [SourceSpec(0, "left", left), SourceSpec(1, "right", left)]
-    assert waiting.unread(both, {InputPosition(0, 0), InputPosition(0, 1)}) == [
+    l0, l1, r0, r1 = (
+        InputPosition(0, 0),
+        InputPosition(0, 1),
         InputPosition(1, 0),
         InputPosition(1, 1),
-    ]
+    )
+    waiting = WaitingInput(KafkaAdmin(kafka_bootstrap), idle_timeout=None)
+    # partitions the offset log does not name yet are read from their earliest offset;
+    # partition 2 of the left input and 0 of the right hold nothing
+    assert waiting.unread(ClockState(), sources, {}) == [l0, l1, r1]
+    # where the next batch begins reading: all of partition 1 read, or one record of it
+    assert waiting.unread(ClockState(), sources, {(left, 1): 2}) == [l0, r1]
+    assert waiting.unread(ClockState(), sources, {(left, 1): 1}) == [l0, l1, r1]
+    # a partition with an event time counts by it; one held back for still is found
+    clock = ClockState(max_ts={l0: 5_000, r1: NO_WATERMARK})
+    assert waiting.unread(clock, sources, {}) == [l1, r1]
+    # one topic as both inputs (a self-join): each input reads its one range of it
+    both = [SourceSpec(0, "left", left), SourceSpec(1, "right", left)]
+    assert waiting.unread(ClockState(), both, {}) == [l0, l1, r0, r1]
+    assert waiting.unread(ClockState(), both, {(left, 0): 1}) == [l1, r1]
 
 
-def test_no_partition_is_found_unread_when_the_broker_does_not_answer() -> None:
+def test_when_the_broker_does_not_answer_the_partitions_held_back_for_stay_so() -> None:
+    p0, p1 = InputPosition(0, 0), InputPosition(0, 1)
     waiting = WaitingInput(unreachable_admin(), 1_000)
-    assert waiting.unread([SourceSpec(0, "events", "t")], set()) == []
+    clock = ClockState(max_ts={p0: 5_000, p1: NO_WATERMARK})
+    assert waiting.unread(clock, [SourceSpec(0, "events", "t")], {}) == [p1]
