@@ -201,7 +201,9 @@ def restore_from_changelog(
     marker (and past aborted records), where the job's own commits put it.
     ``transactional``: the changelog is written in transactions; if not (at-least-once),
     no record can wait behind an open one, and the second consumer that looks for them
-    is not created.
+    is not created (a state switched from exactly-once to at-least-once while a dead
+    producer's transaction is still open is not looked into either: Kafka aborts that
+    transaction when it times out).
     ``on_progress`` is called every :data:`PROGRESS_EVERY` records read and once at the
     end of a non-empty restore.
     """
