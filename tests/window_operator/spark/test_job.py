@@ -356,7 +356,7 @@ def test_a_partition_a_rate_limited_batch_leaves_for_later_holds_the_watermark_b
     raw = [
         (page.encode(), orjson.dumps({"page": page, "ts": ts, "latency_ms": 1.0}), part)
         for page, ts, part in [("/a", base + 40_000, 0), ("/b", base + 41_000, 1)]
-        + [("/c", base + 1_000, 2), ("/c", base + 60_000, 2)]  # the second closes both
+        + [("/c", base + 1_000, 2), ("/c", base + 60_000, 2)]  # read last: 30 s behind
     ]
     produce(kafka_bootstrap, topic, [], raw=raw)
     reports: list[BatchReport] = []
