@@ -200,10 +200,9 @@ def restore_from_changelog(
     the position ends at the last stable offset, past the last batch's transaction
     marker (and past aborted records), where the job's own commits put it.
     ``transactional``: the changelog is written in transactions; if not (at-least-once),
-    no record can wait behind an open one, and the second consumer that looks for them
-    is not created (a state switched from exactly-once to at-least-once while a dead
-    producer's transaction is still open is not looked into either: Kafka aborts that
-    transaction when it times out).
+    no record waits behind an open one: the consumer that looks for them is not made (nor
+    after a switch from exactly-once, with a dead producer's transaction still open:
+    Kafka aborts it when it times out).
     ``on_progress`` is called every :data:`PROGRESS_EVERY` records read and once at the
     end of a non-empty restore.
     """
@@ -233,11 +232,8 @@ def restore_from_changelog(
             tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
             stable = reader.end
         if transactional:
-            tail.update(
-                dict.fromkeys(
-                    _open_transaction_keys(consumer_config, topic, partition, stable, timeout_s)
-                )
-            )
+            opened = _open_transaction_keys(consumer_config, topic, partition, stable, timeout_s)
+            tail.update(dict.fromkeys(opened))
         result.uncommitted = list(tail)
         return result
     finally:
