@@ -215,9 +215,10 @@ def fold_clock(
     time they would not count, and the watermark could pass the records waiting in them
     (one input that had nothing before a stop, or a partition a rate-limited batch left
     for later). Each is entered at :data:`NO_WATERMARK` and active, so it holds the
-    watermark back (until it goes idle, like any partition); once a batch reads it, that
-    stand-in is dropped and it counts by its records, as it is when it is not named
-    unread any more (nothing waits in it now).
+    watermark back for as long as it is named (records wait in it). That stand-in is
+    dropped once a batch brings the partition's first event time, or when it is not
+    named any more (nothing waits in it now: a batch read only rejected records, say);
+    with ``unread`` None, stand-ins stay as they are (and go idle like any partition).
 
     Pure and deterministic: the Spark driver and every state task compute the same
     clock from the same inputs, and a replayed batch computes it again identically.
@@ -241,9 +242,9 @@ def fold_clock(
             clock.max_ts.setdefault(pos, NO_WATERMARK)
             clock.note_active(pos.source, pos.partition, now)
     for a in activity:
-        if clock.max_ts.get(a.position) == NO_WATERMARK:  # read now: counts by its records
-            del clock.max_ts[a.position]
         if a.max_ts is not None:
+            if clock.max_ts.get(a.position) == NO_WATERMARK:
+                del clock.max_ts[a.position]  # read: it counts by its event times now
             clock.observe_one(a.position.source, a.position.partition, a.max_ts)
         if a.records:
             clock.note_active(a.position.source, a.position.partition, now)

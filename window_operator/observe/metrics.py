@@ -25,6 +25,7 @@ from window_operator.errors import WindowOperatorError
 from window_operator.observe.lag import InputLag
 from window_operator.policies import NO_WATERMARK
 from window_operator.results import ErrorCode
+from window_operator.runtime.exchange import kafka_reads
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -162,7 +163,7 @@ class JobMetrics:
             self._lag(report)
 
     def _ranges(self, report: BatchReport) -> None:
-        for m in report.ranges:
+        for m in kafka_reads(report.ranges):
             labels = (m.range.topic, str(m.range.partition))
             self.read.labels(*labels).inc(m.records)
             self.phase_seconds.labels("read").observe(m.seconds_read + m.seconds)

@@ -11,7 +11,7 @@ the reports.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -25,6 +25,7 @@ __all__ = [
     "InputPartition",
     "InputRange",
     "MapReport",
+    "kafka_reads",
     "Rejected",
     "Rows",
     "TaskInput",
@@ -90,6 +91,19 @@ class MapReport:
     def activity(self) -> PartitionActivity:
         """The range as clock input."""
         return PartitionActivity(self.range.position, self.records, self.max_ts)
+
+
+def kafka_reads(reports: Iterable[MapReport]) -> list[MapReport]:
+    """One report of each Kafka range read: both inputs of a self-join report the one
+    range they read (the first is kept), and it was read once."""
+    seen: set[tuple[str, int, int]] = set()
+    out = []
+    for m in reports:
+        key = (m.range.topic, m.range.partition, m.range.start)
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

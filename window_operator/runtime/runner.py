@@ -437,7 +437,9 @@ def _replayed(err: ErrorRecord, offsets: dict[InputPosition, int], plan: JobPlan
     """Whether an error record was already handled (its offset is at or below the position)."""
     if err.partition is None or err.offset is None:
         return False
-    source = next((s.index for s in plan.sources if s.topic == err.topic), 0)
+    by_name = [s.index for s in plan.sources if s.name == err.source]  # a self-join's
+    by_topic = [s.index for s in plan.sources if s.topic == err.topic]
+    source = (by_name or by_topic or [0])[0]
     return err.offset <= offsets.get(InputPosition(source, err.partition), -1)
 
 

@@ -37,7 +37,7 @@ from window_operator.runtime.batch import (
     note_origin,
     starts_after,
 )
-from window_operator.runtime.exchange import MapReport
+from window_operator.runtime.exchange import MapReport, kafka_reads
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.settings import TaskSettings
@@ -102,7 +102,7 @@ class JobRun:
             for name in _COUNTED:
                 if name not in _LEVELS:
                     t[name] = t.get(name, 0) + int(getattr(r, name))
-        t["records"] = t.get("records", 0) + sum(m.records for m in report.ranges)
+        t["records"] = t.get("records", 0) + sum(m.records for m in kafka_reads(report.ranges))
 
 
 @dataclass

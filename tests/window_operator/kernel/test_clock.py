@@ -88,11 +88,15 @@ def test_a_partition_waiting_unread_holds_the_watermark_until_a_batch_reads_it()
     after = fold_clock(begin, [PartitionActivity(p0, 1, 40 * S)], 100 * S, **fold)
     assert after.max_ts == {p0: 40 * S, p1: NO_WATERMARK}
     assert after.watermark == NO_WATERMARK  # partition 1 waits: it holds it back
-    # a batch read it: the stand-in goes, whatever the records brought
-    rejected = fold_clock(after, [PartitionActivity(p1, 2, None)], 101 * S, **fold)
-    assert rejected.max_ts == {p0: 40 * S} and rejected.watermark == 40 * S
+    # a batch read some of it and brought an event time: it counts by its event times
     read_too = fold_clock(after, [PartitionActivity(p1, 1, 20 * S)], 101 * S, **fold)
-    assert read_too.watermark == 20 * S
+    assert read_too.max_ts == {p0: 40 * S, p1: 20 * S} and read_too.watermark == 20 * S
+    # a batch read only rejected records of it (rate-limited: more may wait behind them):
+    # it still holds the watermark back, until the driver finds nothing waiting there
+    rejected = fold_clock(after, [PartitionActivity(p1, 2, None)], 101 * S, **fold)
+    assert rejected.max_ts == after.max_ts and rejected.watermark == NO_WATERMARK
+    drained = fold_clock(rejected, [], 102 * S, unread=[], **fold)
+    assert drained.max_ts == {p0: 40 * S} and drained.watermark == 40 * S
     # an unread partition that stays unread goes idle like any other, unless found
     # waiting again (before every batch and timer pass)
     assert fold_clock(after, [], 131 * S, **fold).watermark == 40 * S

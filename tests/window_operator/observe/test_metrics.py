@@ -11,7 +11,7 @@ from window_operator.observe.metrics import JobMetrics
 from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.exchange import InputPartition, MapReport
 from window_operator.runtime.report import TaskReport
-from window_operator.spark.driver import BatchReport
+from window_operator.spark.driver import BatchReport, JobRun
 
 
 def test_results_not_written_are_counted_apart_from_rejected_records() -> None:
@@ -61,3 +61,17 @@ def test_a_join_task_reports_the_messages_each_input_holds() -> None:
     assert sample(held, {"task": "1", "input": "orders"}) == 12
     assert sample(held, {"task": "1", "input": "shipments"}) == 0
     assert sample("window_operator_state_keys", {"task": "1"}) is None
+
+
+def test_a_range_both_inputs_of_a_self_join_report_is_read_once() -> None:
+    metrics = JobMetrics(runtime_for().config)
+    left, right = InputPartition(0, "in", 0), InputPartition(1, "in", 0)
+    ranges = [MapReport(p.span(0, 5), 5, None) for p in (left, right)]
+    ranges.append(MapReport(left.span(5, 7), 2, None))
+    report = BatchReport(4, [TaskReport(0)], ranges, ClockState(), 0.1)
+    metrics(report)
+    labels = {"topic": "in", "partition": "0"}
+    assert metrics.registry.get_sample_value("window_operator_records_read_total", labels) == 7
+    run = JobRun()
+    run.add(report)
+    assert run.totals["records"] == 7

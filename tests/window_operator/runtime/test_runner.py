@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -12,8 +13,12 @@ from helpers import runtime_for
 from jobkit import create_topic, read_topic
 
 from window_operator.config import parse_any_config
+from window_operator.kernel import InputPosition
+from window_operator.results import ErrorCode, ErrorRecord
 from window_operator.runtime.batch import LocalJob
 from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.plan import SourceSpec
+from window_operator.runtime.runner import _replayed
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.topics import prepare_topics
 
@@ -211,3 +216,17 @@ def test_a_partition_read_in_a_batch_is_not_idle_at_its_start(
     results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
     first = [(r["kind"], r["values"]["n"]) for r in results if r["window_start"] == 0]
     assert first == [("ON_TIME", 2)]
+
+
+def test_an_error_of_a_self_join_is_a_replay_by_the_position_of_its_own_input() -> None:
+    """Both inputs read one topic: an error record is checked against the position of
+    the input that rejected it (its ``source``), not of the first input of the topic."""
+    plan: Any = SimpleNamespace(sources=(SourceSpec(0, "l", "t"), SourceSpec(1, "r", "t")))
+    offsets = {InputPosition(0, 0): 10, InputPosition(1, 0): 3}
+
+    def error(source: str | None) -> ErrorRecord:
+        return ErrorRecord(ErrorCode.BAD_JSON, "x", 0, 5, topic="t", source=source)
+
+    assert _replayed(error("l"), offsets, plan)
+    assert not _replayed(error("r"), offsets, plan)
+    assert _replayed(error(None), offsets, plan)  # one input named: by its topic
