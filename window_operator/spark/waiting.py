@@ -16,15 +16,15 @@ not count at all: the watermark could pass the records waiting in it (an input t
 had nothing before a stop, a partition a rate-limited batch leaves for later).
 :meth:`WaitingInput.unread` finds those with records past where Spark's next batch
 begins reading them (its offset log), and the clock holds the watermark back for them
-until a batch reads them (:func:`~window_operator.kernel.clock.fold_clock`'s
+until a batch brings their first event time (:func:`~window_operator.kernel.clock.fold_clock`'s
 ``unread``).
 
 Not covered: a partition of a checkpoint older than the driver's record of ranges read
 (it is not asked for: idle as before), and one whose records wait behind an open
 transaction (the last stable offset stays where the job read: it may go idle, and its
 records be late once the transaction commits). When the broker does not answer, the
-partitions that were active stay active and the idle ones stay idle (the unread ones
-held for stay held, and none is newly found).
+partitions that were active stay active and the idle ones stay idle (a partition
+without an event time that held the watermark back still does; none is newly found).
 """
 
 from __future__ import annotations
