@@ -123,6 +123,10 @@ class JobMetrics:
         self.end = g("input_end_offset", "End (last stable) offset of the partition", tp)
         self.position = g("input_position_offset", "Next offset the job reads", tp)
         self.lag_records = g("input_lag_records", "End offset minus the job's position", tp)
+        self.lag_time = g(
+            "input_lag_timestamp_seconds",
+            "When the input offsets were last measured (they keep that value until the next)",
+        )
         self.store_bytes = g("state_store_bytes", "Size of the task's RocksDB on disk", ["task"])
         self.keys = g("state_keys", "Keys with an open window or session", ["task"])
         self.windows = g("state_windows", "Open windows or sessions", ["task"])
@@ -130,7 +134,7 @@ class JobMetrics:
         self.last_batch = g("last_batch_id", "Id of the last micro-batch")
         self.last_time = g("last_batch_timestamp_seconds", "When the last batch or pass ended")
         # none yet: NaN, not 0 (a watermark of 1970 and "batch 0 ran" would alert)
-        for unset in (self.watermark, self.last_batch, self.last_time):
+        for unset in (self.watermark, self.last_batch, self.last_time, self.lag_time):
             unset.set(math.nan)
         self.batch_seconds = Histogram(
             f"{PREFIX}_batch_seconds", "Duration of a micro-batch on the driver", ["type"],
@@ -221,6 +225,8 @@ class JobMetrics:
             return
         self.lag.advance((m.range.topic, m.range.partition, m.range.end) for m in report.ranges)
         readings = self.lag.read()
+        if readings is not None:  # else the broker did not answer: the gauges stand still
+            self.lag_time.set(time.time())
         for r in readings or []:
             labels = (r.topic, str(r.partition))
             self.end.labels(*labels).set(r.end)

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import runtime_for
 from jobkit import create_topic, produce
 
+from window_operator.broker import free_port
+from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import ClockState
 from window_operator.observe.lag import InputLag
+from window_operator.observe.metrics import JobMetrics
 from window_operator.runtime.longrun.progress import record_progress
+from window_operator.runtime.report import TaskReport
+from window_operator.spark.driver import BatchReport
 
 pytestmark = pytest.mark.kafka
 
@@ -65,3 +73,25 @@ def test_after_a_switch_of_shape_the_lag_is_from_where_this_shape_goes_on(
         readings = InputLag(kafka_bootstrap, [topic], checkpoint_dir=str(checkpoint), shape=shape)
         got = readings.read()
         assert got is not None and [r.lag for r in got] == [lag], shape
+
+
+def test_the_lag_gauges_say_when_they_were_last_measured(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """While the broker does not answer, the lag gauges keep their last value: their
+    timestamp stands still, which is what an alert can look at."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 1)
+    config = runtime_for().config
+    away = InputLag(f"127.0.0.1:{free_port()}", [topic])
+    away.admin = KafkaAdmin(away.admin.bootstrap_servers, metadata_timeout_s=1.0,
+                            request_timeout_s=1.0)  # fmt: skip
+    metrics = JobMetrics(config, lag=away)
+    report = BatchReport(0, [TaskReport(0)], [], ClockState(), 0.1)
+    metrics(report)
+    stamp = "window_operator_input_lag_timestamp_seconds"
+    assert math.isnan(metrics.registry.get_sample_value(stamp) or 0.0)
+    metrics.lag = InputLag(kafka_bootstrap, [topic])
+    before = time.time()
+    metrics(report)
+    assert before <= (metrics.registry.get_sample_value(stamp) or 0.0) <= time.time()
