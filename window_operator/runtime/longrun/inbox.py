@@ -82,10 +82,12 @@ class TaskClock:
     from then on, as it would in a micro-batch.
 
     A partition with input waiting is not idle either, however long ago its last
-    records came (before a stop, say): every partition of ``waiting`` counts as active
-    until its first chunk arrives, or its reader tells that it read it to its end
-    without a record (a chunk spanning no offset: only transaction markers waited), and
-    each epoch's partitions with records count as active at its start.
+    records came (before a stop, say, or while its reader was busy with others): a
+    partition counts as active (``pending``) from the workers' start if records waited
+    in it then, and from each of its chunks, until its reader tells that it read it to
+    its end (a report spanning no offset, which also ends the wait of a partition where
+    only transaction markers waited); each epoch's partitions with records count as
+    active at its start.
     """
 
     settings: TaskSettings
@@ -112,9 +114,10 @@ class TaskClock:
         )
         # a report spanning no offset says that its partition was read to its end
         self.pending -= {p.report.range.position for p in parts if _spans_nothing(p.report)}
-        # neither the epoch's partitions nor those still waiting for a chunk are idle now
+        # neither the epoch's partitions nor those still waiting for records are idle now
         read = self.pending | {r.range.position for r in reports if r.records}
         before = advance_clock(self.settings, self.state, [], now, active=sorted(read))
+        self.pending = _still_waiting(self.pending, parts)
         seen = self.unseen & {r.range.position for r in reports}
         # from now on they count by their chunks (not for the rows before them)
         folded = replace(before, max_ts=_without(before.max_ts, seen)) if seen else before
@@ -133,12 +136,25 @@ class TaskClock:
         """The epoch ``inp`` committed: the clock is its clock after."""
         self.state = inp.clock_after
         self.unseen -= {r.position for r in inp.ranges}
-        self.pending -= {r.position for r in inp.ranges if r.end > r.start}
 
 
 def _spans_nothing(report: MapReport) -> bool:
     """A reader's word that its partition was read to its end (no offset, no record)."""
     return report.range.end == report.range.start and not report.records
+
+
+def _still_waiting(pending: set[InputPosition], parts: list[Part]) -> set[InputPosition]:
+    """``pending`` after ``parts``, in the order they came (one reader's reports of a
+    partition come in its order): a chunk may leave records behind it, a report spanning
+    no offset says that none are left."""
+    waiting = set(pending)
+    for p in parts:
+        pos = p.report.range.position
+        if _spans_nothing(p.report):
+            waiting.discard(pos)
+        elif p.report.range.end > p.report.range.start:
+            waiting.add(pos)
+    return waiting
 
 
 def _without(

@@ -134,6 +134,7 @@ class InputReader:
         self.next_offset[pos] = end
         if end_at is not None and end >= end_at:
             self.reading.discard(pos)
+            self.caught_up.add(pos)  # nothing more to read in this run
         rng = source.span(start, end)
         return Chunked(source, rng, records, seconds)
 
@@ -143,7 +144,8 @@ class InputReader:
         code = err.code()
         if code == KafkaError._PARTITION_EOF:
             pos = self._by_tp.get((m.topic(), m.partition()))
-            if pos is not None:
+            # an end reached before records the same consume returned after it is stale
+            if pos is not None and (m.offset() or 0) >= self.next_offset.get(pos, 0):
                 self.caught_up.add(pos)
             if pos is not None and self.ends is not None and (m.offset() or 0) >= self.ends[pos]:
                 self.reading.discard(pos)
@@ -159,9 +161,12 @@ class InputReader:
             log.warning("%s: reading input: %s", self.name, err.str())
 
     def take_caught_up(self) -> list[InputPartition]:
-        """The partitions read to their end (nothing waits in them) since the last call:
-        a partition whose last offsets hold no record to read (transaction markers, an
-        aborted transaction) brings no chunk, and this is how its readers learn it."""
+        """The partitions read to their end (nothing waits in them) since the last call.
+
+        The state tasks count a partition as active from its last chunk until its reader
+        reached its end (records may wait in it, however long its reader takes to come
+        back to it); a partition whose last offsets hold no record to read (transaction
+        markers, an aborted transaction) brings no chunk, and this is how they learn it."""
         caught_up, self.caught_up = self.caught_up, set()
         return [self.partitions[pos] for pos in sorted(caught_up)]
 

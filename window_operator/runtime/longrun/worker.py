@@ -140,8 +140,9 @@ class Worker:
         self.records = 0
         self._epoch_records = 0
         self._read: dict[InputPosition, MapReport] = {}
-        #: the partitions whose end every task was told of (:meth:`_tell_caught_up`)
-        self._told_caught_up: set[InputPosition] = set()
+        #: where each partition was when every task was last told that it was read to
+        #: its end (:meth:`_tell_caught_up`)
+        self._told_end: dict[InputPosition, int] = {}
         self._sent_end = False
         self._running: _RunningEpoch | None = None
         self.control: ControlClient | None = None
@@ -298,15 +299,15 @@ class Worker:
             self.mesh.send(w, Kind.CHUNK, chunk)
 
     def _tell_caught_up(self) -> None:
-        """Tell every task, once, of each partition read to its end: one whose waiting
-        offsets held no record (markers, an aborted transaction) brings no chunk, and a
-        task would otherwise count it as waiting for ever (:class:`TaskClock`). The
+        """Tell every task of each partition read to its end since its last chunk: a
+        task counts a partition as active until then (:class:`TaskClock`), so records
+        waiting in one its reader is slow to come back to keep it from going idle. The
         report spans no offset, so it moves no position."""
         for partition in self.reader.take_caught_up():
-            if partition.position in self._told_caught_up:
-                continue
-            self._told_caught_up.add(partition.position)
             at = self.reader.next_offset[partition.position]
+            if self._told_end.get(partition.position) == at:
+                continue
+            self._told_end[partition.position] = at
             report = MapReport(partition.span(at, at), 0, None)
             for w in range(self.assignment.workers):
                 self.mesh.send(w, Kind.CHUNK, Chunk(report))

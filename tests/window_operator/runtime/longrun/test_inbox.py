@@ -25,6 +25,11 @@ def part(p: int, start: int, end: int, max_ts: int | None) -> Part:
     return Part(MapReport(InputRange(0, "t", p, start, end), end - start, max_ts), None, ())
 
 
+def at_end(p: int, offset: int) -> Part:
+    """A reader's word that it read partition ``p`` to its end (at ``offset``)."""
+    return Part(MapReport(InputRange(0, "t", p, offset, offset), 0, None), None, ())
+
+
 def test_the_watermark_waits_for_every_partition_with_input(tmp_path: Path) -> None:
     # partition 0's chunks arrive first (its worker is ahead); partition 1's next epoch
     clock = TaskClock.waiting_for(settings(tmp_path), 0, ClockState(), {P0, P1})
@@ -89,10 +94,10 @@ def test_a_partition_waiting_for_its_first_chunk_is_not_idle_after_a_long_stop(
     activity was an hour old, it was idle, and the watermark jumped to partition 0's
     event times: partition 1's waiting records were late."""
     clock = restarted_an_hour_later(tmp_path)
-    e0 = clock.epoch(0, [part(0, 0, 10, 90_000)], NOW)
+    e0 = clock.epoch(0, [part(0, 0, 10, 90_000), at_end(0, 10)], NOW)
     assert e0.clock_before.watermark == 10_000 and e0.clock_after.watermark == 10_000
     clock.advance(e0)
-    e1 = clock.epoch(1, [part(1, 0, 10, 20_000)], NOW + 1_000)
+    e1 = clock.epoch(1, [part(1, 0, 10, 20_000), at_end(1, 10)], NOW + 1_000)
     assert e1.clock_before.watermark == 10_000  # partition 1's rows judged before it moves
     assert e1.clock_after.watermark == 20_000
     clock.advance(e1)
@@ -112,11 +117,31 @@ def test_a_partition_whose_reader_found_no_record_to_read_stops_waiting(
     e0 = clock.epoch(0, [part(0, 0, 10, 90_000)], NOW)
     assert e0.clock_after.watermark == 10_000  # partition 1 may still bring records
     clock.advance(e0)
-    at_end = Part(MapReport(InputRange(0, "t", 1, 7, 7), 0, None), None, ())
-    e1 = clock.epoch(1, [at_end, part(0, 10, 20, 95_000)], NOW + 1_000)
+    e1 = clock.epoch(1, [at_end(1, 7), part(0, 10, 20, 95_000), at_end(0, 20)], NOW + 1_000)
     assert clock.pending == set()
     assert [(r.partition, r.start, r.end) for r in e1.ranges] == [(0, 10, 20)]  # no position
     clock.advance(e1)
     # waiting for nothing, it is idle once the timeout passed since it last counted
     e2 = clock.epoch(2, [part(0, 20, 30, 99_000)], NOW + 12_000)
     assert e2.clock_after.watermark == 99_000
+
+
+def test_a_partition_its_reader_is_slow_to_come_back_to_is_not_idle(tmp_path: Path) -> None:
+    """Partition 1 brought a chunk, and its reader has not reached its end since (it is
+    busy with others, or its worker is held back): records may wait in it, so it holds
+    the watermark however long no chunk of it comes. Before, it went idle once the
+    timeout passed since its last chunk, and the records behind it were late."""
+    clock = restarted_an_hour_later(tmp_path)
+    e0 = clock.epoch(0, [part(0, 0, 10, 90_000), at_end(0, 10), part(1, 0, 10, 20_000)], NOW)
+    assert e0.clock_after.watermark == 20_000
+    clock.advance(e0)
+    assert clock.pending == {P1}
+    e1 = clock.epoch(1, [part(0, 10, 20, 95_000), at_end(0, 20)], NOW + 60_000)
+    assert e1.clock_after.watermark == 20_000  # a minute without a chunk of partition 1
+    clock.advance(e1)
+    # its reader reached its end: nothing waits, and it goes idle once the timeout passed
+    e2 = clock.epoch(2, [at_end(1, 25)], NOW + 65_000)
+    assert e2.clock_after.watermark == 20_000
+    clock.advance(e2)
+    e3 = clock.epoch(3, [part(0, 20, 30, 99_000)], NOW + 75_000)
+    assert e3.clock_after.watermark == 99_000
