@@ -31,8 +31,10 @@ class CheckpointState:
     ``committed`` holds the next offset to read per input partition after the newest
     committed batch ``last_committed`` (``None``: no batch committed yet);
     ``last_planned`` is the newest batch Spark planned (it may still run, or have
-    failed). ``clock`` is the newest job clock entry and ``last_activity_ms`` the wall
-    clock of the newest batch or timer pass.
+    failed). ``batch_time_ms`` is when Spark planned the last committed batch and
+    ``committed_ms`` when it committed (for long-running workers, their last epoch).
+    ``clock`` is the newest job clock entry and ``last_activity_ms`` the wall clock of
+    the newest batch or timer pass.
     """
 
     directory: Path
@@ -40,6 +42,7 @@ class CheckpointState:
     last_committed: int | None = None
     committed: dict[TopicPartition, int] = field(default_factory=dict)
     batch_time_ms: int | None = None
+    committed_ms: int | None = None
     clock: ClockState | None = None
     last_activity_ms: int | None = None
     #: what a step of the job is called: a micro-batch, or an epoch of long-running workers
@@ -91,15 +94,17 @@ def _micro_batches(root: Path) -> CheckpointState:
         stamp, offsets = entry.batch_time_ms, entry.offsets
     clock = _newest_clock(root / "window-operator-clock")
     activity = [t for t in (stamp, clock.now if clock is not None else None) if t]
+    committed_ms = None
     if last_committed is not None:
-        mtime = (root / "commits" / str(last_committed)).stat().st_mtime
-        activity.append(int(mtime * 1000))
+        committed_ms = int((root / "commits" / str(last_committed)).stat().st_mtime * 1000)
+        activity.append(committed_ms)
     return CheckpointState(
         directory=root,
         last_planned=planned[-1],
         last_committed=last_committed,
         committed=offsets,
         batch_time_ms=stamp,
+        committed_ms=committed_ms,
         clock=clock,
         last_activity_ms=max(activity) if activity else None,
     )
@@ -118,6 +123,7 @@ def _long_running(root: Path) -> CheckpointState:
         last_planned=progress.epochs - 1,
         last_committed=progress.epochs - 1,
         committed=progress.positions,
+        committed_ms=progress.last_activity_ms,
         clock=clock,
         last_activity_ms=progress.last_activity_ms,
         unit="epoch",

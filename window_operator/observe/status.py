@@ -305,7 +305,7 @@ def format_status(s: JobStatus) -> str:
     if cp.last_activity_ms is not None:
         ago = f" ({(s.now_ms - cp.last_activity_ms) / 1000:.0f} s ago)"
     wm = cp.clock.watermark if cp.clock is not None else None
-    at = "" if cp.batch_time_ms is None else f" at {_time(cp.batch_time_ms)} UTC"
+    at = "" if cp.committed_ms is None else f" committed at {_time(cp.committed_ms)} UTC"
     lines = [
         f"job {s.job}: last {cp.unit} {cp.last_committed}{at}, "
         f"last activity {_utc(cp.last_activity_ms)}{ago}, watermark {_utc(wm)}",

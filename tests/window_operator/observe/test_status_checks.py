@@ -3,13 +3,14 @@ no Spark: ``test_status.py`` runs them on real jobs)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from jobkit import job_config
 
 from window_operator.config import JobConfig
-from window_operator.observe.checkpoint import CheckpointState
+from window_operator.observe.checkpoint import CheckpointState, read_checkpoint
 from window_operator.observe.heartbeat import Beat
 from window_operator.observe.status import (
     JobStatus,
@@ -84,6 +85,23 @@ def test_a_missing_input_topic_and_positions_past_the_end_are_problems(
         "105 > 30 (the topic was deleted and created again); the job stops with "
         "InputGapError there: see the README's Gaps"
     ]
+
+
+def test_the_status_header_says_when_the_last_batch_committed(tmp_path: Path) -> None:
+    """It said when Spark planned the batch: for a batch that ran a minute, a minute
+    before its results were out."""
+    for log in ("offsets", "commits"):
+        (tmp_path / log).mkdir()
+    planned, committed = 1_800_000_000_000, 1_800_000_060_000
+    (tmp_path / "offsets" / "0").write_text(
+        f'v1\n{{"batchTimestampMs":{planned}}}\n{{"clicks":{{"0":5}}}}\n'
+    )
+    (tmp_path / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    os.utime(tmp_path / "commits" / "0", (committed / 1000, committed / 1000))
+    checkpoint = read_checkpoint(tmp_path, "micro_batch")
+    assert (checkpoint.batch_time_ms, checkpoint.committed_ms) == (planned, committed)
+    header = format_status(JobStatus("job", checkpoint)).splitlines()[0]
+    assert header.startswith("job job: last batch 0 committed at 2027-01-15 08:01:00 UTC"), header
 
 
 def test_the_status_header_says_when_there_is_no_watermark_yet(tmp_path: Path) -> None:
