@@ -1,6 +1,11 @@
 """``simulate`` of a join job: each line names its input in ``source``; each run of
 consecutive lines of one input is one ``add_records`` call, all of a micro-batch under
-the watermark of its start (as a task adds its inputs on Kafka)."""
+the watermark of its start (as a task adds its inputs on Kafka).
+
+When both inputs read one topic (a self-join), every record of it reaches both inputs
+on Kafka: so here every line reaches both, left first, whichever input it names, and a
+file loaded with ``produce`` (each line written once) gives the job what ``simulate``
+had."""
 
 from __future__ import annotations
 
@@ -38,6 +43,20 @@ class _JoinRun:
     walls: list[int] = field(default_factory=list)
     raws: list[bytes] = field(default_factory=list)
 
+    def to_each(self, names: tuple[str, str]) -> list[_JoinRun]:
+        """The run as a run of each input, in this order (a self-join's lines)."""
+        return [
+            _JoinRun(
+                name,
+                [dict(r) for r in self.records],
+                list(self.partitions),
+                list(self.offsets),
+                list(self.walls),
+                list(self.raws),
+            )
+            for name in names
+        ]
+
     def keep(self, rows: list[int]) -> None:
         """Keep only ``rows`` (indices, in order)."""
         self.records = [self.records[i] for i in rows]
@@ -65,7 +84,11 @@ def run_join_chunk(
 ) -> JoinChunk:
     """Feed one micro-batch (``avro``: the :class:`AvroLines` of each Avro input)."""
     done = StepStats()
-    bad, runs = _runs(lines, op.spec.names)
+    names = op.spec.names
+    self_join = runtime.decoder(names[0]).topic == runtime.decoder(names[1]).topic
+    bad, runs = _runs(lines, names, self_join=self_join)
+    if self_join:
+        runs = [each for run in runs for each in run.to_each(names)]
     line_at: dict[tuple[str | None, int | None, int | None], bytes] = {}
     op.begin_batch()  # retention and lateness: the watermark before the batch, as on Kafka
     for run in runs:
@@ -122,8 +145,11 @@ def _read_back(avro: AvroLines, run: _JoinRun, topic: str | None) -> list[ErrorR
     return list(misfits.values())
 
 
-def _runs(lines: list[bytes], names: tuple[str, str]) -> tuple[list[ErrorRecord], list[_JoinRun]]:
-    """The lines' errors, and the runs of consecutive lines of one input."""
+def _runs(
+    lines: list[bytes], names: tuple[str, str], *, self_join: bool = False
+) -> tuple[list[ErrorRecord], list[_JoinRun]]:
+    """The lines' errors, and the runs of consecutive lines of one input (of a
+    self-join: consecutive lines, whichever input they name)."""
     bad: list[ErrorRecord] = []
     runs: list[_JoinRun] = []
     for line in lines:
@@ -132,6 +158,7 @@ def _runs(lines: list[bytes], names: tuple[str, str]) -> tuple[list[ErrorRecord]
             bad.append(parsed)
             continue
         source, rec, part, off, wall = parsed
+        source = names[0] if self_join else source
         if not runs or runs[-1].source != source:
             runs.append(_JoinRun(source))
         run = runs[-1]

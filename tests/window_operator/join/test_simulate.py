@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from joinkit import ROOT, hms, join_runtime
+from joinkit import ROOT, Ev, hms, join_runtime, nested_loop
 
 from window_operator.join import JoinRuntime
 from window_operator.simulate import simulate
@@ -196,3 +197,42 @@ def test_a_join_line_beyond_the_positions_a_join_holds_is_a_wrong_type(tmp_path:
     assert "from 0 to 32767, got 32768" in got[0]["reason"]
     assert summary.applied == 2
     assert [orjson.loads(r)["kind"] for r in out.getvalue().splitlines()] == ["MATCH"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 300_000)), max_size=30
+    ),
+    batch=st.integers(1, 12),
+)
+def test_a_self_join_line_reaches_both_inputs_as_a_record_of_its_topic_does(
+    tmp_path_factory: pytest.TempPathFactory, events: list[tuple[bool, int, int]], batch: int
+) -> None:
+    """Both inputs read topic ``t``: on Kafka every record of it reaches both, so a file
+    ``produce`` loads (each line once) must simulate as the job runs it, whichever input
+    a line names. Before, a line reached only the input it names: no pair of a record
+    with itself, half the pairs of two records."""
+    runtime = join_runtime(
+        {"left": {"name": "L", "topic": "t", "timestamp": "ts"},
+         "right": {"name": "R", "topic": "t", "timestamp": "ts"},
+         "range": "1m"},
+    )  # fmt: skip
+    t0 = 1_795_560_000_000
+    evs = [Ev(0, key, "", t0 + dt, n) for n, (_, key, dt) in enumerate(events)]
+    lines = [
+        orjson.dumps({"source": "L" if left else "R", **e.record})
+        for (left, _, _), e in zip(events, evs, strict=True)
+    ]
+    path = tmp_path_factory.mktemp("self-join") / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    out = io.BytesIO()
+    simulate(runtime, path, out, batch_size=batch)
+    got = Counter(
+        (r["kind"], r["left"]["n"], r["right"]["n"])
+        for r in map(orjson.loads, out.getvalue().splitlines())
+    )
+    both_sides = [Ev(side, e.k, e.k2, e.ts, e.n) for e in evs for side in (0, 1)]
+    expected = nested_loop(both_sides, ["k"], 0, 60_000)  # RANGE 1m PRECEDING
+    assert got == expected
+    assert all(expected[("MATCH", e.n, e.n)] == 1 for e in evs)  # each with itself
