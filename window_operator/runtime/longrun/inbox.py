@@ -27,11 +27,12 @@ __all__ = ["Inbox", "Part", "TaskClock", "merge_reports"]
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """What one chunk brought one task."""
+    """What one chunk brought one task (``at_end``: see :class:`Chunk`)."""
 
     report: MapReport
     rows: Rows | None
     errors: tuple[ErrorRecord, ...]
+    at_end: bool = False
 
 
 @dataclass
@@ -54,7 +55,8 @@ class Inbox:
         with self.lock:
             if kind is Kind.CHUNK and isinstance(message, Chunk):
                 for t in self.tasks:
-                    part = Part(message.report, message.rows.get(t), message.errors.get(t, ()))
+                    rows, errors = message.rows.get(t), message.errors.get(t, ())
+                    part = Part(message.report, rows, errors, message.at_end)
                     self.parts[t].append(part)
                 self.received[sender] += nbytes
             elif kind is Kind.END and isinstance(message, End):
@@ -83,11 +85,14 @@ class TaskClock:
 
     A partition with input waiting is not idle either, however long ago its last
     records came (before a stop, say, or while its reader was busy with others): a
-    partition counts as active (``pending``) from the workers' start if records waited
-    in it then, and from each of its chunks, until its reader tells that it read it to
-    its end (a report spanning no offset, which also ends the wait of a partition where
-    only transaction markers waited); each epoch's partitions with records count as
-    active at its start.
+    partition counts as active (``pending``: not known to be read to its end) from the
+    workers' start if records waited in it then, and from each of its chunks, until its
+    reader tells that it reached its end (a chunk ``at_end``, or a report spanning no
+    offset, which also ends the wait of a partition where only transaction markers
+    waited); each epoch's partitions with records count as active at its start.
+    Records written after its reader reached its end count from their chunk on: if the
+    reader does not come back to them within the idle timeout (its worker held back by
+    slower receivers), they may be late, as before.
     """
 
     settings: TaskSettings
@@ -145,12 +150,12 @@ def _spans_nothing(report: MapReport) -> bool:
 
 def _still_waiting(pending: set[InputPosition], parts: list[Part]) -> set[InputPosition]:
     """``pending`` after ``parts``, in the order they came (one reader's reports of a
-    partition come in its order): a chunk may leave records behind it, a report spanning
-    no offset says that none are left."""
+    partition come in its order): a chunk may leave records behind it, unless it is
+    ``at_end``; a report spanning no offset says that none are left."""
     waiting = set(pending)
     for p in parts:
         pos = p.report.range.position
-        if _spans_nothing(p.report):
+        if p.at_end or _spans_nothing(p.report):
             waiting.discard(pos)
         elif p.report.range.end > p.report.range.start:
             waiting.add(pos)

@@ -127,16 +127,22 @@ class InputReader:
         end_at = None if self.ends is None else self.ends[pos]
         if end_at is not None and records.offsets[-1] >= end_at:
             records = _until(records, end_at)
-            self.reading.discard(pos)
+            self._read_to_run_end(pos)
             if not len(records):
                 return None
         start, end = self.next_offset[pos], records.offsets[-1] + 1
         self.next_offset[pos] = end
         if end_at is not None and end >= end_at:
-            self.reading.discard(pos)
-            self.caught_up.add(pos)  # nothing more to read in this run
+            self._read_to_run_end(pos)
         rng = source.span(start, end)
         return Chunked(source, rng, records, seconds)
+
+    def _read_to_run_end(self, pos: InputPosition) -> None:
+        """An ``available_now`` run reads no more of ``pos``: it is caught up (records
+        written since the run began wait for the next run), also when the run's end lies
+        past a transaction marker no record comes before."""
+        self.reading.discard(pos)
+        self.caught_up.add(pos)
 
     def _on_error(self, m: Message, err: KafkaError) -> None:
         from confluent_kafka import KafkaError
@@ -144,7 +150,8 @@ class InputReader:
         code = err.code()
         if code == KafkaError._PARTITION_EOF:
             pos = self._by_tp.get((m.topic(), m.partition()))
-            # an end reached before records the same consume returned after it is stale
+            # a consume may return an end, then records written after it: that end is
+            # stale (records come after it), only one at or past the records read counts
             if pos is not None and (m.offset() or 0) >= self.next_offset.get(pos, 0):
                 self.caught_up.add(pos)
             if pos is not None and self.ends is not None and (m.offset() or 0) >= self.ends[pos]:
@@ -161,12 +168,14 @@ class InputReader:
             log.warning("%s: reading input: %s", self.name, err.str())
 
     def take_caught_up(self) -> list[InputPartition]:
-        """The partitions read to their end (nothing waits in them) since the last call.
+        """The partitions read to their end since the last call: to the partition's end
+        (nothing waited in it then), or, in an ``available_now`` run, to the run's end.
 
         The state tasks count a partition as active from its last chunk until its reader
-        reached its end (records may wait in it, however long its reader takes to come
-        back to it); a partition whose last offsets hold no record to read (transaction
-        markers, an aborted transaction) brings no chunk, and this is how they learn it."""
+        reached its end, so that it does not go idle while records its reader has not come
+        back to wait in it; a partition whose last offsets hold no record to read
+        (transaction markers, an aborted transaction) brings no chunk, and this is how
+        they learn it."""
         caught_up, self.caught_up = self.caught_up, set()
         return [self.partitions[pos] for pos in sorted(caught_up)]
 

@@ -79,12 +79,14 @@ class Chunk:
 
     Every task folds ``report`` into its clock and marks its range handled; ``rows``
     holds the rows of the receiving worker's tasks that have any; ``errors`` the chunk's
-    rejected records when its error lane is one of them.
+    rejected records when its error lane is one of them. ``at_end``: the reader reached
+    the partition's end with this chunk (nothing waited behind it).
     """
 
     report: MapReport
     rows: dict[int, Rows] = field(default_factory=dict)
     errors: dict[int, tuple[ErrorRecord, ...]] = field(default_factory=dict)
+    at_end: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.batch import split_range
-from window_operator.runtime.exchange import MapReport, TaskInput
+from window_operator.runtime.exchange import InputPartition, MapReport, TaskInput
 from window_operator.runtime.faults import trace
 from window_operator.runtime.longrun.assignment import Assignment, WorkerStart, start_offsets
 from window_operator.runtime.longrun.control import ControlClient
@@ -227,9 +227,12 @@ class Worker:
                 self._send_end()
             wait = max(0.0, min(_IDLE_WAIT_S, next_epoch - time.monotonic()))
             if self.reader.reading and not self.mesh.throttled:
-                for chunk in self.reader.read(wait, self._read_budget(limit)):
-                    self._map(chunk)
-                self._tell_caught_up()
+                chunks = self.reader.read(wait, self._read_budget(limit))
+                reached = self.reader.take_caught_up()
+                at_end = {p.position for p in reached}
+                for chunk in chunks:
+                    self._map(chunk, at_end=chunk.partition.position in at_end)
+                self._tell_caught_up(reached)
             elif wait > 0:
                 time.sleep(min(wait, 0.005 if self.reader.reading else wait))
             ended = len(self.inbox.ended) == workers
@@ -283,27 +286,30 @@ class Worker:
 
     # -- map side -------------------------------------------------------------------------
 
-    def _map(self, c: Chunked) -> None:
-        """Decode one chunk and send every worker its part."""
+    def _map(self, c: Chunked, *, at_end: bool = False) -> None:
+        """Decode one chunk and send every worker its part (``at_end``: the reader
+        reached the partition's end with it)."""
         split = split_range(self.settings, c.range, c.records, c.seconds)
         self.records += len(c.records)
         self._epoch_records += len(c.records)
         pos = c.partition.position
         self._read[pos] = merge_reports(self._read.get(pos), split.report)
+        if at_end:
+            self._told_end[pos] = c.range.end
         for w, tasks in enumerate(self.assignment.tasks):
             chunk = Chunk(
                 split.report,
                 {t: split.rows[t] for t in tasks if t in split.rows},
                 {split.lane: split.errors} if split.errors and split.lane in tasks else {},
+                at_end,
             )
             self.mesh.send(w, Kind.CHUNK, chunk)
 
-    def _tell_caught_up(self) -> None:
-        """Tell every task of each partition read to its end since its last chunk: a
-        task counts a partition as active until then (:class:`TaskClock`), so records
-        waiting in one its reader is slow to come back to keep it from going idle. The
-        report spans no offset, so it moves no position."""
-        for partition in self.reader.take_caught_up():
+    def _tell_caught_up(self, reached: list[InputPartition]) -> None:
+        """Tell every task of each partition of ``reached`` (read to its end) that no chunk
+        ``at_end`` told of: a task counts a partition as active until its reader reached
+        its end (:class:`TaskClock`). The report spans no offset, so it moves no position."""
+        for partition in reached:
             at = self.reader.next_offset[partition.position]
             if self._told_end.get(partition.position) == at:
                 continue

@@ -21,8 +21,10 @@ def settings(tmp: Path) -> TaskSettings:
     return TaskSettings(config, "unused:9092", str(tmp), tasks=2)
 
 
-def part(p: int, start: int, end: int, max_ts: int | None) -> Part:
-    return Part(MapReport(InputRange(0, "t", p, start, end), end - start, max_ts), None, ())
+def part(p: int, start: int, end: int, max_ts: int | None, *, last: bool = False) -> Part:
+    """A chunk of partition ``p`` (``last``: its reader reached the end with it)."""
+    report = MapReport(InputRange(0, "t", p, start, end), end - start, max_ts)
+    return Part(report, None, (), at_end=last)
 
 
 def at_end(p: int, offset: int) -> Part:
@@ -97,7 +99,7 @@ def test_a_partition_waiting_for_its_first_chunk_is_not_idle_after_a_long_stop(
     e0 = clock.epoch(0, [part(0, 0, 10, 90_000), at_end(0, 10)], NOW)
     assert e0.clock_before.watermark == 10_000 and e0.clock_after.watermark == 10_000
     clock.advance(e0)
-    e1 = clock.epoch(1, [part(1, 0, 10, 20_000), at_end(1, 10)], NOW + 1_000)
+    e1 = clock.epoch(1, [part(1, 0, 10, 20_000, last=True)], NOW + 1_000)
     assert e1.clock_before.watermark == 10_000  # partition 1's rows judged before it moves
     assert e1.clock_after.watermark == 20_000
     clock.advance(e1)

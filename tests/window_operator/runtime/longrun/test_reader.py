@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from jobkit import create_topic, produce
 
 from window_operator.runtime.exchange import InputPartition
-from window_operator.runtime.longrun.reader import InputReader, _runs
+from window_operator.runtime.longrun.reader import Chunked, InputReader, _runs
 
 
 @given(st.lists(st.tuples(st.sampled_from(["in", "right", "x" * 40]), st.integers(0, 3)),
@@ -52,6 +52,41 @@ def test_a_partition_is_caught_up_only_at_an_end_past_its_last_chunk(
         assert reader.take_caught_up() == []  # the end at 5 is behind what it read
         chunks = reader.read(10, max_records=3)  # 6, 7, the end at 8
         assert [(c.range.start, c.range.end) for c in chunks] == [(6, 8)]
+        assert reader.take_caught_up() == [source]
+    finally:
+        reader.close()
+
+
+@pytest.mark.kafka
+def test_an_available_now_run_s_end_behind_a_commit_marker_is_caught_up(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """The run ends at offset 4, past the commit marker at 3 of a transaction that wrote
+    0 to 2, and the partition grew after the run began: the read stops at 3, no end of
+    the partition comes, yet the reader says it is done with it (before, it did not:
+    the tasks held the watermark back at its last event time for the rest of the run)."""
+    from confluent_kafka import Producer
+
+    topic = unique_name("txn-end")
+    create_topic(kafka_bootstrap, topic, 1)
+    txn = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_name("t")})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(3):
+        txn.produce(topic, b"%d" % i, partition=0)
+    txn.commit_transaction(30)
+    produce(kafka_bootstrap, topic, [], raw=[(None, b"%d" % i, 0) for i in range(4, 9)])
+    source = InputPartition(0, topic, 0)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    reader = InputReader("r", [source], config, ends={source.position: 4})
+    reader.assign({source.position: 0})
+    try:
+        chunks: list[Chunked] = []
+        deadline = time.monotonic() + 30
+        while reader.reading and time.monotonic() < deadline:
+            chunks += reader.read(1, max_records=4)  # 0 to 2 and 4: no end event
+        assert [(c.range.start, c.range.end) for c in chunks] == [(0, 3)]
+        assert not reader.reading
         assert reader.take_caught_up() == [source]
     finally:
         reader.close()
