@@ -280,3 +280,16 @@ def assert_matches_oracle(
     assert not bad, (
         f"{len(bad)} windows differ, e.g. {bad[0]}: {real[bad[0]]} vs {expected[bad[0]]}"
     )
+
+
+def run_to_end(
+    config: Any, bootstrap: str, spark: Any, timeout_s: int = 600, **options: Any
+) -> Any:
+    """Run ``config``'s job on Spark, in the shape its ``spark.mode`` names, until it ends
+    by itself (an AvailableNow run; a failed run raises), and return it."""
+    from window_operator.spark.longrun import job_for
+
+    job = job_for(config, bootstrap_servers=bootstrap, spark=spark, **options)
+    job.start()
+    assert job.await_termination(timeout_s), f"the {config.spark.mode} run did not end"
+    return job

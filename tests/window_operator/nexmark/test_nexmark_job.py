@@ -10,14 +10,14 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from jobkit import read_topic
+from jobkit import read_topic, run_to_end
 
 from window_operator.cli import main
 from window_operator.config import parse_config
 from window_operator.nexmark import NexmarkConfig, generate
 from window_operator.nexmark.reference import final_watermark, q7_highest_bid
 from window_operator.nexmark.topics import partitions_of
-from window_operator.spark.driver import BatchReport, StreamingJob
+from window_operator.spark.driver import BatchReport
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -49,12 +49,7 @@ def test_q7_highest_bid_on_kafka_and_spark_matches_the_reference(
     doc["input"]["topic"] = f"{prefix}bids"
     config = parse_config(doc, base_dir=CONFIG_DIR)
     reports: list[BatchReport] = []
-    job = StreamingJob(
-        config, bootstrap_servers=kafka_bootstrap, spark=spark, on_report=reports.append
-    )
-    job.start()
-    assert job.await_termination(300), "the AvailableNow query did not finish"
-    assert job.query.exception() is None
+    run_to_end(config, kafka_bootstrap, spark, 300, on_report=reports.append)
     assert len(reports) >= 2  # more than one micro-batch
 
     cfg = NexmarkConfig(rate=RATE, base_time=BASE, seed=3)

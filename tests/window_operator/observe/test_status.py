@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobkit import run_to_end
 from obskit import in_order, job_dict, one_partition_topic, produce_events, write_job
 
 from window_operator.cli import main
-from window_operator.spark.driver import StreamingJob
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -35,9 +35,7 @@ def test_status_of_a_job_that_ran_then_fell_behind(
     produce_events(kafka_bootstrap, topic, in_order(100))
     doc = job_dict(tmp_path, topic, job)
     path, config = write_job(tmp_path, doc)
-    run = StreamingJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
-    run.start()
-    assert run.await_termination(300)
+    run_to_end(config, kafka_bootstrap, spark, 300)
 
     code, out = status(capsys, path, kafka_bootstrap)
     assert code == 0, out

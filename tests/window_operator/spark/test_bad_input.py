@@ -23,6 +23,7 @@ from jobkit import (
     oracle,
     produce,
     read_topic,
+    run_to_end,
     sentinels,
 )
 
@@ -67,15 +68,7 @@ PER_TRIGGER = 300
 
 def run_job(spark: Any, config: JobConfig, bootstrap: str) -> tuple[StreamingJob, list[Any]]:
     reports: list[Any] = []
-    job = StreamingJob(
-        config,
-        bootstrap_servers=bootstrap,
-        spark=spark,
-        on_report=reports.append,
-    )
-    job.start()
-    assert job.await_termination(600), "the AvailableNow query did not finish"
-    assert job.query.exception() is None
+    job = run_to_end(config, bootstrap, spark, on_report=reports.append)
     return job, reports
 
 

@@ -23,6 +23,7 @@ from jobkit import (
     oracle,
     produce,
     read_topic,
+    run_to_end,
     sentinels,
     session_clicks,
     session_oracle,
@@ -41,10 +42,7 @@ def run_job(
     spark: Any, config: JobConfig, bootstrap: str
 ) -> tuple[StreamingJob, list[BatchReport]]:
     reports: list[BatchReport] = []
-    job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark, on_report=reports.append)
-    job.start()
-    assert job.await_termination(600), "the AvailableNow query did not finish"
-    assert job.query.exception() is None
+    job = run_to_end(config, bootstrap, spark, on_report=reports.append)
     return job, reports
 
 

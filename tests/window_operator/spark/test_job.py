@@ -21,6 +21,7 @@ from jobkit import (
     oracle,
     produce,
     read_topic,
+    run_to_end,
     sentinels,
     session_clicks,
     session_oracle,
@@ -28,21 +29,12 @@ from jobkit import (
 )
 
 from window_operator.codecs import result_decoder_for
-from window_operator.config import JobConfig
 from window_operator.policies import NO_WATERMARK
 from window_operator.spark.driver import BatchReport, StreamingJob
-from window_operator.spark.longrun import job_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 N_EVENTS = 50_000
-
-
-def run_job(spark: Any, config: JobConfig, bootstrap: str) -> StreamingJob:
-    job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark)
-    job.start()
-    assert job.await_termination(600), "the AvailableNow query did not finish"
-    return job
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
@@ -66,7 +58,7 @@ def test_json_end_to_end_matches_the_oracle(
         processing={"guarantee": guarantee},
         spark={"max_offsets_per_trigger": 15_000},
     )
-    job = run_job(spark, config, kafka_bootstrap)
+    job = run_to_end(config, kafka_bootstrap, spark)
     assert job.run_totals.batches >= 3  # the backlog was split into several micro-batches
     totals = job.run_totals.totals
     assert totals["applied"] == N_EVENTS + 4 and totals["rejected"] == 0
@@ -102,7 +94,7 @@ def test_avro_in_avro_out_matches_the_oracle(
         input={"format": "avro", "avro_schema": str(schema_path)},
         output={"format": "avro"},
     )
-    run_job(spark, config, kafka_bootstrap)
+    run_to_end(config, kafka_bootstrap, spark)
     messages = read_topic(kafka_bootstrap, config.output.topic)
     # values really are Avro, readable with the derived schema
     assert result_decoder_for(config).decode(messages[0].value()) is not None
@@ -138,7 +130,7 @@ def test_bad_input_goes_to_the_error_topic_and_the_job_keeps_running(
     config = job_config(
         tmp_path, topic, unique_name("job"), spark={"max_offsets_per_trigger": 2_000}
     )
-    job = run_job(spark, config, kafka_bootstrap)
+    job = run_to_end(config, kafka_bootstrap, spark)
     assert job.run_totals.totals["rejected"] == len(bad)
     assert job.run_totals.totals["applied"] == len(records) + 4
     errors = read_topic(kafka_bootstrap, config.output.errors_topic)
@@ -175,7 +167,7 @@ def test_session_windows_end_to_end_with_retractions_as_tombstones(
         watermark={"allowed_lateness": "2s"},
         spark={"max_offsets_per_trigger": 1_500},
     )
-    run_job(spark, config, kafka_bootstrap)
+    run_to_end(config, kafka_bootstrap, spark)
     # a consumer of the upsert log: the latest value per Kafka key, tombstones delete
     table, tombstones = upsert_table(read_topic(kafka_bootstrap, config.output.topic))
     assert tombstones > 0  # late events merged or extended sessions already emitted
@@ -266,10 +258,7 @@ def test_an_available_now_run_sends_its_batched_late_updates_before_it_ends(
     for events in (first, late):
         produce(kafka_bootstrap, topic, events, partitions=1)
         reports: list[BatchReport] = []
-        job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark,
-                      on_report=reports.append)  # fmt: skip
-        job.start()
-        assert job.await_termination(300)
+        run_to_end(config, kafka_bootstrap, spark, 300, on_report=reports.append)
         watermarks.append([r.clock.watermark for r in reports])
     # the restart reports the clock it goes on from (before, its first timer pass
     # reported "no event yet", and the watermark gauge read 0)
@@ -321,9 +310,7 @@ def test_a_partition_with_records_waiting_is_not_idle_after_a_stop_longer_than_t
         if i:
             time.sleep(3)  # stopped for longer than the idle timeout
         produce(kafka_bootstrap, topic, [], raw=raw)
-        job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark)
-        job.start()
-        assert job.await_termination(300)
+        run_to_end(config, kafka_bootstrap, spark, 300)
     assert read_topic(kafka_bootstrap, config.output.errors_topic) == []
     results = json_results(kafka_bootstrap, config.output.topic)
     first = sorted(
@@ -360,10 +347,7 @@ def test_a_partition_a_rate_limited_batch_leaves_for_later_holds_the_watermark_b
     ]
     produce(kafka_bootstrap, topic, [], raw=raw)
     reports: list[BatchReport] = []
-    job = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark,
-                  on_report=reports.append)  # fmt: skip
-    job.start()
-    assert job.await_termination(300)
+    run_to_end(config, kafka_bootstrap, spark, 300, on_report=reports.append)
     assert max(len(r.ranges) for r in reports) == 1  # one partition a batch
     assert read_topic(kafka_bootstrap, config.output.errors_topic) == []
     results = json_results(kafka_bootstrap, config.output.topic)

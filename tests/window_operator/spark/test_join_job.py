@@ -11,30 +11,18 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from jobkit import create_topic, read_topic
+from jobkit import create_topic, read_topic, run_to_end
 from joinjobkit import BASE, RandomJoin, produce_at, random_join, upsert_view
 from joinkit import Ev
 
 from window_operator.config import JoinJobConfig, load_any_config, parse_any_config
 from window_operator.join import build_join_runtime
 from window_operator.simulate import simulate
-from window_operator.spark.driver import BatchReport, StreamingJob
-from window_operator.spark.longrun import job_for
+from window_operator.spark.driver import BatchReport
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def run(
-    spark: Any, config: JoinJobConfig, bootstrap: str, reports: list[BatchReport] | None = None
-) -> StreamingJob:
-    on_report = None if reports is None else reports.append
-    job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark, on_report=on_report)
-    job.start()
-    assert job.await_termination(600), "the AvailableNow query did not finish"
-    assert job.query.exception() is None
-    return job
 
 
 def seed_config(tmp: Path, name: str, topics: tuple[str, str], **join: Any) -> JoinJobConfig:
@@ -80,7 +68,7 @@ def test_the_seed_orders_shipments_example_on_spark(
                    [(orjson.dumps(rec), i % 2, wall + i)])  # fmt: skip
     config = seed_config(tmp_path, unique_name("job"), (orders, ships), **condition)
     reports: list[BatchReport] = []
-    run(spark, config, kafka_bootstrap, reports)
+    run_to_end(config, kafka_bootstrap, spark, on_report=reports.append)
     # the state gauge: every message is still held (nothing is an hour old), across tasks
     latest = {t.task: t.held_messages for r in reports for t in r.tasks if t.held_messages}
     held = {name: sum(h[name] for h in latest.values()) for name in ("orders", "shipments")}
@@ -108,7 +96,7 @@ def test_a_random_join_of_unkeyed_inputs_matches_the_oracle(
 ) -> None:
     names = (unique_name("job"), unique_name("left"), unique_name("right"))
     join = random_join(kafka_bootstrap, tmp_path, names, kind=kind)
-    run(spark, join.config, kafka_bootstrap)
+    run_to_end(join.config, kafka_bootstrap, spark)
     assert join.got(kafka_bootstrap) == join.expected()
 
 
@@ -127,7 +115,7 @@ def test_restore_and_inspect_a_join(
         produce_at(kafka_bootstrap, orders if source == "orders" else ships,
                    [(orjson.dumps(rec), i % 2, wall + i)])  # fmt: skip
     config = seed_config(tmp_path, unique_name("job"), (orders, ships), range="2m")
-    run(spark, config, kafka_bootstrap)
+    run_to_end(config, kafka_bootstrap, spark)
     data = orjson.loads(config.model_dump_json())
     data["state"]["dir"] = str(tmp_path / "restored")  # an empty state dir: rebuilt from Kafka
     path = tmp_path / "job.yaml"
@@ -169,9 +157,7 @@ def test_a_self_join_reads_its_one_topic_as_both_inputs(
     both = [Ev(side, e.k, e.k2, e.ts, e.n) for e in one.events for side in (0, 1)]
     join = RandomJoin(one.config, both, "inner", ((topic, rows),))
     join.produce(kafka_bootstrap)
-    running = job_for(join.config, bootstrap_servers=kafka_bootstrap, spark=spark)
-    running.start()
-    assert running.await_termination(600)
+    run_to_end(join.config, kafka_bootstrap, spark)
     expected = join.expected()
     assert expected[("MATCH", 0, 0)] == 1  # each record pairs with itself, at least
     assert join.got(kafka_bootstrap) == expected
@@ -207,7 +193,7 @@ def test_produce_loads_a_join_file_that_the_job_reads_as_simulate_does(
         (b"3", {"id": 3, "value": 5, "time": "2024-01-01T09:00:00Z"}),
         (b"9", {"id": 9, "value": 9, "time": "2024-01-01T08:59:30Z"}),
     ]
-    run(spark, config, kafka_bootstrap)
+    run_to_end(config, kafka_bootstrap, spark)
     got = sorted(
         orjson.dumps(r) for r in upsert_view(kafka_bootstrap, config.output.topic).values()
     )
@@ -246,7 +232,7 @@ def test_bad_input_on_both_join_sides_is_reported_with_its_side(
     }
     config = parse_any_config(data, base_dir=tmp_path)
     assert isinstance(config, JoinJobConfig)
-    run(spark, config, kafka_bootstrap)
+    run_to_end(config, kafka_bootstrap, spark)
     errors = read_topic(kafka_bootstrap, config.output.errors_topic)
     got = sorted(
         (h["source.input"], h["error.code"], h["source.offset"])

@@ -26,6 +26,7 @@ from jobkit import (
     oracle,
     produce,
     read_topic,
+    run_to_end,
     sentinels,
 )
 from joinjobkit import random_join
@@ -46,14 +47,10 @@ LONG = {"mode": "long_running", "trigger": "available_now", "max_offsets_per_tri
 
 
 def run_job(
-    spark: Any, config: JobConfig | JoinJobConfig, bootstrap: str, **options: Any
+    spark: Any, config: JobConfig | JoinJobConfig, bootstrap: str
 ) -> tuple[LongRunningJob, list[BatchReport]]:
     reports: list[BatchReport] = []
-    job = LongRunningJob(
-        config, bootstrap_servers=bootstrap, spark=spark, on_report=reports.append, **options
-    )
-    job.start()
-    assert job.await_termination(600), "the available-now run did not end"
+    job = run_to_end(config, bootstrap, spark, on_report=reports.append)
     return job, reports
 
 

@@ -25,27 +25,18 @@ from jobkit import (
     oracle,
     produce,
     read_topic,
+    run_to_end,
     sentinels,
 )
 from joinjobkit import random_join
 
-from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.observe.status import job_status
-from window_operator.spark.driver import SparkJob
-from window_operator.spark.longrun import job_for
 
 # jobs in their own processes, each its own Spark: one at a time, beside the lighter tests
 # (bash .ci/run runs two pytest workers with --dist loadgroup)
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
 
 PARTITIONS = 4
-
-
-def run_available_now(spark: Any, config: JobConfig | JoinJobConfig, bootstrap: str) -> SparkJob:
-    job = job_for(config, bootstrap_servers=bootstrap, spark=spark)
-    job.start()
-    assert job.await_termination(600), f"the {config.spark.mode} run did not end"
-    return job
 
 
 @pytest.mark.parametrize(
@@ -78,7 +69,7 @@ def test_a_job_restarted_in_the_other_shape_counts_every_event_once(
             ends = sentinels(int(stream.ts.max()), PARTITIONS)
             produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
         run = config.model_copy(update={"spark": config.spark.model_copy(update={"mode": mode})})
-        job = run_available_now(spark, run, kafka_bootstrap)
+        job = run_to_end(run, kafka_bootstrap, spark)
         applied += job.run_totals.totals.get("applied", 0)
         # micro-batches restart from Spark's checkpoint (or the earliest offsets without
         # one), which is a part behind after a long-running run: that part is replayed
@@ -113,5 +104,5 @@ def test_a_join_restarted_in_the_other_shape_matches_the_oracle(
         join.produce(kafka_bootstrap, i, len(modes))
         spark_section = join.config.spark.model_copy(update={"mode": mode})
         run = join.config.model_copy(update={"spark": spark_section})
-        run_available_now(spark, run, kafka_bootstrap)
+        run_to_end(run, kafka_bootstrap, spark)
     assert join.got(kafka_bootstrap) == join.expected()

@@ -23,6 +23,7 @@ from jobkit import (
     oracle,
     produce,
     read_topic,
+    run_to_end,
     sentinels,
 )
 from joinjobkit import BASE, produce_at, random_join
@@ -32,18 +33,10 @@ from stores.changelog import LOCAL_KEY_PREFIX
 from stores.rocks import ColumnFamily, TaskStore
 from window_operator.config import JobConfig
 from window_operator.runtime.settings import task_state_dir
-from window_operator.spark.driver import StreamingJob
 
 # jobs in their own processes, each its own Spark: one at a time, beside the lighter tests
 # (bash .ci/run runs two pytest workers with --dist loadgroup)
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.xdist_group("spark-jobs")]
-
-
-def run_in_process(spark: Any, config: JobConfig, bootstrap: str) -> StreamingJob:
-    job = StreamingJob(config, bootstrap_servers=bootstrap, spark=spark)
-    job.start()
-    assert job.await_termination(600)
-    return job
 
 
 def test_deleting_every_local_store_between_runs_changes_nothing(
@@ -55,7 +48,7 @@ def test_deleting_every_local_store_between_runs_changes_nothing(
     records = stream.records()
     config = job_config(tmp_path, topic, unique_name("job"))
     produce(kafka_bootstrap, topic, records[:15_000])
-    first = run_in_process(spark, config, kafka_bootstrap)
+    first = run_to_end(config, kafka_bootstrap, spark)
     assert first.run_totals.totals["applied"] == 15_000
     state_root = task_state_dir(Path(config.state.dir), config.job, 0).parent
     stores = sorted(p for p in state_root.glob("task-*"))
@@ -65,7 +58,7 @@ def test_deleting_every_local_store_between_runs_changes_nothing(
     produce(kafka_bootstrap, topic, records[15_000:])
     ends = sentinels(int(stream.ts.max()), 4)
     produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
-    second = run_in_process(spark, config, kafka_bootstrap)
+    second = run_to_end(config, kafka_bootstrap, spark)
     assert second.run_totals.totals["restored_records"] > 0
     assert second.run_totals.totals["applied"] == 15_000 + 4
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
@@ -105,7 +98,7 @@ def test_restore_into_an_empty_state_dir_is_byte_identical(
         ],
         retention={"time": "2m"},  # expiry (range deletes) happens during the run
     )
-    run_in_process(spark, config, kafka_bootstrap)
+    run_to_end(config, kafka_bootstrap, spark)
     config_path = write_yaml(tmp_path / "job.yaml", config)
     # the user-facing commands: rebuild every task's store into an empty directory ...
     restore = cli(
@@ -352,9 +345,7 @@ def test_a_join_survives_losing_every_local_store(
         spark={"trigger": "available_now", "max_offsets_per_trigger": 1_500},
     )
     config = join.config
-    job = StreamingJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
-    job.start()
-    assert job.await_termination(600)
+    run_to_end(config, kafka_bootstrap, spark)
     # the same job once more over the same Spark checkpoint, every local store gone in
     # between: it restores from the changelogs and recognises the input as handled
     state_root = task_state_dir(Path(config.state.dir), config.job, 0).parent
@@ -367,9 +358,7 @@ def test_a_join_survives_losing_every_local_store(
         config.join.left.topic_name,
         [(orjson.dumps({"k": 7, "k2": "", "ts": BASE + 9_500_000, "n": 9_999}), 0, BASE)],
     )
-    again = StreamingJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
-    again.start()
-    assert again.await_termination(600)
+    again = run_to_end(config, kafka_bootstrap, spark)
     assert again.run_totals.totals["restored_records"] > 0, again.run_totals.totals
     # late, but within retention: matches nothing, so it is emitted unmatched
     join.events.append(Ev(0, 7, "", BASE + 9_500_000, 9_999))
