@@ -11,6 +11,7 @@ import pytest
 from stores.keys import prefix_upper_bound
 from stores.rocks import (
     BLOCK_CACHE_BYTES,
+    INFO_LOGS_KEPT,
     WRITE_BUFFER_BYTES,
     ColumnFamily,
     StoreBatch,
@@ -174,3 +175,13 @@ def test_reads_without_fill_cache_leave_the_block_cache_alone(tmp_path: Path) ->
     assert all(store.multi_get(ColumnFamily.WINDOW_META, keys))
     assert store.memory().block_cache > filled
     store.close()
+
+
+def test_a_store_opened_again_and_again_keeps_two_info_logs(tmp_path: Path) -> None:
+    """A micro-batch job opens its stores at every batch and timer pass, and RocksDB
+    starts a new info log each time: an idle job's store grew by the old ones (about
+    60 KB a trigger interval) until RocksDB's default of 1,000 of them."""
+    for _ in range(6):
+        TaskStore(tmp_path).close()
+    logs = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("LOG"))
+    assert len(logs) == INFO_LOGS_KEPT and "LOG" in logs, logs
