@@ -32,6 +32,9 @@ EARLIEST = -2
 """Offset placeholder for the earliest available offset (as in Spark's JSON offsets)."""
 
 _CONSUME_WAIT_S = 0.1
+#: How long a read that met a partition's end early waits for the broker's answer to
+#: where the partition ends.
+_END_CHECK_S = 10.0
 
 
 class KafkaSourceError(WindowOperatorError, RuntimeError):
@@ -104,12 +107,41 @@ def read_messages(p: RangeLike) -> Iterator[list[Any]]:
             msgs: list[Any] = consumer.consume(num_messages=want, timeout=_CONSUME_WAIT_S)
             if msgs:
                 progress.take(msgs)
+            if progress.short_end is not None:
+                _check_end(p, progress.short_end)
+                progress.short_end = None
             if len(progress.pending) >= batch_rows or (progress.done and progress.pending):
                 yield progress.drain()
             if not progress.done:
                 progress.check_deadline()
     finally:
         consumer.close()
+
+
+def _check_end(p: RangeLike, eof_at: int) -> None:
+    """The read met the partition's end at ``eof_at``, before the range's end: fail at
+    once if the broker holds no record there at all (waiting for them would only time
+    out), not when records wait behind an open transaction. So the end asked for is the
+    high watermark (``read_uncommitted``: under ``read_committed`` the broker answers
+    with the last stable offset, which stops before an open transaction)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    probe = Consumer({**p.consumer_config, "isolation.level": "read_uncommitted"})
+    try:
+        _, high = probe.get_watermark_offsets(
+            TopicPartition(p.topic, p.partition), timeout=_END_CHECK_S
+        )
+    except KafkaException:  # no answer now: the poll timeout still bounds the wait
+        return
+    finally:
+        probe.close()
+    if high < p.until:
+        raise KafkaSourceError(
+            f"Kafka source: {p.topic}[{p.partition}] ends at offset {high}, before the end "
+            f"of {_describe(p)} (the read met its end at {eof_at}): those records are not "
+            "there (the topic was deleted and created again, or this is not the broker "
+            "that held them)"
+        )
 
 
 @dataclass
@@ -123,6 +155,8 @@ class _RangeProgress:
     deadline: float = 0.0
     last_error: str = ""
     done: bool = False
+    #: the partition's end the read met before the range's end (not checked yet)
+    short_end: int | None = None
 
     def __post_init__(self) -> None:
         self.next_offset = self.p.start
@@ -146,6 +180,8 @@ class _RangeProgress:
             eof_at = m.offset()
             if eof_at is not None and eof_at >= self.p.until:
                 self.done = True
+            elif eof_at is not None:
+                self.short_end = eof_at
         elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             raise KafkaSourceError(
                 f"Kafka source: data loss reading {_describe(self.p)}: {err.str()} "

@@ -19,18 +19,42 @@ from window_operator.spark.kafka_source.options import parse_options  # noqa: E4
 
 
 def test_read_partition_times_out_naming_the_range(kafka_bootstrap: str, topic: str) -> None:
+    """Offsets 3 to 9 are there but behind an open transaction: the read waits for them
+    (they may commit), until the poll timeout."""
     produce(kafka_bootstrap, topic, [(0, b"k", b"v", None)] * 3)
+    producer = transactional_producer(kafka_bootstrap)
+    producer.begin_transaction()
+    produce(kafka_bootstrap, topic, [(0, b"k", b"open", None)] * 7, producer=producer)
+    assert producer.flush(30) == 0
     opts = parse_options({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic})
     part = KafkaInputPartition(topic, 0, 0, 10, opts.consumer_config(), poll_timeout_ms=800)
-    with pytest.raises(
-        KafkaSourceError, match=rf"{re.escape(topic)}\[0\] offsets \[0, 10\).*expected offset 3"
-    ):
-        list(read_partition(part))
+    try:
+        with pytest.raises(
+            KafkaSourceError,
+            match=rf"{re.escape(topic)}\[0\] offsets \[0, 10\).*expected offset 3",
+        ):
+            list(read_partition(part))
+    finally:
+        producer.abort_transaction(30)
     # A range ending at the end of the partition finishes (EOF), with exactly its records.
     part = KafkaInputPartition(topic, 0, 1, 3, opts.consumer_config(), poll_timeout_ms=5000)
     batches = list(read_partition(part))
     assert [b.num_rows for b in batches] == [2]
     assert batches[0].column("offset").to_pylist() == [1, 2]
+
+
+def test_a_range_past_the_end_of_its_partition_fails_at_once(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    """The partition holds 3 records and the range asks for 10 (the topic was created
+    again, or the job points at another broker): no record can come, so the read says
+    so at once, where it waited for the whole poll timeout (5 minutes by default, and
+    again at every task retry) and blamed an unreachable broker."""
+    produce(kafka_bootstrap, topic, [(0, b"k", b"v", None)] * 3)
+    opts = parse_options({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic})
+    part = KafkaInputPartition(topic, 0, 0, 10, opts.consumer_config(), poll_timeout_ms=60_000)
+    with pytest.raises(KafkaSourceError, match=rf"{re.escape(topic)}\[0\] ends at offset 3,"):
+        list(read_partition(part))
 
 
 @pytest.mark.xfail(
