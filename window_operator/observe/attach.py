@@ -160,14 +160,13 @@ def run_observed(
     # job at once, in the middle of a batch
     interrupted = threading.Event()
     previous = {
-        sig: signal.signal(sig, lambda *_: interrupted.set())
+        sig: signal.signal(sig, lambda *_: _interrupt(interrupted))
         for sig in (signal.SIGINT, signal.SIGTERM)
     }
     try:
         job.start()
         while not job.await_termination(1):
             if interrupted.is_set():
-                log.info("stopping after the running micro-batch or epoch (Ctrl-C or SIGTERM)")
                 if isinstance(job, StreamingJob):
                     _stop_between_batches(job)
                 break
@@ -183,6 +182,20 @@ def run_observed(
         heartbeat.stop()
         observers.close()
         job.spark.stop()
+
+
+def _interrupt(interrupted: threading.Event) -> None:
+    """Ctrl-C or SIGTERM: the first lets the running batch or start-up pass finish; a
+    second stops at once (a start-up pass can wait minutes for a broker: the job then
+    stops as a crash does, which the commit protocol recovers from)."""
+    if interrupted.is_set():
+        log.warning("interrupted again: stopping now, without waiting for the running work")
+        raise KeyboardInterrupt
+    interrupted.set()
+    log.info(
+        "stopping after the running micro-batch, epoch or start-up pass (Ctrl-C again to "
+        "stop at once)"
+    )
 
 
 def _stop_between_batches(job: StreamingJob) -> None:
