@@ -100,6 +100,14 @@ def seconds(text: str) -> float:
     return value
 
 
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    value = _number(text, float, "a number")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def add_config_option(parser: argparse.ArgumentParser) -> None:
     """``--config``, the job file (required)."""
     parser.add_argument("--config", required=True, help="job YAML file")

@@ -334,7 +334,7 @@ def _add_demo(sub: Subparsers) -> None:
     )
     demo.add_argument("--config", help="job YAML (default: config/clicks.yaml)")
     demo.add_argument("--events", type=positive_int, default=3000, help="clicks to produce")
-    demo.add_argument("--seconds", type=float, default=30.0, help="wall time to produce them")
+    demo.add_argument("--seconds", type=seconds, default=30.0, help="wall time to produce them")
     demo.add_argument("--chart", help="where to write the PNG chart (default: the run's temp dir)")
     demo.add_argument(
         "--mode",

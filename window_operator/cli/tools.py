@@ -17,6 +17,7 @@ from window_operator.cli.common import (
     parse_time,
     port_number,
     positive_int,
+    positive_number,
 )
 
 if TYPE_CHECKING:
@@ -102,7 +103,9 @@ def _add_nexmark(sub: Subparsers) -> None:
         "--events", type=positive_int, required=True, help="events of all kinds (1:3:46)"
     )
     add_bootstrap_option(gen)
-    gen.add_argument("--rate", type=float, default=10_000.0, help="events per second of event time")
+    gen.add_argument(
+        "--rate", type=positive_number, default=10_000.0, help="events per second of event time"
+    )
     gen.add_argument("--topic-prefix", default="nexmark-", help="topic name prefix")
     gen.add_argument("--partitions", type=positive_int, default=4, help="partitions of new topics")
     gen.add_argument("--seed", type=int, default=0, help="seed of every random draw")

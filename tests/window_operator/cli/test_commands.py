@@ -532,6 +532,11 @@ def test_argument_mistakes_are_one_line_before_anything_starts(tmp_path: Path) -
             (["status", "--config", job, "--interval", "inf", "--bootstrap-servers", closed],
              2, "--interval: must be a finite number >= 0, got inf"),
             (["broker", "--port", "-1"], 2, "--port: must be a port from 0 to 65535, got -1"),
+            # a traceback after Spark's start (a fresh-user walkthrough found it)
+            (["demo", "--seconds", "-1", "--bootstrap-servers", closed],
+             2, "--seconds: must be a finite number >= 0, got -1"),
+            (["nexmark", "generate", "--events", "9", "--rate", "0", "--bootstrap-servers", closed],
+             2, "--rate: must be a finite number > 0, got 0"),
             (["run", "--config", job, "--conf", "=x", "--bootstrap-servers", closed],
              2, "--conf expects key=value, got '=x'"),
             (["simulate", "--config", job, "--input", str(events), "--output", str(tmp_path)],
