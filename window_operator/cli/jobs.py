@@ -88,6 +88,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         detail = ", ".join(f"{code}: {n}" for code, n in sorted(summary.errors.items()))
         where = f" (see {args.errors})" if args.errors else " (use --errors FILE for details)"
         print(f"simulate: error records by code: {detail}{where}", file=sys.stderr)
+    if summary.rejected and not summary.applied:
+        print(
+            "simulate: warning: every record was rejected: check the config's field names "
+            "(input.key, input.timestamp, the aggregations' fields) against the input's",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -220,6 +220,22 @@ def test_simulate_is_deterministic_and_reports_errors(tmp_path: Path) -> None:
     assert all(e["reason"] and e["offset"] is not None for e in errors)
 
 
+def test_simulate_warns_when_every_record_is_rejected(tmp_path: Path) -> None:
+    """A typo in a field name rejects every record as MISSING_FIELD: the run said only
+    "0 applied" among its counts (on Kafka every record would go to the errors topic)."""
+    job = job_file(tmp_path, "in")
+    job.write_text(job.read_text().replace("{name: n, op: count}", "{name: n, op: sum, field: x}"))
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1, "y": 1}\n{"k": "b", "ts": 2, "y": 2}\n')
+    proc = cli("simulate", "--config", str(job), "--input", str(events))
+    assert proc.returncode == 0, proc.stderr
+    assert "error records by code: MISSING_FIELD: 2" in proc.stderr
+    assert "warning: every record was rejected: check the config's field names" in proc.stderr
+    events.write_text('{"k": "a", "ts": 1, "x": 1}\n{"k": "b", "ts": 2}\n')
+    proc = cli("simulate", "--config", str(job), "--input", str(events))
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
 def test_simulate_reads_a_pipe_or_a_device(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(
