@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from window_operator.broker import BrokerError
-from window_operator.cli import jobs, produce, state, tools
+from window_operator.cli import jobs, produce, read, state, tools
 from window_operator.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INPUT, CliError
 from window_operator.config import ConfigError
 from window_operator.errors import IncompatibleStateError, JobSetupError, UserCodeExitError
@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     jobs.add_parsers(sub)
     produce.add_parsers(sub)
+    read.add_parsers(sub)
     state.add_parsers(sub)
     tools.add_parsers(sub)
     return parser

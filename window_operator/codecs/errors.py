@@ -7,11 +7,12 @@ key and value bytes, and the reason in headers. :func:`error_json` is the form f
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Final
 
 import orjson
 
-from window_operator.results import ErrorRecord
+from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = [
     "HEADER_ERROR_CODE",
@@ -20,6 +21,7 @@ __all__ = [
     "HEADER_SOURCE_PARTITION",
     "HEADER_SOURCE_INPUT",
     "HEADER_SOURCE_TOPIC",
+    "decode_error",
     "encode_error",
     "error_json",
 ]
@@ -57,6 +59,38 @@ def encode_error(
     if err.offset is not None:
         headers.append((HEADER_SOURCE_OFFSET, str(err.offset).encode()))
     return key, err.raw, headers
+
+
+def decode_error(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, str | bytes | None]] | None,
+) -> ErrorRecord:
+    """The error record of an errors-topic record (:func:`encode_error`'s inverse).
+
+    Raises :class:`ValueError` for a record without a known ``error.code`` header (not
+    an error record of this product).
+    """
+    text = {
+        k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+        for k, v in headers or ()
+        if v is not None
+    }
+    code = ErrorCode(text.get(HEADER_ERROR_CODE, ""))
+
+    def number(name: str) -> int | None:
+        return int(text[name]) if name in text else None
+
+    return ErrorRecord(
+        code,
+        text.get(HEADER_ERROR_REASON, ""),
+        number(HEADER_SOURCE_PARTITION),
+        number(HEADER_SOURCE_OFFSET),
+        value,
+        text.get(HEADER_SOURCE_TOPIC),
+        key,
+        text.get(HEADER_SOURCE_INPUT),
+    )
 
 
 def error_json(err: ErrorRecord) -> bytes:

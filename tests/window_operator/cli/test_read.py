@@ -1,0 +1,88 @@
+"""``window-operator read``: a job's results and error records from Kafka, as lines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from jobkit import create_topic, read_topic
+
+from window_operator.codecs import result_decoder_for
+from window_operator.config import JobConfig, load_config
+from window_operator.runtime.batch import LocalJob
+from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.settings import TaskSettings
+from window_operator.spark.topics import prepare_topics
+
+pytestmark = pytest.mark.kafka
+S = 1000
+
+
+def read(config: Path, bootstrap: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "window_operator", "read", "--config", str(config),
+         "--bootstrap-servers", bootstrap, *args],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+
+
+def ran_job(tmp: Path, bootstrap: str, name: Callable[[str], str], output: str) -> JobConfig:
+    """A tumbling 10 s count over 5 records, two of them bad, run without Spark."""
+    topic = name("in")
+    create_topic(bootstrap, topic, 1)
+    doc = {
+        "job": name("job"),
+        "input": {"topic": topic, "key": "k", "timestamp": "ts"},
+        "window": {"type": "tumbling", "size": "10s"},
+        "aggregations": [{"name": "n", "op": "count"}],
+        "output": {"format": output},
+        "state": {"dir": str(tmp / "state")},
+    }
+    (tmp / "job.yaml").write_text(yaml.safe_dump(doc))
+    config = load_config(tmp / "job.yaml")
+    values = [b'{"k":"a","ts":1000}', b"{broken", b'{"k":"a","ts":2000}', b'{"k":"b"}',
+              b'{"k":"a","ts":25000}']  # fmt: skip
+    job = LocalJob(TaskSettings(config, bootstrap, str(tmp), prepare_topics(config, bootstrap)))
+    job.run_batch([InputRecords(topic, 0, list(range(5)), [b"a"] * 5, values)], 1_000)
+    return config
+
+
+@pytest.mark.parametrize("output", ["json", "avro"])
+def test_read_prints_the_results_and_the_error_records_the_job_sent(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], output: str
+) -> None:
+    config = ran_job(tmp_path, kafka_bootstrap, unique_name, output)
+    decoder = result_decoder_for(config)
+    sent = [decoder.decode(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    proc = read(tmp_path / "job.yaml", kafka_bootstrap)
+    assert proc.returncode == 0, proc.stderr
+    got = [orjson.loads(line) for line in proc.stdout.splitlines()]
+    assert got == sent and [(r["key"], r["values"]["n"]) for r in got] == [("a", 2)]
+    assert f"read: 1 results from {config.output.topic}" in proc.stderr.decode()
+
+    proc = read(tmp_path / "job.yaml", kafka_bootstrap, "--errors")
+    assert proc.returncode == 0, proc.stderr
+    errors = [orjson.loads(line) for line in proc.stdout.splitlines()]
+    assert [(e["code"], e["topic"], e["partition"], e["offset"], e["raw"]) for e in errors] == [
+        ("BAD_JSON", config.input.topic, 0, 1, "{broken"),
+        ("MISSING_TIMESTAMP", config.input.topic, 0, 3, '{"k":"b"}'),
+    ]  # as simulate --errors writes them
+    assert all(e["reason"] for e in errors)
+
+
+def test_read_of_a_job_that_never_ran_says_so(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: {unique_name('job')}\ninput: {{topic: in, key: k, timestamp: ts}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    proc = read(job, kafka_bootstrap)
+    assert proc.returncode == 2, proc.stderr
+    assert b"does not exist on" in proc.stderr and b"Traceback" not in proc.stderr
