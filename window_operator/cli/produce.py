@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from window_operator.cli.common import (
+    EXIT_FAILED,
     CliError,
     add_bootstrap_option,
     add_config_option,
@@ -90,6 +91,16 @@ class Produced:
     not_json: int = 0
     #: lines that named a partition their topic does not have (they went by key)
     off_partition: int = 0
+    #: lines larger than the producer's ``message.max.bytes``: skipped
+    too_large: int = 0
+    #: records the broker refused, by its reason
+    failed: Counter[str] = field(default_factory=Counter)
+
+    def delivered(self, err: Any, msg: Any) -> None:
+        """The producer's delivery report of one record (a refused one is not produced)."""
+        if err is not None:
+            self.records[msg.topic()] -= 1
+            self.failed[err.str()] += 1
 
     def summary(self) -> str:
         """The closing line."""
@@ -106,6 +117,13 @@ class Produced:
                 f"; {self.off_partition} lines named a partition their topic does not have "
                 "(or no partition number): produced to the partition of their key"
             )
+        if self.too_large:
+            out += (
+                f"; {self.too_large} lines are larger than the producer's message.max.bytes "
+                "(kafka.producer): skipped"
+            )
+        for reason, n in sorted(self.failed.items()):
+            out += f"; {n} records refused by the broker: {reason}"
         return out
 
 
@@ -213,17 +231,26 @@ def _dumps(record: dict[str, Any], literals: bool) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _send(producer: Producer, routed: Routed) -> None:
+def _send(producer: Producer, routed: Routed, produced: Produced) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
     topic, key, value = routed.target.topic, routed.key, routed.value
+    options: dict[str, Any] = {"on_delivery": produced.delivered}
+    if routed.partition is not None:
+        options["partition"] = routed.partition
     while True:
         try:
-            if routed.partition is None:
-                producer.produce(topic, key=key, value=value)
-            else:
-                producer.produce(topic, key=key, value=value, partition=routed.partition)
-            return
+            producer.produce(topic, key=key, value=value, **options)
         except BufferError:
             producer.poll(0.1)
+            continue
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                raise CliError(f"producing to {topic} failed: {exc.args[0].str()}") from None
+            produced.too_large += 1
+            return
+        produced.records[topic] += 1
+        return
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
@@ -233,14 +260,15 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     input_path = input_file(args.input)
     bootstrap = bootstrap_servers(args, config)
     inputs = targets(config)
-    admin = KafkaAdmin(bootstrap)
+    admin = KafkaAdmin(bootstrap, client_config=config.kafka.consumer)
     partitions: dict[str, int] = {}
     for topic in sorted({t.topic for t in inputs.values()}):
         # retention.ms=-1: sample data carries historical event times
         admin.create_topic(topic, args.partitions, {"retention.ms": "-1"})
         partitions[topic] = admin.require_topic(topic, hint="create it", kind="input topic")
     inputs = {name: replace(t, partitions=partitions[t.topic]) for name, t in inputs.items()}
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    # the job's producer settings (a secured cluster's), as the job's own producers
+    producer = Producer({"linger.ms": 20, **config.kafka.producer, "bootstrap.servers": bootstrap})
     produced = Produced()
     bar = file_progress(input_path, "produce")
     with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
@@ -250,12 +278,11 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             line = line.strip()
             routed = route(line, inputs, produced) if line else None
             if routed is not None:
-                _send(producer, routed)
-                produced.records[routed.target.topic] += 1
+                _send(producer, routed, produced)
     if producer.flush(60):
         raise CliError("some records were not acknowledged by the broker")
     print(produced.summary(), file=sys.stderr)
-    return 0
+    return EXIT_FAILED if produced.failed else 0
 
 
 def add_parsers(sub: Subparsers) -> None:

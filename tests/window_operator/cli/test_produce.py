@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
+from jobkit import read_topic
 
 from window_operator.cli.produce import Produced, Routed, Target, kafka_key, route, targets
 from window_operator.config import load_any_config
+from window_operator.kafka_admin import KafkaAdmin
 
 ROOT = Path(__file__).resolve().parents[3]
 #: A job's inputs, and what routing lines to them counted.
@@ -135,3 +140,45 @@ def test_a_line_that_names_its_partition_goes_there_if_its_topic_has_it(
         routed = route(none, inputs, produced)
         assert routed is not None and routed.partition is None
     assert produced.off_partition == 5  # naming none is not counted
+
+
+@pytest.mark.kafka
+def test_a_line_too_large_or_refused_is_counted_never_reported_produced(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A line over the job's ``kafka.producer`` ``message.max.bytes`` was a traceback;
+    a record the broker refused (over the topic's ``max.message.bytes``) was counted as
+    produced, with exit status 0, and was not in the topic."""
+    small, big = unique_name("small"), unique_name("big")
+    KafkaAdmin(kafka_bootstrap).create_topic(small, 1, {"max.message.bytes": "500"})
+    lines = tmp_path / "in.jsonl"
+    lines.write_bytes(
+        orjson.dumps({"page": "/a", "ts": 1, "pad": "x" * 2_000}) + b"\n"
+        + orjson.dumps({"page": "/b", "ts": 2}) + b"\n"
+    )  # fmt: skip
+
+    def produce(topic: str, kafka: str) -> subprocess.CompletedProcess[str]:
+        job = tmp_path / f"{topic}.yaml"
+        job.write_text(
+            f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp: ts}}\n"
+            "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n" + kafka
+        )
+        return subprocess.run(
+            [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
+             "--input", str(lines), "--bootstrap-servers", kafka_bootstrap],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    proc = produce(big, 'kafka: {producer: {"message.max.bytes": "1000"}}\n')
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"produced 1 records (1 to {big}); 1 lines are larger than the producer's "
+        "message.max.bytes (kafka.producer): skipped"
+    )
+    assert [m.value() for m in read_topic(kafka_bootstrap, big)] == [b'{"page":"/b","ts":2}']
+    proc = produce(small, "")
+    assert proc.returncode == 1, proc.stderr
+    assert "records refused by the broker" in proc.stderr, proc.stderr
+    # what is in the topic is what the summary says was produced
+    count = int(proc.stderr.split("produced ")[1].split(" records")[0])
+    assert len(read_topic(kafka_bootstrap, small)) == count
