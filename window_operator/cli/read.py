@@ -1,30 +1,38 @@
-"""``read``: print a job's results or error records from Kafka, as ``simulate`` writes
-them (a result a JSON line; an error record the JSON line of ``simulate --errors``), so
-what the job sent can be compared with what ``simulate`` makes of the same input."""
+"""``read``: print a job's results or error records from Kafka, one JSON line each.
+
+A result is the line ``simulate`` writes for it; a retraction, a tombstone on Kafka, is
+its window's key fields with ``"kind": "RETRACT"`` (a tombstone carries no
+``update_seq`` nor values). An error record is the line of ``simulate --errors`` with
+the input's ``topic``, a join's ``source`` (the input that rejected it) and
+``raw_base64`` (the exact bytes). The output topic is compacted: once the broker has
+compacted it, only the latest record of each window is left to read.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from window_operator.cli.common import (
     EXIT_CONFIG,
+    EXIT_FAILED,
     CliError,
     add_bootstrap_option,
     add_config_option,
     bootstrap_servers,
     load_checked_config,
 )
-from window_operator.codecs import result_decoder_for
-from window_operator.codecs.errors import decode_error, error_json
+from window_operator.codecs import decode_error, error_json, result_decoder_for
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kafka_admin import KafkaAdmin
-from window_operator.kafka_range import range_consumer_config
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -35,6 +43,15 @@ __all__ = ["add_parsers"]
 
 #: How long one poll waits for records (a read ends once every partition reached its end).
 _POLL_S = 0.2
+#: How long a read goes on while the broker brings nothing but errors (or, before every
+#: partition's end was reached, nothing at all).
+_STALL_S = 30.0
+
+
+@dataclass
+class _Counts:
+    printed: int = 0
+    skipped: int = 0
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
@@ -51,49 +68,69 @@ def _cmd_read(args: argparse.Namespace) -> int:
         )
     line = _error_line if args.errors else _result_line(config)
     consumer_config = {**config.kafka.consumer, "bootstrap.servers": bootstrap}
-    printed = skipped = 0
-    out = sys.stdout.buffer
-    for m in _messages(consumer_config, topic, partitions, follow=args.follow):
-        text = line(m)
-        if text is None:
-            skipped += 1
-            continue
-        out.write(text + b"\n")
-        printed += 1
-        if args.follow:
-            out.flush()
-    out.flush()
+    counts = _Counts()
+    try:
+        _print(_messages(consumer_config, topic, partitions, follow=args.follow), line, counts)
+    except KeyboardInterrupt:  # how --follow ends
+        if not args.follow:
+            raise
     what = "error records" if args.errors else "results"
-    other = f", {skipped} records that are not" if skipped else ""
-    print(f"read: {printed} {what} from {topic}{other}", file=sys.stderr)
+    other = f", {counts.skipped} records that are not" if counts.skipped else ""
+    print(f"read: {counts.printed} {what} from {topic}{other}", file=sys.stderr)
     return 0
 
 
+def _print(
+    messages: Iterator[Message], line: Callable[[Message], bytes | None], counts: _Counts
+) -> None:
+    out = sys.stdout.buffer
+    try:
+        for m in messages:
+            text = line(m)
+            if text is None:
+                counts.skipped += 1
+                continue
+            out.write(text + b"\n")
+            counts.printed += 1
+            out.flush()
+    finally:
+        out.flush()
+
+
 def _result_line(config: JobConfig | JoinJobConfig) -> Callable[[Message], bytes | None]:
-    """A result's JSON line (``None``: a tombstone, or a record no result decodes from)."""
-    if config.output.format == "json":
-        return lambda m: _json_value(m.value())
-    assert isinstance(config, JobConfig)  # a join writes JSON only
-    decoder = result_decoder_for(config)
+    """A result's JSON line, a retraction's, or ``None`` (a record no result decodes from)."""
+    decoder = None
+    if config.output.format != "json":
+        assert isinstance(config, JobConfig)  # a join writes JSON only
+        decoder = result_decoder_for(config)
 
     def line(m: Message) -> bytes | None:
+        value = m.value()
         try:
-            doc = decoder.decode(m.value())
-        except ValueError:
+            if value is None:
+                retraction = _retraction(m.key())
+                return None if retraction is None else orjson.dumps(retraction)
+            if decoder is None:
+                return _json_line(value)
+            return orjson.dumps(decoder.decode(value), default=str)
+        except ValueError:  # the JSON readers' and the Avro decoder's errors
             return None
-        return None if doc is None else orjson.dumps(doc, default=str)
 
     return line
 
 
-def _json_value(value: bytes | None) -> bytes | None:
-    if value is None:
-        return None
-    try:
-        orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return None
-    return value
+def _json_line(value: bytes) -> bytes:
+    """A JSON result as the job wrote it (the standard library reads what orjson does not:
+    integers beyond 64 bits), on one line."""
+    doc = json.loads(value)
+    return value if b"\n" not in value else json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _retraction(key: bytes | None) -> dict[str, Any] | None:
+    """A tombstone's line: its window's key fields and the kind (``None``: a key that
+    names no window)."""
+    doc = orjson.loads(key) if key is not None else None
+    return {**doc, "kind": "RETRACT"} if isinstance(doc, dict) else None
 
 
 def _error_line(m: Message) -> bytes | None:
@@ -110,24 +147,44 @@ def _messages(
     consumer_config: dict[str, Any], topic: str, partitions: int, *, follow: bool
 ) -> Iterator[Message]:
     """Every record of ``topic`` from its start, until each partition's end (``follow``:
-    until Ctrl-C)."""
+    until Ctrl-C). Raises :class:`CliError` when the broker brings nothing but errors for
+    :data:`_STALL_S` (or, before the end, nothing at all)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-    conf = range_consumer_config(consumer_config)
-    conf["group.id"] = f"window-operator-read-{uuid.uuid4().hex}"
-    consumer = Consumer(conf)
+    consumer = Consumer(
+        {
+            "isolation.level": "read_committed",
+            **consumer_config,
+            "group.id": f"window-operator-read-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",  # records deleted while it reads: go on
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         at_end: set[int] = set()
+        last_error = ""
+        progress = time.monotonic()
         while follow or len(at_end) < partitions:
             for m in consumer.consume(1_000, timeout=_POLL_S):
                 err = m.error()
                 if err is None:
+                    progress, last_error = time.monotonic(), ""
                     yield m
                 elif err.code() == KafkaError._PARTITION_EOF:
+                    progress, last_error = time.monotonic(), ""
                     at_end.add(m.partition() or 0)
                 elif err.fatal():
-                    raise CliError(f"reading {topic} failed: {err.str()}")
+                    raise CliError(f"reading {topic} failed: {err.str()}", EXIT_FAILED)
+                else:
+                    last_error = err.str()
+            if (last_error or not follow) and time.monotonic() - progress > _STALL_S:
+                cause = last_error or "no record and no end of partition"
+                raise CliError(
+                    f"reading {topic}: nothing from the broker for {_STALL_S:.0f} s ({cause})",
+                    EXIT_FAILED,
+                )
     finally:
         consumer.close()
 

@@ -25,8 +25,8 @@ Output
 
 Errors
     :func:`encode_error` (:mod:`.errors`) gives the Kafka record of a rejected input for
-    the errors topic (the dead-letter-queue convention); :func:`error_json` the one-line
-    JSON form for files.
+    the errors topic (the dead-letter-queue convention), :func:`decode_error` reads it
+    back, and :func:`error_json` is its one-line JSON form.
 """
 
 from window_operator.codecs.avro_input import AvroPayloadDecoder, AvroWire
@@ -38,6 +38,7 @@ from window_operator.codecs.errors import (
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
     HEADER_SOURCE_TOPIC,
+    decode_error,
     encode_error,
     error_json,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "ResultDecoder",
     "ResultEncoder",
     "ResultKey",
+    "decode_error",
     "decode_payloads",
     "decode_result_key",
     "decode_result_value",

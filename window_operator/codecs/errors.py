@@ -1,7 +1,8 @@
 """Error records: the Kafka record of a rejected input, and its one-line JSON form.
 
 :func:`encode_error` follows the Kafka Connect dead-letter-queue convention: the original
-key and value bytes, and the reason in headers. :func:`error_json` is the form for files.
+key and value bytes, and the reason in headers; :func:`decode_error` reads it back, and
+:func:`error_json` is its one-line JSON form.
 """
 
 from __future__ import annotations
@@ -94,12 +95,16 @@ def decode_error(
 
 
 def error_json(err: ErrorRecord) -> bytes:
-    """One JSON object for an errors file (no trailing newline).
+    """One JSON object for an error record read from Kafka (``window-operator read
+    --errors``; no trailing newline).
 
-    :meth:`ErrorRecord.to_dict <window_operator.results.ErrorRecord.to_dict>` plus
-    ``raw_base64``, the exact original bytes (``raw`` is their UTF-8 reading with
-    replacement characters, lossy for binary payloads such as Avro).
+    :meth:`ErrorRecord.to_dict <window_operator.results.ErrorRecord.to_dict>` (the form
+    of ``simulate --errors``), plus a join's ``source`` (the input that rejected it)
+    when known, and ``raw_base64``, the exact original bytes (``raw`` is their UTF-8
+    reading with replacement characters, lossy for binary payloads such as Avro).
     """
     doc = err.to_dict()
+    if err.source is not None:
+        doc["source"] = err.source
     doc["raw_base64"] = None if err.raw is None else base64.b64encode(err.raw).decode()
     return orjson.dumps(doc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
-from jobkit import create_topic, read_topic
+from jobkit import create_topic, produce, read_topic
 
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig, load_config
@@ -73,6 +74,32 @@ def test_read_prints_the_results_and_the_error_records_the_job_sent(
         ("MISSING_TIMESTAMP", config.input.topic, 0, 3, '{"k":"b"}'),
     ]  # as simulate --errors writes them
     assert all(e["reason"] for e in errors)
+
+
+def test_a_retraction_reads_as_its_window_and_follow_ends_with_ctrl_c(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A RETRACT is a tombstone on Kafka (a session merged away): it was left out, as if
+    the session it retracts still stood. ``--follow`` prints as records come, and Ctrl-C
+    ends it with the closing line and exit status 0."""
+    config = ran_job(tmp_path, kafka_bootstrap, unique_name, "json")
+    window = b'{"key":"a","window_start":0,"window_end":10000}'
+    produce(kafka_bootstrap, config.output.topic, [], raw=[(window, None, 0)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "window_operator", "read", "--config", str(tmp_path / "job.yaml"),
+         "--bootstrap-servers", kafka_bootstrap, "--follow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline(), proc.stdout.readline()]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert orjson.loads(lines[1]) == {
+        "key": "a", "window_start": 0, "window_end": 10_000, "kind": "RETRACT"
+    }  # fmt: skip
+    assert orjson.loads(lines[0])["kind"] == "ON_TIME"
+    assert f"read: 2 results from {config.output.topic}" in err.decode()
 
 
 def test_read_of_a_job_that_never_ran_says_so(
