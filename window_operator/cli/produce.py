@@ -93,11 +93,11 @@ class Produced:
     off_partition: int = 0
     #: lines larger than the producer's ``message.max.bytes``: skipped
     too_large: int = 0
-    #: records the broker refused, by its reason
+    #: records not written (the broker refused them, or they timed out), by the reason
     failed: Counter[str] = field(default_factory=Counter)
 
     def delivered(self, err: Any, msg: Any) -> None:
-        """The producer's delivery report of one record (a refused one is not produced)."""
+        """The producer's delivery report of one record (a failed one is not produced)."""
         if err is not None:
             self.records[msg.topic()] -= 1
             self.failed[err.str()] += 1
@@ -123,7 +123,7 @@ class Produced:
                 "(kafka.producer): skipped"
             )
         for reason, n in sorted(self.failed.items()):
-            out += f"; {n} records refused by the broker: {reason}"
+            out += f"; {n} records not written: {reason}"
         return out
 
 
@@ -246,7 +246,8 @@ def _send(producer: Producer, routed: Routed, produced: Produced) -> None:
             continue
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                raise CliError(f"producing to {topic} failed: {exc.args[0].str()}") from None
+                message = f"producing to {topic} failed: {exc.args[0].str()}"
+                raise CliError(message, EXIT_FAILED) from None
             produced.too_large += 1
             return
         produced.records[topic] += 1
@@ -280,7 +281,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             if routed is not None:
                 _send(producer, routed, produced)
     if producer.flush(60):
-        raise CliError("some records were not acknowledged by the broker")
+        raise CliError("some records were not acknowledged by the broker", EXIT_FAILED)
     print(produced.summary(), file=sys.stderr)
     return EXIT_FAILED if produced.failed else 0
 
