@@ -8,6 +8,7 @@ file and Spark's progress listener; :meth:`Observers.close` takes them down agai
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -186,15 +187,19 @@ def run_observed(
 
 def _interrupt(interrupted: threading.Event) -> None:
     """Ctrl-C or SIGTERM: the first lets the running batch or start-up pass finish; a
-    second stops at once (a start-up pass can wait minutes for a broker: the job then
-    stops as a crash does, which the commit protocol recovers from)."""
+    second stops the process at once, as a crash does, which the commit protocol
+    recovers from (a start-up pass can wait minutes for a broker, and the first signal
+    is looked at only once it ended). A signal handler: it writes to stderr directly
+    (no logging from inside one), and a KeyboardInterrupt raised in the middle of a
+    py4j call would print its tracebacks."""
     if interrupted.is_set():
-        log.warning("interrupted again: stopping now, without waiting for the running work")
-        raise KeyboardInterrupt
+        os.write(2, b"window-operator: interrupted again: stopping now\n")
+        os._exit(130)
     interrupted.set()
-    log.info(
-        "stopping after the running micro-batch, epoch or start-up pass (Ctrl-C again to "
-        "stop at once)"
+    os.write(
+        2,
+        b"window-operator: stopping after the running micro-batch, epoch or start-up pass "
+        b"(Ctrl-C again to stop at once)\n",
     )
 
 

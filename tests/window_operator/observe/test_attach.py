@@ -1,25 +1,50 @@
 """The job's Ctrl-C and SIGTERM handler (``run_observed``): a first signal lets the
-running work finish, a second stops at once."""
+running work finish, a second stops the process at once."""
 
 from __future__ import annotations
 
-import logging
-import threading
+import subprocess
+import sys
 
-import pytest
-
+#: A process that installs the handler, then waits as a start-up pass does (the first
+#: signal only sets the flag the job looks at between batches).
+_WAITS = """
+import signal, sys, threading, time
 from window_operator.observe.attach import _interrupt
+flag = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: _interrupt(flag))
+print("ready", flush=True)
+time.sleep(float(sys.argv[1]))
+print("first only" if flag.is_set() else "none", flush=True)
+"""
 
 
-def test_a_second_interrupt_stops_at_once(caplog: pytest.LogCaptureFixture) -> None:
-    """A start-up pass can wait minutes for a broker, and the first signal is only
-    looked at once it ended: before, a second Ctrl-C or SIGTERM did nothing more, and a
-    user could not stop the job short of SIGKILL."""
-    interrupted = threading.Event()
-    with caplog.at_level(logging.INFO, logger="window_operator.observe.attach"):
-        _interrupt(interrupted)
-        assert interrupted.is_set()
-        assert "Ctrl-C again to stop at once" in caplog.text
-        with pytest.raises(KeyboardInterrupt):
-            _interrupt(interrupted)
-    assert "interrupted again: stopping now" in caplog.text
+def run_signalled(signals: int, wait_s: float) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WAITS, str(wait_s)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    assert proc.stderr is not None
+    seen = ""
+    for _ in range(signals):
+        proc.terminate()
+        seen += proc.stderr.readline()  # handled (two at once would be one signal)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, seen + err)
+
+
+def test_a_first_signal_lets_the_work_finish() -> None:
+    done = run_signalled(1, 2)
+    assert (done.returncode, done.stdout) == (0, "first only\n"), done.stderr
+    assert "stopping after the running micro-batch, epoch or start-up pass" in done.stderr
+    assert "Ctrl-C again to stop at once" in done.stderr
+
+
+def test_a_second_signal_stops_at_once() -> None:
+    """A start-up pass can wait minutes for a broker: before, a second Ctrl-C or
+    SIGTERM did nothing more, and the job could not be stopped short of SIGKILL."""
+    done = run_signalled(2, 60)  # it would print after a minute
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr
+    assert "interrupted again: stopping now" in done.stderr
+    assert "Traceback" not in done.stderr
