@@ -85,9 +85,8 @@ def run_join_chunk(
     """Feed one micro-batch (``avro``: the :class:`AvroLines` of each Avro input)."""
     done = StepStats()
     names = op.spec.names
-    self_join = runtime.decoder(names[0]).topic == runtime.decoder(names[1]).topic
-    bad, runs = _runs(lines, names, self_join=self_join)
-    if self_join:
+    bad, runs = _runs(lines, names, self_join=runtime.self_join)
+    if runtime.self_join:
         runs = [each for run in runs for each in run.to_each(names)]
     line_at: dict[tuple[str | None, int | None, int | None], bytes] = {}
     op.begin_batch()  # retention and lateness: the watermark before the batch, as on Kafka

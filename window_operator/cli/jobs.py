@@ -32,6 +32,8 @@ from window_operator.join import JoinRuntime
 
 if TYPE_CHECKING:
     from window_operator.cli.common import Subparsers
+    from window_operator.job import JobRuntime
+    from window_operator.simulate import SimulationSummary
 
 __all__ = ["add_parsers"]
 
@@ -74,6 +76,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             out.flush()
         if errors_out is not None:
             errors_out.close()
+    _print_summary(summary, runtime, args.errors)
+    return 0
+
+
+def _print_summary(
+    summary: SimulationSummary, runtime: JobRuntime | JoinRuntime, errors: str | None
+) -> None:
+    """``simulate``'s closing lines on stderr."""
     parts = [
         f"{summary.lines} lines",
         f"{summary.applied} applied",
@@ -86,15 +96,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     print("simulate: " + ", ".join(parts), file=sys.stderr)
     if summary.errors:
         detail = ", ".join(f"{code}: {n}" for code, n in sorted(summary.errors.items()))
-        where = f" (see {args.errors})" if args.errors else " (use --errors FILE for details)"
+        where = f" (see {errors})" if errors else " (use --errors FILE for details)"
         print(f"simulate: error records by code: {detail}{where}", file=sys.stderr)
     if summary.rejected and not summary.applied:
         print(
-            "simulate: warning: every record was rejected: check the config's field names "
-            "(input.key, input.timestamp, the aggregations' fields) against the input's",
+            "simulate: warning: every record was rejected: check the field names the "
+            "config reads (key, timestamp, values) against the input's",
             file=sys.stderr,
         )
-    return 0
+    if isinstance(runtime, JoinRuntime) and runtime.self_join:
+        print(
+            "simulate: both inputs read one topic (a self-join): every line reached both, "
+            "whichever input it names, as every record of the topic does on Kafka",
+            file=sys.stderr,
+        )
 
 
 def _check_outputs(input_path: Path, outputs: dict[str, str | None]) -> None:

@@ -26,6 +26,11 @@ class JoinRuntime:
     spec: JoinSpec
     decoders: tuple[JoinDecoder, JoinDecoder]
 
+    @property
+    def self_join(self) -> bool:
+        """Whether both inputs read one topic: every record of it reaches both."""
+        return self.decoders[0].topic == self.decoders[1].topic
+
     def decoder(self, source: str) -> JoinDecoder:
         """The decoder of an input by name; raises :class:`UnknownSourceError`."""
         for d in self.decoders:

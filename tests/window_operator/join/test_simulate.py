@@ -236,3 +236,23 @@ def test_a_self_join_line_reaches_both_inputs_as_a_record_of_its_topic_does(
     expected = nested_loop(both_sides, ["k"], 0, 60_000)  # RANGE 1m PRECEDING
     assert got == expected
     assert all(expected[("MATCH", e.n, e.n)] == 1 for e in evs)  # each with itself
+
+
+def test_simulate_says_that_a_self_join_line_reached_both_inputs(tmp_path: Path) -> None:
+    """A file written for the old rule (each record once per input) now doubles its
+    records: the closing lines say how a self-join's lines are read."""
+    job = tmp_path / "self.yaml"
+    job.write_text(
+        "job: s\njoin:\n"
+        "  left: {name: a, topic: t, timestamp: ts}\n"
+        "  right: {name: b, topic: t, timestamp: ts}\n"
+        '  "on": [user]\n'
+        "  between: [-5s, 5s]\n"
+    )
+    events = tmp_path / "e.jsonl"
+    events.write_bytes(b'{"source": "a", "user": "u1", "ts": 1000}\n')
+    proc = cli("simulate", "--config", str(job), "--input", str(events))
+    assert proc.returncode == 0, proc.stderr
+    assert b"1 lines, 2 applied" in proc.stderr
+    assert b"every line reached both, whichever input it names" in proc.stderr
+    assert [orjson.loads(r)["kind"] for r in proc.stdout.splitlines()] == ["MATCH"]
