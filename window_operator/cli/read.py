@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,6 +45,9 @@ __all__ = ["add_parsers"]
 
 #: How long one poll waits for records (a read ends once every partition reached its end).
 _POLL_S = 0.2
+#: The signals that end a read (a signal handler of its own: Ctrl-C ends ``--follow``
+#: even where the shell started it with SIGINT ignored, and SIGTERM too).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: How long a read goes on while the broker brings nothing but errors (or, before every
 #: partition's end was reached, nothing at all).
 _STALL_S = 30.0
@@ -69,11 +74,14 @@ def _cmd_read(args: argparse.Namespace) -> int:
     line = _error_line if args.errors else _result_line(config)
     consumer_config = {**config.kafka.consumer, "bootstrap.servers": bootstrap}
     counts = _Counts()
+    stop = threading.Event()  # set by Ctrl-C or SIGTERM: how --follow ends
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
     try:
-        _print(_messages(consumer_config, topic, partitions, follow=args.follow), line, counts)
-    except KeyboardInterrupt:  # how --follow ends
-        if not args.follow:
-            raise
+        messages = _messages(consumer_config, topic, partitions, stop, follow=args.follow)
+        _print(messages, line, counts)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     what = "error records" if args.errors else "results"
     other = f", {counts.skipped} records that are not" if counts.skipped else ""
     print(f"read: {counts.printed} {what} from {topic}{other}", file=sys.stderr)
@@ -144,11 +152,16 @@ def _error_line(m: Message) -> bytes | None:
 
 
 def _messages(
-    consumer_config: dict[str, Any], topic: str, partitions: int, *, follow: bool
+    consumer_config: dict[str, Any],
+    topic: str,
+    partitions: int,
+    stop: threading.Event,
+    *,
+    follow: bool,
 ) -> Iterator[Message]:
     """Every record of ``topic`` from its start, until each partition's end (``follow``:
-    until Ctrl-C). Raises :class:`CliError` when the broker brings nothing but errors for
-    :data:`_STALL_S` (or, before the end, nothing at all)."""
+    on), or until ``stop`` is set. Raises :class:`CliError` when the broker brings
+    nothing but errors for :data:`_STALL_S` (or, before the end, nothing at all)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -166,7 +179,7 @@ def _messages(
         at_end: set[int] = set()
         last_error = ""
         progress = time.monotonic()
-        while follow or len(at_end) < partitions:
+        while not stop.is_set() and (follow or len(at_end) < partitions):
             for m in consumer.consume(1_000, timeout=_POLL_S):
                 err = m.error()
                 if err is None:
