@@ -31,17 +31,19 @@ from window_operator.cli.common import (
     add_config_option,
     bootstrap_servers,
     load_checked_config,
+    positive_number,
 )
 from window_operator.codecs import decode_error, error_json, result_decoder_for
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.kafka_admin import KafkaAdmin
+from window_operator.observe.logs import kafka_logger
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
     from window_operator.cli.common import Subparsers
 
-__all__ = ["add_parsers"]
+__all__ = ["BROKER_TIMEOUT_S", "add_parsers"]
 
 #: How long one poll waits for records (a read ends once every partition reached its end).
 _POLL_S = 0.2
@@ -49,14 +51,31 @@ _POLL_S = 0.2
 #: even where the shell started it with SIGINT ignored, and SIGTERM too).
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: How long a read goes on while the broker brings nothing but errors (or, before every
-#: partition's end was reached, nothing at all).
-_STALL_S = 30.0
+#: partition's end was reached, nothing at all): ``--broker-timeout``'s default.
+BROKER_TIMEOUT_S = 30.0
 
 
 @dataclass
 class _Counts:
     printed: int = 0
     skipped: int = 0
+
+
+@dataclass
+class _ClientErrors:
+    """The consumer's errors since it last brought something (a lost broker shows as
+    errors only: librdkafka retries for ever)."""
+
+    since: float | None = None
+    last: str = ""
+
+    def __call__(self, err: Any) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+        self.last = str(err.str())
+
+    def clear(self) -> None:
+        self.since, self.last = None, ""
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
@@ -77,7 +96,10 @@ def _cmd_read(args: argparse.Namespace) -> int:
     stop = threading.Event()  # set by Ctrl-C or SIGTERM: how --follow ends
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
     try:
-        messages = _messages(consumer_config, topic, partitions, stop, follow=args.follow)
+        follow, timeout_s = args.follow, args.broker_timeout
+        messages = _messages(
+            consumer_config, topic, partitions, stop, follow=follow, timeout_s=timeout_s
+        )
         _print(messages, line, counts)
     finally:
         for sig, handler in previous.items():
@@ -158,12 +180,14 @@ def _messages(
     stop: threading.Event,
     *,
     follow: bool,
+    timeout_s: float,
 ) -> Iterator[Message]:
     """Every record of ``topic`` from its start, until each partition's end (``follow``:
     on), or until ``stop`` is set. Raises :class:`CliError` when the broker brings
-    nothing but errors for :data:`_STALL_S` (or, before the end, nothing at all)."""
+    nothing for ``timeout_s`` (with ``follow``: nothing but errors)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+    errors = _ClientErrors()
     consumer = Consumer(
         {
             "isolation.level": "read_committed",
@@ -172,30 +196,33 @@ def _messages(
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",  # records deleted while it reads: go on
+            "logger": kafka_logger(),
+            "error_cb": errors,
         }
     )
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         at_end: set[int] = set()
-        last_error = ""
         progress = time.monotonic()
         while not stop.is_set() and (follow or len(at_end) < partitions):
             for m in consumer.consume(1_000, timeout=_POLL_S):
                 err = m.error()
-                if err is None:
-                    progress, last_error = time.monotonic(), ""
-                    yield m
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    progress, last_error = time.monotonic(), ""
-                    at_end.add(m.partition() or 0)
+                if err is None or err.code() == KafkaError._PARTITION_EOF:
+                    progress = time.monotonic()
+                    errors.clear()
+                    if err is None:
+                        yield m
+                    else:
+                        at_end.add(m.partition() or 0)
                 elif err.fatal():
                     raise CliError(f"reading {topic} failed: {err.str()}", EXIT_FAILED)
                 else:
-                    last_error = err.str()
-            if (last_error or not follow) and time.monotonic() - progress > _STALL_S:
-                cause = last_error or "no record and no end of partition"
+                    errors(err)
+            since = errors.since if follow else progress  # a quiet topic is no stall
+            if since is not None and time.monotonic() - since > timeout_s:
+                cause = errors.last or "no record and no end of partition"
                 raise CliError(
-                    f"reading {topic}: nothing from the broker for {_STALL_S:.0f} s ({cause})",
+                    f"reading {topic}: nothing from the broker for {timeout_s:g} s ({cause})",
                     EXIT_FAILED,
                 )
     finally:
@@ -210,5 +237,12 @@ def add_parsers(sub: Subparsers) -> None:
         "--errors", action="store_true", help="the error records instead of the results"
     )
     rd.add_argument("--follow", action="store_true", help="go on printing new records until Ctrl-C")
+    rd.add_argument(
+        "--broker-timeout",
+        type=positive_number,
+        default=BROKER_TIMEOUT_S,
+        metavar="S",
+        help="give up when the broker brings nothing but errors for S seconds (default 30)",
+    )
     add_bootstrap_option(rd)
     rd.set_defaults(func=_cmd_read)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from jobkit import create_topic, produce, read_topic
 
+from window_operator.broker import free_port
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig, load_config
 from window_operator.runtime.batch import LocalJob
@@ -95,15 +96,52 @@ def test_a_retraction_reads_as_its_window_and_follow_ends_with_ctrl_c(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )  # fmt: skip
     assert proc.stdout is not None
-    lines = [proc.stdout.readline(), proc.stdout.readline()]
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # a read that did not stop must not outlive the test
     assert proc.returncode == 0, err
     assert orjson.loads(lines[1]) == {
         "key": "a", "window_start": 0, "window_end": 10_000, "kind": "RETRACT"
     }  # fmt: skip
     assert orjson.loads(lines[0])["kind"] == "ON_TIME"
     assert f"read: 2 results from {config.output.topic}" in err.decode()
+
+
+def test_follow_ends_when_its_broker_is_gone(tmp_path: Path) -> None:
+    """A broker that goes away shows as client errors only (librdkafka retries for
+    ever): ``read --follow`` went on for ever, silent. Now it stops after
+    ``--broker-timeout`` seconds of nothing but errors, exit status 1."""
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "window_operator", "broker", "--port", str(free_port()),
+         "--data-dir", str(tmp_path / "broker")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    read_proc = None
+    try:
+        assert broker.stdout is not None
+        bootstrap = broker.stdout.readline().strip().split("=", 1)[1]
+        config = ran_job(tmp_path, bootstrap, lambda name: name, "json")
+        job = str(tmp_path / "job.yaml")
+        read_proc = subprocess.Popen(
+            [sys.executable, "-m", "window_operator", "read", "--config", job,
+             "--bootstrap-servers", bootstrap, "--follow", "--broker-timeout", "3"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert read_proc.stdout is not None
+        assert orjson.loads(read_proc.stdout.readline())["kind"] == "ON_TIME"
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(timeout=30) == 0
+        _, err = read_proc.communicate(timeout=120)
+        assert read_proc.returncode == 1, err
+        assert f"reading {config.output.topic}: nothing from the broker for 3 s" in err.decode()
+        assert b"Traceback" not in err
+    finally:
+        for proc in (read_proc, broker):
+            if proc is not None:
+                proc.kill()
 
 
 def test_read_of_a_job_that_never_ran_says_so(
