@@ -100,7 +100,7 @@ def _cmd_read(args: argparse.Namespace) -> int:
         messages = _messages(
             consumer_config, topic, partitions, stop, follow=follow, timeout_s=timeout_s
         )
-        _print(messages, line, counts)
+        _print(messages, line, counts, flush=follow)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -111,8 +111,13 @@ def _cmd_read(args: argparse.Namespace) -> int:
 
 
 def _print(
-    messages: Iterator[Message], line: Callable[[Message], bytes | None], counts: _Counts
+    messages: Iterator[Message],
+    line: Callable[[Message], bytes | None],
+    counts: _Counts,
+    *,
+    flush: bool,
 ) -> None:
+    """Each message's line on stdout (``flush``: at once, for a reader that follows)."""
     out = sys.stdout.buffer
     try:
         for m in messages:
@@ -122,7 +127,8 @@ def _print(
                 continue
             out.write(text + b"\n")
             counts.printed += 1
-            out.flush()
+            if flush:
+                out.flush()
     finally:
         out.flush()
 
