@@ -44,11 +44,12 @@ class _JoinRun:
     raws: list[bytes] = field(default_factory=list)
 
     def to_each(self, names: tuple[str, str]) -> list[_JoinRun]:
-        """The run as a run of each input, in this order (a self-join's lines)."""
+        """The run as a run of each input, in this order (a self-join's lines; the lists
+        are each run's own, as :meth:`keep` and the Avro read-back replace their items)."""
         return [
             _JoinRun(
                 name,
-                [dict(r) for r in self.records],
+                list(self.records),
                 list(self.partitions),
                 list(self.offsets),
                 list(self.walls),
