@@ -19,10 +19,10 @@ from window_operator.policies import NO_WATERMARK
 from window_operator.results import ErrorRecord
 from window_operator.runtime.batch import advance_clock
 from window_operator.runtime.exchange import InputRange, MapReport, Rows, TaskInput
-from window_operator.runtime.longrun.wire import Chunk, End, Kind
+from window_operator.runtime.longrun.wire import Chunk, End, Held, Kind
 from window_operator.runtime.settings import TaskSettings
 
-__all__ = ["Inbox", "Part", "TaskClock", "merge_reports"]
+__all__ = ["Delivered", "Inbox", "Part", "TaskClock", "merge_reports"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,16 @@ class Part:
     at_end: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What an :class:`Inbox` got since it was last taken: each task's parts, the bytes
+    of chunk frames per sender, and the partitions whose readers were held back."""
+
+    parts: dict[int, list[Part]]
+    received: dict[int, int]
+    held: frozenset[InputPosition] = frozenset()
+
+
 @dataclass
 class Inbox:
     """Chunks delivered to a worker's tasks and not yet taken (see module doc)."""
@@ -45,6 +55,8 @@ class Inbox:
     received: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     #: the workers whose END arrived
     ended: set[int] = field(default_factory=set)
+    #: partitions whose readers said they were held back (:class:`Held`)
+    held: set[InputPosition] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -59,15 +71,18 @@ class Inbox:
                     part = Part(message.report, rows, errors, message.at_end)
                     self.parts[t].append(part)
                 self.received[sender] += nbytes
+            elif kind is Kind.HELD and isinstance(message, Held):
+                self.held.update(message.positions)
             elif kind is Kind.END and isinstance(message, End):
                 self.ended.add(message.worker)
 
-    def take(self) -> tuple[dict[int, list[Part]], dict[int, int]]:
-        """Everything delivered so far, and the bytes of it per sender."""
+    def take(self) -> Delivered:
+        """Everything delivered since the last take."""
         with self.lock:
             parts, self.parts = self.parts, {t: [] for t in self.tasks}
             received, self.received = dict(self.received), defaultdict(int)
-            return parts, received
+            held, self.held = frozenset(self.held), set()
+            return Delivered(parts, received, held)
 
 
 @dataclass
@@ -110,17 +125,25 @@ class TaskClock:
         held = {**restored.max_ts, **dict.fromkeys(unseen, NO_WATERMARK)}
         return cls(settings, task, replace(restored, max_ts=held), unseen, set(waiting))
 
-    def epoch(self, epoch: int, parts: list[Part], now: int) -> TaskInput:
+    def epoch(
+        self,
+        epoch: int,
+        parts: list[Part],
+        now: int,
+        held: frozenset[InputPosition] = frozenset(),
+    ) -> TaskInput:
         """The task's input of one epoch: the chunks it got, between its clock before
-        and after them (the clock moves on when the epoch committed: :meth:`advance`)."""
+        and after them (the clock moves on when the epoch committed: :meth:`advance`);
+        ``held``: partitions whose readers were held back since the last epoch."""
         reports = sorted(
             (p.report for p in parts if not _spans_nothing(p.report)),
             key=lambda r: (r.range.source, r.range.partition, r.range.start),
         )
         # a report spanning no offset says that its partition was read to its end
         self.pending -= {p.report.range.position for p in parts if _spans_nothing(p.report)}
-        # neither the epoch's partitions nor those still waiting for records are idle now
-        read = self.pending | {r.range.position for r in reports if r.records}
+        # neither the epoch's partitions, nor those still waiting for records, nor those
+        # whose readers were held back are idle now
+        read = self.pending | held | {r.range.position for r in reports if r.records}
         before = advance_clock(self.settings, self.state, [], now, active=sorted(read))
         self.pending = _still_waiting(self.pending, parts)
         seen = self.unseen & {r.range.position for r in reports}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from window_operator.errors import WindowOperatorError
-from window_operator.kernel import ClockState
+from window_operator.kernel import ClockState, InputPosition
 from window_operator.results import ErrorRecord
 from window_operator.runtime.exchange import MapReport, Rows
 from window_operator.runtime.report import TaskReport
@@ -31,6 +31,7 @@ __all__ = [
     "End",
     "EpochReport",
     "Gather",
+    "Held",
     "Hello",
     "Kind",
     "PeerLostError",
@@ -60,6 +61,7 @@ class Kind(IntEnum):
     REPORT = 5
     STOP = 6
     GATHER = 7
+    HELD = 8
 
 
 _KINDS = frozenset(int(k) for k in Kind)
@@ -94,6 +96,15 @@ class End:
     """The sender reads no more input: every chunk it will send was sent before this."""
 
     worker: int
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The sender's reader is held back (by slower receivers, or waiting for its epoch
+    to commit): records may wait in ``positions`` that it cannot read now, so they are
+    not idle (see :class:`~window_operator.runtime.longrun.inbox.TaskClock`)."""
+
+    positions: tuple[InputPosition, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_any
 from dataclasses import dataclass, replace
 
 from window_operator.kafka_admin import KafkaAdmin
@@ -48,6 +49,7 @@ from window_operator.runtime.faults import trace
 from window_operator.runtime.longrun.assignment import Assignment, WorkerStart, start_offsets
 from window_operator.runtime.longrun.control import ControlClient
 from window_operator.runtime.longrun.growth import InputGrowth
+from window_operator.runtime.longrun.held import HeldBack
 from window_operator.runtime.longrun.inbox import Inbox, TaskClock, merge_reports
 from window_operator.runtime.longrun.mesh import Mesh
 from window_operator.runtime.longrun.reader import CHUNK_RECORDS, Chunked, InputReader
@@ -129,6 +131,9 @@ class Worker:
             self.inbox.deliver,
             host=host,
             timeout_s=max(60.0, self.settings.broker_timeout_s),
+        )
+        self._held = HeldBack.of(
+            self.mesh, self.settings.config.watermark.idle_timeout, spec.epoch_ms
         )
         plan = plan_for(self.settings)
         self.runners = {t: TaskRunner(self.settings, plan, t, keep_open=True) for t in self.tasks}
@@ -233,8 +238,11 @@ class Worker:
                 for chunk in chunks:
                     self._map(chunk, at_end=chunk.partition.position in at_end)
                 self._tell_caught_up(reached)
+            elif self.reader.reading:  # throttled by a slower receiver
+                self._held_back()
+                time.sleep(min(wait, 0.005))
             elif wait > 0:
-                time.sleep(min(wait, 0.005 if self.reader.reading else wait))
+                time.sleep(wait)
             ended = len(self.inbox.ended) == workers
             full = limit is not None and self._epoch_records >= limit
             if ended or full or time.monotonic() >= next_epoch:
@@ -263,6 +271,11 @@ class Worker:
             )
             self._send_end()
         return True
+
+    def _held_back(self) -> None:
+        """The reader cannot read now: its partitions must not go idle (:mod:`.held`)."""
+        if not self._sent_end:
+            self._held.tell(self.reader.reading, time.monotonic())
 
     def _read_budget(self, limit: int | None) -> int:
         """The most records the next read may take: an epoch reads at most ``limit``."""
@@ -327,15 +340,17 @@ class Worker:
         """
         t0 = time.perf_counter()
         now = int(time.time() * 1000)
-        parts, received = self.inbox.take()
+        got = self.inbox.take()
         inputs = {
             t: replace(
-                self.clocks[t].epoch(self.epoch, parts[t], now), origin=self.spec.first, final=final
+                self.clocks[t].epoch(self.epoch, got.parts[t], now, got.held),
+                origin=self.spec.first,
+                final=final,
             )
             for t in self.tasks
         }
         runs = [self._pool.submit(self.runners[t].run, inputs[t]) for t in self.tasks]
-        self._running = _RunningEpoch(inputs, runs, received, list(self._read.values()), t0)
+        self._running = _RunningEpoch(inputs, runs, got.received, list(self._read.values()), t0)
         self._read = {}
         self._epoch_records = 0
 
@@ -344,6 +359,9 @@ class Worker:
         running, self._running = self._running, None
         if running is None:
             return
+        # the reader waits too: while the epoch commits, its partitions must not go idle
+        while wait_for_any(running.runs, timeout=self._held.every_s).not_done:
+            self._held_back()
         reports = [run.result() for run in running.runs]
         for t, inp in running.inputs.items():
             self.clocks[t].advance(inp)

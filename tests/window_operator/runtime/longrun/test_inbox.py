@@ -9,7 +9,8 @@ from jobkit import job_config
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.exchange import InputRange, MapReport
-from window_operator.runtime.longrun.inbox import Part, TaskClock, merge_reports
+from window_operator.runtime.longrun.inbox import Inbox, Part, TaskClock, merge_reports
+from window_operator.runtime.longrun.wire import Held, Kind
 from window_operator.runtime.settings import TaskSettings
 
 P0, P1 = InputPosition(0, 0), InputPosition(0, 1)
@@ -147,3 +148,47 @@ def test_a_partition_its_reader_is_slow_to_come_back_to_is_not_idle(tmp_path: Pa
     clock.advance(e2)
     e3 = clock.epoch(3, [part(0, 20, 30, 99_000)], NOW + 75_000)
     assert e3.clock_after.watermark == 99_000
+
+
+def test_a_partition_whose_reader_is_held_back_does_not_go_idle(tmp_path: Path) -> None:
+    """Partition 1 was read to its end; then its worker was held back (slower receivers)
+    for a minute while records came into it. Its reader's word that it is held back
+    keeps it active, so the watermark waits for those records. Before, it went idle
+    after the timeout and its records, read once the worker went on, were late."""
+    clock = restarted_an_hour_later(tmp_path)
+    e0 = clock.epoch(0, [part(0, 0, 10, 90_000), part(1, 0, 10, 20_000, last=True)], NOW)
+    assert e0.clock_after.watermark == 20_000
+    clock.advance(e0)
+    assert P1 not in clock.pending  # read to its end
+    held = frozenset({P1})
+    for k in range(1, 7):  # an epoch every 10 s, each bringing the held word
+        ek = clock.epoch(k, [part(0, 10 * k, 10 * k + 10, 90_000 + k)], NOW + 10_000 * k, held)
+        assert ek.clock_after.watermark == 20_000
+        clock.advance(ek)
+    # the worker goes on: the records that came in the meantime are on time
+    e7 = clock.epoch(7, [part(1, 10, 20, 25_000, last=True)], NOW + 70_000)
+    assert e7.clock_before.watermark == 20_000
+    assert e7.clock_after.watermark == 25_000
+    clock.advance(e7)
+    # and with no word, it goes idle once the timeout passed since it last counted
+    e8 = clock.epoch(8, [part(0, 70, 80, 99_000)], NOW + 81_000)
+    assert e8.clock_after.watermark == 99_000
+
+
+def test_without_the_held_word_the_partition_goes_idle(tmp_path: Path) -> None:
+    """The same minute without the word: partition 1 goes idle after the timeout."""
+    clock = restarted_an_hour_later(tmp_path)
+    e0 = clock.epoch(0, [part(0, 0, 10, 90_000), part(1, 0, 10, 20_000, last=True)], NOW)
+    clock.advance(e0)
+    e1 = clock.epoch(1, [part(0, 10, 20, 90_001)], NOW + 11_000)
+    assert e1.clock_after.watermark == 90_001
+
+
+def test_the_inbox_hands_over_held_words_once() -> None:
+    inbox = Inbox([0, 1])
+    inbox.deliver(1, Kind.HELD, Held((P0, P1)), 0)
+    inbox.deliver(2, Kind.HELD, Held((InputPosition(1, 0),)), 0)
+    got = inbox.take()
+    assert got.held == {P0, P1, InputPosition(1, 0)}
+    assert got.parts == {0: [], 1: []} and got.received == {}
+    assert inbox.take().held == frozenset()

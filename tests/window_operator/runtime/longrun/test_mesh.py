@@ -1,5 +1,5 @@
-"""The exchange between workers: delivery in order, credit-based throttling, and a worker
-that goes away with and without its END."""
+"""The exchange between workers: delivery in order, credit-based throttling, a worker
+that goes away with and without its END, and a held-back worker's word."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from collections import defaultdict
 
 import pytest
 
+from window_operator.kernel import InputPosition
 from window_operator.runtime.exchange import InputRange, MapReport, Rows
+from window_operator.runtime.longrun.held import HeldBack
 from window_operator.runtime.longrun.mesh import Mesh
-from window_operator.runtime.longrun.wire import Chunk, End, Kind, PeerLostError
+from window_operator.runtime.longrun.wire import Chunk, End, Held, Kind, PeerLostError
 
 
 class Inbox:
@@ -104,4 +106,41 @@ def test_a_worker_that_goes_away_without_its_end_is_an_error_after_it_is_not() -
     ms[1].close()  # finished: it sent its END first
     time.sleep(0.3)
     ms[0].check()
+    ms[0].close()
+
+
+# -- a held-back worker's word (HeldBack) ---------------------------------------------
+
+P0, P1 = InputPosition(0, 0), InputPosition(0, 1)
+
+
+def test_a_throttled_worker_tells_every_worker_that_its_partitions_are_held() -> None:
+    ms, inboxes = meshes(2, max_unacked=10_000)
+    held = HeldBack.of(ms[0], idle_timeout_ms=2_000, epoch_ms=1_000)
+    assert held.every_s == 0.5  # a quarter of the idle timeout, below the epoch
+    ms[0].send(1, Kind.CHUNK, chunk(0, 0, b"y" * 20_000))
+    assert ms[0].throttled
+    assert held.tell({P1, P0}, now=100.0)
+    assert not held.tell({P0, P1}, now=100.4)  # told 0.4 s ago
+    assert held.tell({P0}, now=100.5)
+    wait_for(lambda: len(inboxes[1].got[0]) == 3)
+    assert inboxes[1].got[0][1:] == [Held((P0, P1)), Held((P0,))]
+    assert inboxes[0].got[0] == [Held((P0, P1)), Held((P0,))]  # its own tasks too
+    # a held word is no chunk: it takes no credit, and needs none
+    assert inboxes[1].bytes[0] > 20_000
+    ms[1].acknowledge(0, 20_000 + 100)
+    wait_for(lambda: not ms[0].throttled)
+    for m in ms:
+        m.close()
+
+
+def test_no_word_without_an_idle_timeout_or_without_partitions() -> None:
+    ms, inboxes = meshes(1)
+    never = HeldBack.of(ms[0], idle_timeout_ms=None, epoch_ms=1_000)
+    assert never.every_s is None
+    assert not never.tell({P0}, now=1.0)
+    slow = HeldBack.of(ms[0], idle_timeout_ms=60_000, epoch_ms=1_000)
+    assert slow.every_s == 1.0  # at least once per epoch
+    assert not slow.tell(set(), now=1.0)
+    assert inboxes[0].got[0] == []
     ms[0].close()
