@@ -4,12 +4,13 @@ Windows that become full in a batch are evaluated per firing key over its frames
 end to end (the ring's older frames, then the batch's merged ones): each window
 combines ``k`` consecutive frames, or, with *deduct* (Jet), is the key's previous window
 minus its trailing frame plus the new leading frame, all keys advancing together. Open
-windows (EARLY, end of input, queries) combine the ring's frames directly.
+windows (EARLY, end of input, queries) all end at their key's last frame: one backward
+scan over each key's ring frames gives every suffix, so every open window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,32 +169,84 @@ class CountEvaluator:
     # -- open windows ---------------------------------------------------------------------
 
     def open_values(self, wins: OpenWindows) -> WindowValues:
-        """Values of open windows: their frames up to the last one with messages."""
-        ring, k, aggs = self.ring, self.k, self.aggs
-        kids, starts, last = wins.kids, wins.starts, wins.last
-        acc = aggs.identity_rows(len(kids))
+        """Values of open windows: their frames up to the last one with messages.
+
+        The open windows of a key all end at its last frame, so each is a suffix of the
+        key's frames: one backward scan per key (a combine per frame, all keys at once)
+        serves them all, where combining each window's frames took ``k`` per window.
+        """
+        runs = _Runs.of(wins)
+        kids, frames = runs.frames()
+        slots = frames % self.k
+        aggs = self.aggs
+        acc = np.empty((len(wins), 0), dtype=np.float64)
+        if aggs.width:
+            suffix = self.ring.acc[kids, slots]
+            for at in runs.backwards():
+                suffix[at] = aggs.combine(suffix[at], suffix[at + 1])
+            acc = suffix[runs.at(wins)]
         objs: list[list[Any]] | None = None
         if aggs.objects:
-            objs = [aggs.create_objects() for _ in range(len(kids))]
-        for j in range(k):
-            frame = starts + j
-            have = np.flatnonzero(frame <= last)
-            if not len(have):
-                break
-            slot = frame[have] % k
-            if aggs.width:
-                acc[have] = aggs.combine(acc[have], ring.acc[kids[have], slot])
-            if objs is not None:
-                frame_objs = ring.objects_at(kids[have], slot)
-                for i, o in zip(have.tolist(), frame_objs, strict=True):
-                    objs[i] = aggs.combine_objects(objs[i], o)
+            suffix_objs = self.ring.objects_at(kids, slots)
+            for at in runs.backwards():
+                for i in at.tolist():
+                    suffix_objs[i] = aggs.combine_objects(suffix_objs[i], suffix_objs[i + 1])
+            objs = [suffix_objs[i] for i in runs.at(wins).tolist()]
         return WindowValues(acc, objs)
 
     def marked(self, wins: OpenWindows, flag: BoolArray) -> BoolArray:
         """Which open windows hold a frame marked in ``flag`` (a ring mark array)."""
-        k = self.k
-        out = np.zeros(len(wins), dtype=np.bool_)
-        for j in range(k):
-            frame = wins.starts + j
-            out |= (frame <= wins.last) & flag[wins.kids, frame % k]
+        runs = _Runs.of(wins)
+        kids, frames = runs.frames()
+        marks = np.cumsum(flag[kids, frames % self.k], dtype=np.int64)
+        at, end = runs.at(wins), runs.ends()[runs.run_of]
+        before = np.where(at > 0, marks[at - 1], 0)
+        out: BoolArray = marks[end] > before
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Runs:
+    """The frames of some open windows' keys laid end to end, a run per key: from the
+    key's earliest window start to its last frame (which every window of it ends at)."""
+
+    kids: IntArray
+    first: IntArray
+    lengths: IntArray
+    starts: IntArray
+    #: each window's run
+    run_of: IntArray
+
+    @classmethod
+    def of(cls, wins: OpenWindows) -> _Runs:
+        kids, run_of = np.unique(wins.kids, return_inverse=True)
+        first = np.full(len(kids), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, run_of, wins.starts)
+        last = np.empty(len(kids), dtype=np.int64)
+        last[run_of] = wins.last
+        lengths = np.maximum(last - first + 1, 0)
+        return cls(kids, first, lengths, excl_cumsum(lengths), run_of)
+
+    def frames(self) -> tuple[IntArray, IntArray]:
+        """Each laid-out frame's key id and frame number."""
+        return (
+            np.repeat(self.kids, self.lengths),
+            np.repeat(self.first, self.lengths) + ragged_arange(self.lengths),
+        )
+
+    def ends(self) -> IntArray:
+        """Where each run's last frame lies."""
+        out: IntArray = self.starts + self.lengths - 1
+        return out
+
+    def at(self, wins: OpenWindows) -> IntArray:
+        """Where each window's first frame lies."""
+        out: IntArray = self.starts[self.run_of] + wins.starts - self.first[self.run_of]
+        return out
+
+    def backwards(self) -> Iterator[IntArray]:
+        """For ``d`` = 1, 2, ...: where the frames ``d`` before their run's end lie, all
+        runs at once (so each comes after the frame that follows it)."""
+        ends = self.ends()
+        for d in range(1, int(self.lengths.max(initial=0))):
+            yield ends[self.lengths > d] - d

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from countkit import DEDUCTIBLE, runtime
+from countkit import DEDUCTIBLE, open_op, runtime
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from window_operator.aggset import AggregationSet
 from window_operator.count_windows.evaluator import CountEvaluator
 from window_operator.count_windows.firing import CountTrigger
 from window_operator.count_windows.numbering import number
 from window_operator.count_windows.ring import Ring
+from window_operator.events import EventBatch
 
 
 def ints(*xs: int) -> np.ndarray:
@@ -90,3 +93,58 @@ def test_a_deduct_that_cancels_is_replaced_by_recombination() -> None:
     ]
     assert got[0] == got[1]
     assert got[0]["var"][1] == np.var(values[1:], ddof=1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shape=st.sampled_from([(1, 1), (4, 1), (6, 2), (6, 3), (9, 3), (12, 1), (5, 5)]),
+    keys=st.lists(st.integers(0, 3), min_size=1, max_size=60),
+    data=st.data(),
+)
+def test_open_windows_and_their_marks_equal_a_window_by_window_combine(
+    tmp_path_factory: pytest.TempPathFactory,
+    shape: tuple[int, int],
+    keys: list[int],
+    data: st.DataObject,
+) -> None:
+    """Every open window (any subset, in any order) is the combine of its own messages,
+    and is marked when one of its frames is: the suffix scan against a naive slice of
+    each key's messages."""
+    size, step = shape
+    rt = runtime({"type": "count", "size": size, "step": step})
+    op = open_op(rt, tmp_path_factory.mktemp("open"))
+    names = [f"k{k}" for k in keys]
+    values = [float(i % 7) for i in range(len(keys))]
+    op.add_batch(EventBatch.from_columns(names, np.arange(len(keys)), numeric={"v": values}))
+    eng = op.engine
+    kids = np.arange(len(eng.keys), dtype=np.int64)
+    every = eng.trigger.open_windows(kids, eng.ring.count[kids])
+    order = data.draw(st.permutations(range(len(every))))
+    chosen = np.array(order[: data.draw(st.integers(0, len(order)))], dtype=np.int64)
+    wins = every.select(chosen)
+    got_values = eng.evaluator.open_values(wins)
+    got = rt.aggregations.finish(got_values.acc, got_values.objs)
+    by_key: dict[str, list[float]] = {}
+    for name, v in zip(names, values, strict=True):
+        by_key.setdefault(name, []).append(v)
+    k = size // step
+    for j, (kid, start) in enumerate(zip(wins.kids.tolist(), wins.starts.tolist(), strict=True)):
+        msgs = by_key[eng.keys.names[kid]][start * step : start * step + size]
+        assert got["count"][j] == len(msgs)
+        assert got["sum"][j] == sum(msgs)
+        assert got["collect"][j] == msgs
+        assert (got["first"][j], got["last"][j], got["max"][j]) == (msgs[0], msgs[-1], max(msgs))
+    flag = np.array(
+        data.draw(
+            st.lists(st.booleans(), min_size=eng.ring.early.size, max_size=eng.ring.early.size)
+        ),
+        dtype=np.bool_,
+    ).reshape(eng.ring.early.shape)
+    want = [
+        any(flag[kid, f % k] for f in range(start, last + 1))
+        for kid, start, last in zip(
+            every.kids.tolist(), every.starts.tolist(), every.last.tolist(), strict=True
+        )
+    ]
+    assert eng.evaluator.marked(every, flag).tolist() == want
+    op.close()
