@@ -7,6 +7,7 @@ the caller turns it into an error record, whose ``raw`` is :func:`raw_of` the re
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -85,12 +86,32 @@ def show(value: Any) -> str:
         return "missing"
     try:
         # the stdlib writes NaN and infinities as the record had them (orjson: null)
-        text = _dumps(value)
-    except (ValueError, TypeError, RecursionError):  # too deep, a huge integer...
+        text = _dumps(_head(value, _SHOWN + 1))
+    except (ValueError, TypeError, RecursionError):  # a huge integer...
         text = "..."
-    if len(text) > 60:
-        text = text[:57] + "..."
+    if len(text) > _SHOWN:
+        text = text[: _SHOWN - 3] + "..."
     return f"{kind} {text}"
+
+
+#: How many characters of a value a reason shows.
+_SHOWN = 60
+
+
+def _head(value: Any, room: int) -> Any:
+    """As much of ``value`` as the first ``room`` characters of its JSON show (a large
+    value is not written out whole to be cut): every item, character and level of
+    nesting takes at least one of them."""
+    if room <= 0:
+        return None
+    if isinstance(value, str):
+        return value[:room]
+    if isinstance(value, list):
+        return [_head(v, room - 1) for v in value[:room]]
+    if isinstance(value, dict):
+        items = itertools.islice(value.items(), room)
+        return {k[:room] if isinstance(k, str) else k: _head(v, room - 1) for k, v in items}
+    return value
 
 
 def _dumps(value: Any) -> str:
