@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from window_operator.aggregations.base import (
     AggregateOp,
@@ -62,6 +63,9 @@ class BoundAggregation:
     op: AggregateOp
     field: str | None = None
     x_field: str | None = None
+    #: the operation as configured (its ``op``, and a user-defined one's ``params``),
+    #: which the stored accumulators depend on (None: the operation's class names it)
+    configured: Any = None
 
 
 class AggregationSet:
@@ -98,6 +102,23 @@ class AggregationSet:
     def names(self) -> list[str]:
         """Output names in declaration order."""
         return [a.name for a in self.aggregations]
+
+    def signature(self) -> list[Any]:
+        """What the stored state of these aggregations depends on, in order: each one's
+        operation, field and ``x`` field, not its name (the state layout is by position).
+        A store written under another signature holds other accumulators: an operator
+        continues only a store of its own (see :func:`read_checkpoint`). JSON-native, so
+        that it compares equal to itself read back from a checkpoint."""
+        rows = [
+            [
+                a.configured or f"{type(a.op).__module__}:{type(a.op).__qualname__}",
+                a.field,
+                a.x_field,
+            ]
+            for a in self.aggregations
+        ]
+        out: list[Any] = orjson.loads(orjson.dumps(rows, default=str))
+        return out
 
     def check_deduct(self, use_deduct: bool | None) -> None:
         """Raise ``ValueError`` when ``use_deduct=True`` but an operation has no deduct."""

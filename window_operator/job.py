@@ -160,7 +160,8 @@ def _bind_aggregations(
                 ConfigProblem(f"aggregations.{i}.field", f"op {agg.op!r} needs a field")
             )
             continue
-        bound.append(BoundAggregation(agg.name, op, agg.field, x_field))
+        configured = [agg.op, agg.params] if is_user_defined(agg.op) else agg.op
+        bound.append(BoundAggregation(agg.name, op, agg.field, x_field, configured))
     if problems:
         raise ConfigError(source, problems)
     return bound

@@ -108,3 +108,26 @@ def test_count_of_a_field_counts_its_non_null_values_of_any_type(tmp_path: Path)
         assert result.values == {"users": 6, "n_v": 7, "s": 21.0}
     finally:
         op.close()
+
+
+def test_the_state_signature_is_what_the_accumulators_depend_on() -> None:
+    """Operation, field and x field in order, not the name; a user-defined operation's
+    params too (they may shape its accumulator), a builtin's not (``q`` and ``ddof``
+    only shape the result)."""
+
+    def signature(aggregations: list[dict[str, object]]) -> list[object]:
+        return runtime_for(aggregations=aggregations).aggregations.signature()
+
+    assert signature(
+        [
+            {"name": "n", "op": "count"},
+            {"name": "p", "op": "percentile", "field": "v", "params": {"q": 0.9}},
+            {"name": "fit", "op": "linreg", "field": "v", "params": {"x": "w"}},
+        ]
+    ) == [["count", None, None], ["percentile", "v", None], ["linreg", "v", "w"]]
+    assert signature(
+        [{"name": "p", "op": "percentile", "field": "v", "params": {"q": 0.5}}]
+    ) == signature([{"name": "other", "op": "percentile", "field": "v", "params": {"q": 0.1}}])
+    by_path = "window_operator.aggregations.moments:VarianceOp"
+    pop = {"name": "x", "op": by_path, "field": "v", "params": {"ddof": 0}}
+    assert signature([pop]) == [[[by_path, {"ddof": 0}], "v", None]]

@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from stores.errors import StateCorruptError
 from window_operator.broker import BrokerError
 from window_operator.cli import jobs, produce, read, state, tools
 from window_operator.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INPUT, CliError
@@ -76,6 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     except UserCodeExitError as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except StateCorruptError as exc:
+        print(
+            f"window-operator: the stored state does not decode ({exc}): rebuild the "
+            "store from its changelog (window-operator restore) or start from an empty "
+            "state directory",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130

@@ -63,7 +63,12 @@ class KeyCountWindows:
         self.size = window.size
         self.step = window.step
         self.k = window.size // window.step
-        shape = {"type": "count", "size": self.size, "step": self.step}
+        shape = {
+            "type": "count",
+            "size": self.size,
+            "step": self.step,
+            "aggregations": aggregations.signature(),
+        }
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
             store, shape=shape, policy=policy, timed=True
         )

@@ -96,15 +96,34 @@ class Checkpoint:
             raise StateCorruptError(f"the checkpoint in {where} does not decode: {exc}") from exc
 
 
+#: Parts of a shape that checkpoints of earlier versions do not have.
+_ADDED_LATER = frozenset({"aggregations"})
+
+
 def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint | None:
-    """The store's checkpoint (None for a fresh store); it must be of ``shape``."""
+    """The store's checkpoint (None for a fresh store); it must be of ``shape``.
+
+    A part of ``shape`` kept only since a later version (:data:`_ADDED_LATER`) is not
+    compared with a checkpoint written before: the store's next checkpoint has it.
+    """
     data = store.get(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY)
     if data is None:
         return None
     cp = Checkpoint.decode(data, str(store.path))
-    if cp.shape != shape:
+    keys = [k for k in {**cp.shape, **shape} if k in cp.shape or k not in _ADDED_LATER]
+    differ = [k for k in keys if cp.shape.get(k) != shape.get(k)]
+    if differ:
+        was = {k: cp.shape[k] for k in differ if k in cp.shape}
+        now = {k: shape[k] for k in differ if k in shape}
         raise IncompatibleStateError(
-            f"the state in {store.path} was written by window {cp.shape}, not {shape}: "
-            "restore it with its own config, or start from an empty state directory"
+            f"the state in {store.path} was written by another job shape "
+            f"({_described(was)}; this config has {_described(now)}): its stored "
+            "accumulators cannot be continued. Run this config with an empty state "
+            "directory (and a new output topic or job name if the old results must "
+            "stay apart), or go back to the config that wrote it"
         )
     return cp
+
+
+def _described(part: dict[str, JsonValue]) -> str:
+    return ", ".join(f"{k} {orjson.dumps(v).decode()}" for k, v in part.items())

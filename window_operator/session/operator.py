@@ -94,6 +94,7 @@ class SessionAggregator(EventOperator):
             assert window.max_idle_messages is not None
             gap = int(window.max_idle_messages)
             shape = {"type": "tuple_session", "max_idle_messages": gap}
+        shape["aggregations"] = aggregations.signature()
         self.gap = gap
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
             store, shape=shape, policy=policy, timed=True

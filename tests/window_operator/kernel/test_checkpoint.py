@@ -50,3 +50,25 @@ def test_a_store_of_another_shape_or_corrupt_bytes_is_refused(tmp_path: Path) ->
         store.commit(bad)
         with pytest.raises(StateCorruptError):
             read_checkpoint(store, {"type": "a"})
+
+
+def test_a_checkpoint_written_before_the_aggregations_were_kept_is_continued(
+    tmp_path: Path,
+) -> None:
+    """A store of an earlier version has no aggregations in its shape: it is continued
+    (they cannot be compared); one with other aggregations is refused, naming them."""
+    time = {"type": "time", "size": 10, "step": 5}
+    with TaskStore(tmp_path / "s") as store:
+        batch = StoreBatch()
+        batch.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, Checkpoint(time).encode())
+        store.commit(batch)
+        assert read_checkpoint(store, {**time, "aggregations": [["count", None, None]]})
+        newer = StoreBatch()
+        shape = {**time, "aggregations": [["count", None, None]]}
+        newer.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, Checkpoint(shape).encode())
+        store.commit(newer)
+        assert read_checkpoint(store, shape) is not None
+        with pytest.raises(IncompatibleStateError, match=r'aggregations \[\["mean","v",null\]\]'):
+            read_checkpoint(store, {**time, "aggregations": [["mean", "v", None]]})
+        with pytest.raises(IncompatibleStateError, match="aggregations"):
+            read_checkpoint(store, time)  # a shape without them does not match one with
