@@ -129,7 +129,7 @@ def _produce_stream(bootstrap: str, topic: str, events: int, seconds: float) -> 
 
     now = int(time.time() * 1000)
     # event time runs 4x faster than the wall clock so windows close during the demo
-    span_ms = int(seconds * 4000)
+    span_ms = max(1, int(seconds * 4000))
     stream = click_stream(
         events,
         n_keys=6,

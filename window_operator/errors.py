@@ -48,6 +48,12 @@ class BatchRefusedError(WindowOperatorError):
     it runs at the next start)."""
 
 
+class TimerPassError(WindowOperatorError):
+    """A timer pass over the state tasks failed (the message names the task's error):
+    the one a restarted job runs before its query starts, or the last one of an
+    ``available_now`` run; the idle-time passes are retried instead."""
+
+
 class UnknownSourceError(WindowOperatorError, ValueError):
     """A record names an input the operator does not have."""
 

@@ -25,6 +25,7 @@ from window_operator.cli.common import (
     load_simulation_runtime,
     port_number,
     positive_int,
+    positive_number,
     seconds,
 )
 from window_operator.config import JobConfig, load_any_config
@@ -44,7 +45,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     runtime = load_simulation_runtime(args.config)
     input_path = input_file(args.input)
-    _check_outputs(input_path, {"--output": args.output, "--errors": args.errors})
+    _check_outputs(
+        {"--input": input_path, "--config": Path(args.config)},
+        {"--output": args.output, "--errors": args.errors},
+    )
     out: IO[bytes]
     errors_out: IO[bytes] | None = None
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
@@ -112,10 +116,11 @@ def _print_summary(
         )
 
 
-def _check_outputs(input_path: Path, outputs: dict[str, str | None]) -> None:
-    """Refuse an output file that is the input, or another output: opening it for
-    writing would empty the input before it is read, or mix the two outputs."""
-    taken: list[tuple[Path, str]] = [(input_path, "--input")]
+def _check_outputs(inputs: dict[str, Path], outputs: dict[str, str | None]) -> None:
+    """Refuse an output file that is an input (the records, the config), or another
+    output: opening it for writing would empty the input before it is read (the config
+    for good), or mix the two outputs."""
+    taken: list[tuple[Path, str]] = [(path, option) for option, path in inputs.items()]
     for option, name in outputs.items():
         if name is None:
             continue
@@ -197,13 +202,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         spark = build_session(app_name=f"window-operator-{config.job}", master=master, conf=conf)
     except Exception as exc:
+        from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException  # pyspark loads in seconds: only now
 
-        if not isinstance(exc, PySparkException):
+        from window_operator.spark.failures import root_cause
+
+        if not isinstance(exc, PySparkException | Py4JError):
             raise
-        # e.g. a master URL Spark does not know: its JVM exited
+        # e.g. a master URL Spark does not know (its JVM exited), or one it refuses
+        # (local[0]: the JVM says why, under a screenful of stack)
         where = f" with master {master!r}" if master else ""
-        reason = str(exc).splitlines()[0]
+        reason = str(exc).splitlines()[0] if isinstance(exc, PySparkException) else root_cause(exc)
         raise CliError(f"Spark did not start{where}: {reason} (see above)", EXIT_CONFIG) from None
     job = job_for(
         config,
@@ -355,7 +364,9 @@ def _add_demo(sub: Subparsers) -> None:
     )
     demo.add_argument("--config", help="job YAML (default: config/clicks.yaml)")
     demo.add_argument("--events", type=positive_int, default=3000, help="clicks to produce")
-    demo.add_argument("--seconds", type=seconds, default=30.0, help="wall time to produce them")
+    demo.add_argument(
+        "--seconds", type=positive_number, default=30.0, help="wall time to produce them"
+    )
     demo.add_argument("--chart", help="where to write the PNG chart (default: the run's temp dir)")
     demo.add_argument(
         "--mode",

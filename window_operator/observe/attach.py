@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from window_operator.errors import WindowOperatorError
+from window_operator.errors import TimerPassError, WindowOperatorError
 from window_operator.observe.heartbeat import Heartbeat
 from window_operator.observe.lag import InputLag
 from window_operator.observe.logs import BatchLog
@@ -173,7 +173,8 @@ def run_observed(
                 break
     except StreamingQueryException as exc:
         raise QueryFailedError(f"the streaming query stopped: {root_cause(exc)}") from None
-    except (WorkersFailedError, TaskCountError) as exc:  # the latter: inputs outgrew it
+    except (WorkersFailedError, TaskCountError, TimerPassError) as exc:
+        # TaskCountError: the inputs outgrew the job
         raise QueryFailedError(str(exc)) from None
     finally:
         for sig, handler in previous.items():

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from window_operator.config import JobConfig, JoinJobConfig
-from window_operator.errors import BatchRefusedError
+from window_operator.errors import BatchRefusedError, TimerPassError
 from window_operator.kafka_admin import METADATA_TIMEOUT_S, KafkaAdmin, KafkaAdminError
 from window_operator.kernel import ClockState
 from window_operator.runtime.batch import (
@@ -308,11 +308,14 @@ class StreamingJob(SparkJob):
             ctx = BatchContext(self.settings, -1, clock, self._origin, ends, history, final)
             n = self.settings.tasks
             self._describe("timer pass")
-            tasks: list[TaskReport] = (
-                self.spark.sparkContext.parallelize(range(n), n)
-                .mapPartitionsWithIndex(lambda i, rows: timer_pass(ctx, i, rows))
-                .collect()
-            )
+            try:
+                tasks: list[TaskReport] = (
+                    self.spark.sparkContext.parallelize(range(n), n)
+                    .mapPartitionsWithIndex(lambda i, rows: timer_pass(ctx, i, rows))
+                    .collect()
+                )
+            except Exception as exc:  # Spark's failure: screenfuls of Java and Python stack
+                raise TimerPassError(f"a timer pass failed: {root_cause(exc)}") from exc
             self._clock = clock
             self.clocks.prepare(self._next_batch, clock)
             self._last_activity = time.monotonic()
@@ -336,7 +339,8 @@ class StreamingJob(SparkJob):
                     if self._stop.is_set():
                         return
                     # one line: Spark's failure carries screenfuls of Java and Python stack
-                    log.warning("timer pass failed (retried next interval): %s", root_cause(exc))
+                    failed = exc if isinstance(exc, TimerPassError) else root_cause(exc)
+                    log.warning("%s (retried next interval)", failed)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -443,6 +443,25 @@ def test_run_against_a_missing_input_topic_exits_2_naming_it(
     assert_startup_failure(seconds, proc, repr(topic), kafka_bootstrap, "window-operator produce")
 
 
+@pytest.mark.kafka
+def test_run_with_a_master_spark_refuses_is_one_line(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """``local[0]``: the JVM refuses it under a screenful of Java stack. Before, that was
+    a Python traceback and exit status 1 (only a master URL Spark does not know was one
+    line)."""
+    topic = unique_name("in")
+    KafkaAdmin(kafka_bootstrap).create_topic(topic, 1)
+    job = str(job_file(tmp_path, topic))
+    proc = cli(
+        "run", "--config", job, "--master", "local[0]", "--bootstrap-servers", kafka_bootstrap
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("window-operator: Spark did not start with master 'local[0]': ")
+    assert "SparkException: " in last, last  # the JVM's reason, not py4j's wrapper line
+
+
 @pytest.mark.parametrize(
     ("command", "where"),
     [("run", "refused"), ("produce", "refused"), ("restore", "refused"), ("status", "unresolved")],
@@ -550,7 +569,9 @@ def test_argument_mistakes_are_one_line_before_anything_starts(tmp_path: Path) -
             (["broker", "--port", "-1"], 2, "--port: must be a port from 0 to 65535, got -1"),
             # a traceback after Spark's start (a fresh-user walkthrough found it)
             (["demo", "--seconds", "-1", "--bootstrap-servers", closed],
-             2, "--seconds: must be a finite number >= 0, got -1"),
+             2, "--seconds: must be a finite number > 0, got -1"),
+            (["demo", "--seconds", "0", "--bootstrap-servers", closed],  # a ZeroDivisionError
+             2, "--seconds: must be a finite number > 0, got 0"),
             (["nexmark", "generate", "--events", "9", "--rate", "0", "--bootstrap-servers", closed],
              2, "--rate: must be a finite number > 0, got 0"),
             (["run", "--config", job, "--conf", "=x", "--bootstrap-servers", closed],
@@ -574,14 +595,17 @@ def test_argument_mistakes_are_one_line_before_anything_starts(tmp_path: Path) -
 
 
 def test_simulate_never_writes_over_its_input(tmp_path: Path) -> None:
+    """Nor over its config (the results replaced it: a user walkthrough found it)."""
     events = tmp_path / "e.jsonl"
     text = '{"k": "a", "ts": 1}\n'
     events.write_text(text)
     (tmp_path / "link.jsonl").symlink_to(events)
     job = str(job_file(tmp_path, "in"))
+    config = Path(job).read_text()
     same = ["simulate", "--config", job, "--input", str(events)]
     for extra, message in [
         (["--output", str(events)], f"--output {events} is the file of --input"),
+        (["--errors", job], f"--errors {job} is the file of --config"),
         (["--errors", str(tmp_path / "link.jsonl")], "is the file of --input"),
         (["--output", str(tmp_path / "o"), "--errors", f"{tmp_path}/./o"],
          "is the file of --output"),
@@ -589,7 +613,7 @@ def test_simulate_never_writes_over_its_input(tmp_path: Path) -> None:
         proc = cli(*same, *extra)
         assert proc.returncode == 3 and message in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
-        assert events.read_text() == text
+        assert events.read_text() == text and Path(job).read_text() == config
 
 
 def test_a_state_of_another_window_shape_is_one_line(tmp_path: Path) -> None:
@@ -604,6 +628,61 @@ def test_a_state_of_another_window_shape_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("window-operator: ") and "state" in line
+
+
+@pytest.mark.parametrize(
+    ("edit", "accepted"),
+    [
+        (("{name: n, op: count}", "{name: n, op: count}, {name: s, op: sum, field: v}"), False),
+        (("{name: n, op: count}", "{name: s, op: sum, field: v}"), False),
+        (("{name: n, op: count}", "{name: total, op: count}"), True),  # a new name only
+    ],
+    ids=["added", "changed", "renamed"],
+)
+def test_a_state_of_other_aggregations_is_one_line(
+    tmp_path: Path, edit: tuple[str, str], accepted: bool
+) -> None:
+    """A job whose aggregations changed cannot continue the accumulators its state
+    holds: one line, exit status 2. Before, it continued them (a sum went on from the
+    stored mean's columns, a silently wrong figure) or failed with a traceback when the
+    layout differed. A new name for the same operation keeps the same state."""
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1, "v": 10}\n{"k": "a", "ts": 2, "v": 20}\n')
+    job = job_file(tmp_path, "in")
+    state = ["--state-dir", str(tmp_path / "state"), "--keep-open"]
+    first = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    assert first.returncode == 0, first.stderr
+    job.write_text(job.read_text().replace(*edit))
+    proc = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    if accepted:
+        assert proc.returncode == 0, proc.stderr
+        return
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("window-operator: ") and "aggregations" in line
+
+
+def test_a_state_that_does_not_decode_is_one_line(tmp_path: Path) -> None:
+    """Damaged stored bytes: one line that says what to do, exit status 1 (it was a
+    traceback)."""
+    from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+    from window_operator.kernel import CHECKPOINT_KEY
+
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1}\n')
+    job = job_file(tmp_path, "in")
+    state = ["--state-dir", str(tmp_path / "state"), "--keep-open"]
+    first = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    assert first.returncode == 0, first.stderr
+    with TaskStore(tmp_path / "state" / "startup" / "task-0") as store:
+        damaged = StoreBatch()
+        damaged.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, b"{not json")
+        store.commit(damaged)
+    proc = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("window-operator: the stored state does not decode (")
+    assert "window-operator restore" in line
 
 
 def test_status_without_a_broker_exits_2_even_for_a_job_that_never_ran(tmp_path: Path) -> None:

@@ -39,3 +39,15 @@ def test_the_last_python_error_of_the_task_is_the_line() -> None:
 def test_a_failure_without_a_python_error_is_its_first_line() -> None:
     assert root_cause(Exception("Job aborted.\nat x")) == "Job aborted."
     assert root_cause(Exception("")) == "Exception"
+
+
+def test_the_java_error_py4j_carries_is_the_line() -> None:
+    """What the JVM refused, for example a master of 0 threads (abridged)."""
+    refused = (
+        "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n"
+        ": org.apache.spark.SparkException: Asked to run locally with 0 threads\n"
+        "\tat org.apache.spark.SparkContext$.createTaskScheduler(SparkContext.scala:3333)\n"
+    )
+    assert root_cause(Exception(refused)) == (
+        "org.apache.spark.SparkException: Asked to run locally with 0 threads"
+    )

@@ -354,3 +354,27 @@ def test_a_partition_a_rate_limited_batch_leaves_for_later_holds_the_watermark_b
     # the watermark is the slowest partition's (40 s): only /c's first window closed
     fired = [(r["key"], r["window_start"] - base, r["kind"]) for r in results]
     assert fired == [("/c", 0, "ON_TIME")]
+
+
+def test_a_restart_whose_timer_pass_fails_is_one_line(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A restarted job runs a timer pass before its query starts; when its tasks fail
+    there (here: the state directory is a file), the start fails with one line naming
+    the task's error. Before, Spark's failure came out whole: a Python traceback through
+    the driver, after screenfuls of Java stack."""
+    topic = unique_name("clicks")
+    create_topic(kafka_bootstrap, topic, 2)
+    produce(kafka_bootstrap, topic, make_stream(200).records())
+    config = job_config(tmp_path, topic, unique_name("job"))
+    run_to_end(config, kafka_bootstrap, spark)
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("")
+    from window_operator.errors import TimerPassError
+    from window_operator.spark.longrun import job_for
+
+    again = job_for(config, bootstrap_servers=kafka_bootstrap, spark=spark, state_dir=not_a_dir)
+    with pytest.raises(TimerPassError) as failed:
+        again.start()
+    assert "\n" not in str(failed.value)
+    assert str(failed.value).startswith("a timer pass failed: NotADirectoryError: ")
