@@ -339,8 +339,9 @@ class StreamingJob(SparkJob):
                     if self._stop.is_set():
                         return
                     # one line: Spark's failure carries screenfuls of Java and Python stack
-                    failed = exc if isinstance(exc, TimerPassError) else root_cause(exc)
-                    log.warning("%s (retried next interval)", failed)
+                    spark_failure = exc.__cause__ if isinstance(exc, TimerPassError) else exc
+                    reason = root_cause(spark_failure or exc)
+                    log.warning("timer pass failed (retried next interval): %s", reason)
 
     # -- lifecycle -----------------------------------------------------------------------
 

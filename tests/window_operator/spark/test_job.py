@@ -364,7 +364,7 @@ def test_a_restart_whose_timer_pass_fails_is_one_line(
     the task's error. Before, Spark's failure came out whole: a Python traceback through
     the driver, after screenfuls of Java stack."""
     topic = unique_name("clicks")
-    create_topic(kafka_bootstrap, topic, 2)
+    create_topic(kafka_bootstrap, topic, 4)  # the stream's records name partitions 0-3
     produce(kafka_bootstrap, topic, make_stream(200).records())
     config = job_config(tmp_path, topic, unique_name("job"))
     run_to_end(config, kafka_bootstrap, spark)
@@ -378,3 +378,25 @@ def test_a_restart_whose_timer_pass_fails_is_one_line(
         again.start()
     assert "\n" not in str(failed.value)
     assert str(failed.value).startswith("a timer pass failed: NotADirectoryError: ")
+
+
+def test_a_restart_with_other_aggregations_stops_naming_them(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """The aggregations changed between runs (a mean became a sum): the restarted job
+    stops before its query starts, naming them. Before, the sum went on from the stored
+    mean's columns and its results were wrong."""
+    topic = unique_name("clicks")
+    create_topic(kafka_bootstrap, topic, 4)  # the stream's records name partitions 0-3
+    produce(kafka_bootstrap, topic, make_stream(200).records())
+    config = job_config(tmp_path, topic, unique_name("job"))
+    run_to_end(config, kafka_bootstrap, spark)
+    aggregations = [
+        {"name": "clicks", "op": "count"},
+        {"name": "mean_latency_ms", "op": "sum", "field": "latency_ms"},
+    ]
+    changed = job_config(tmp_path, topic, config.job, aggregations=aggregations)
+    from window_operator.errors import TimerPassError
+
+    with pytest.raises(TimerPassError, match=r"IncompatibleStateError: .*aggregations"):
+        run_to_end(changed, kafka_bootstrap, spark)
