@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ __all__ = [
     "load_checked_config",
     "load_runtime",
     "load_simulation_runtime",
+    "warn_ignored",
     "parse_time",
     "port_number",
     "positive_int",
@@ -153,6 +155,12 @@ def load_checked_config(path: str | Path, *, user_code: bool = True) -> JobConfi
     else:
         check_operations(config, source=str(path))
     return config
+
+
+def warn_ignored(config: JobConfig | JoinJobConfig, path: str | Path) -> None:
+    """A warning line on stderr for each setting of the file that does not apply."""
+    for reason in config.ignored_settings():
+        print(f"window-operator: warning: {path}: {reason}; it is ignored", file=sys.stderr)
 
 
 def bootstrap_servers(args: argparse.Namespace, config: JobConfig | JoinJobConfig | None) -> str:

@@ -27,6 +27,7 @@ from window_operator.cli.common import (
     positive_int,
     positive_number,
     seconds,
+    warn_ignored,
 )
 from window_operator.config import JobConfig, load_any_config
 from window_operator.join import JoinRuntime
@@ -44,6 +45,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from window_operator.simulate import FinishedStateError, simulate
 
     runtime = load_simulation_runtime(args.config)
+    warn_ignored(runtime.config, args.config)
     input_path = input_file(args.input)
     _check_outputs(
         {"--input": input_path, "--config": Path(args.config)},
@@ -181,6 +183,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from window_operator.spark.session import build_session
 
     config = load_checked_config(args.config)
+    warn_ignored(config, args.config)
     starting = _starting_offsets(args.starting_offsets)
     if args.mode is not None:
         config = config.model_copy(

@@ -177,6 +177,29 @@ class JobConfig(JobSections):
             )
         return self
 
+    def ignored_settings(self) -> list[str]:
+        """Lateness, LATE updates and retention by event time, given for count or offsets
+        windows: a window holds messages by their number (or offsets), nothing is late
+        and none expires by time."""
+        if not isinstance(self.window, CountWindow):
+            return []
+        holds = (
+            "a partition's offsets"
+            if isinstance(self.window, OffsetsWindow)
+            else "a key's messages by their number"
+        )
+        given = [
+            ("watermark", "allowed_lateness", self.watermark.model_fields_set),
+            ("emit", "late", self.emit.model_fields_set),
+            ("retention", "time", self.retention.model_fields_set),
+        ]
+        return [
+            f"{section}.{name} does not apply to {self.window.type} windows (a window "
+            f"holds {holds}: none of them is late, and no window expires by event time)"
+            for section, name, fields_set in given
+            if name in fields_set
+        ]
+
     @property
     def windows_per_partition(self) -> bool:
         """Whether a window is bounded by one input partition's offsets (``offsets``

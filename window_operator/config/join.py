@@ -161,6 +161,14 @@ class JoinJobConfig(JobSections):
             for side, cfg in sides
         ]
 
+    def ignored_settings(self) -> list[str]:
+        """The ``emit`` section, given for a join: it emits as soon as results are known."""
+        return [
+            f"emit.{name} does not apply to joins (a match is written as soon as both its "
+            "rows are there, a late one as it arrives)"
+            for name in sorted(self.emit.model_fields_set)
+        ]
+
     @model_validator(mode="after")
     def _no_retention_size(self) -> Self:
         if self.retention.size is not None:

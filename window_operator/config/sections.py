@@ -393,6 +393,11 @@ class JobSections(FrozenModel):
         """Where the job's input topics are set, and their names (each root lists its own)."""
         return []
 
+    def ignored_settings(self) -> list[str]:
+        """The settings the file gives that do not apply to this job, each with why: a
+        warning, not an error (a file written for another window shape still runs)."""
+        return []
+
     @model_validator(mode="after")
     def _one_role_per_topic(self) -> Self:
         """The job writes no topic it reads: it would read its own results again, and

@@ -662,6 +662,22 @@ def test_a_state_of_other_aggregations_is_one_line(
     assert line.startswith("window-operator: ") and "aggregations" in line
 
 
+def test_simulate_warns_of_settings_that_do_not_apply(tmp_path: Path) -> None:
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"k": "a", "ts": 1}\n{"k": "a", "ts": 2}\n')
+    job = job_file(tmp_path, "in")
+    job.write_text(
+        job.read_text().replace("{type: tumbling, size: 10s}", "{type: count, size: 2}")
+        + "emit: {late: off}\n"
+    )
+    proc = cli("simulate", "--config", str(job), "--input", str(events))
+    assert proc.returncode == 0, proc.stderr
+    assert f"window-operator: warning: {job}: emit.late does not apply to count windows" in (
+        proc.stderr
+    )
+    assert proc.stdout.count("ON_TIME") == 1  # and the job ran
+
+
 def test_a_state_that_does_not_decode_is_one_line(tmp_path: Path) -> None:
     """Damaged stored bytes: one line that says what to do, exit status 1 (it was a
     traceback)."""

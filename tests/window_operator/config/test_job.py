@@ -181,3 +181,24 @@ def test_a_bad_key_is_one_problem_naming_it(key: object, message: str) -> None:
     doc = minimal()
     doc["input"] = {"timestamp": "ts", "key": key}
     assert one_problem(doc) == ("input.key", message)
+
+
+@pytest.mark.parametrize("window", [{"type": "count", "size": 4}, {"type": "offsets", "size": 4}])
+def test_time_settings_given_for_windows_of_messages_are_named_as_ignored(
+    window: dict[str, object],
+) -> None:
+    """Count and offsets windows hold messages by number or offset: lateness, LATE
+    updates and retention by time do not apply. A user was told nothing of it."""
+    given = {
+        "window": window,
+        "watermark": {"allowed_lateness": "5s", "idle_timeout": "1m"},
+        "emit": {"late": "off", "early": "1s"},
+        "retention": {"time": "1h"},
+    }
+    ignored = parse_config({**minimal(), **given}, base_dir=ROOT).ignored_settings()
+    named = [line.split(" ", 1)[0] for line in ignored]
+    assert named == ["watermark.allowed_lateness", "emit.late", "retention.time"]
+    assert all(f"does not apply to {window['type']} windows" in line for line in ignored)
+    assert parse_config({**minimal(), "window": window}, base_dir=ROOT).ignored_settings() == []
+    time_windows = {**given, "window": {"type": "tumbling", "size": "1m"}}
+    assert parse_config({**minimal(), **time_windows}, base_dir=ROOT).ignored_settings() == []

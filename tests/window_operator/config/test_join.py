@@ -160,3 +160,21 @@ def test_a_join_writes_no_topic_it_reads() -> None:
     config = parse_any_config(doc, base_dir=ROOT)
     assert isinstance(config, JoinJobConfig)
     assert config.join.left.topic_name == config.join.right.topic_name == "orders"
+
+
+def test_an_emit_section_given_for_a_join_is_named_as_ignored() -> None:
+    join = {
+        "job": "oj",
+        "join": {
+            "left": {"name": "a", "timestamp": "t"},
+            "right": {"name": "b", "timestamp": "t"},
+            "on": ["id"],
+            "range": "1m",
+        },
+    }
+    config = parse_any_config({**join, "emit": {"early": "1s", "late": "off"}}, base_dir=ROOT)
+    assert [line.split(" ", 1)[0] for line in config.ignored_settings()] == [
+        "emit.early",
+        "emit.late",
+    ]
+    assert parse_any_config(join, base_dir=ROOT).ignored_settings() == []
