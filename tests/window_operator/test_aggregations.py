@@ -728,7 +728,7 @@ def test_median_and_percentile_match_numpy(values: list[float], q: float) -> Non
     assert math.isclose(
         got, float(np.percentile(values, q * 100)), rel_tol=1e-12, abs_tol=1e-12 * spread
     )
-    multi = resolve_op("percentile", {"q": [0.5, 0.95, q]})
+    multi = resolve_op("percentile", {"q": list(dict.fromkeys([0.5, 0.95, q]))})
     assert isinstance(multi, ObjectOp)
     result = multi.finish(fold(multi, events))
     assert set(result) == {"p50", "p95", f"p{q * 100:g}"}
@@ -831,6 +831,7 @@ def test_user_vector_op_subclass() -> None:
         ("percentile", {"q": -0.1}, "q"),
         ("percentile", {"q": [0.5, 2]}, "q"),
         ("percentile", {"q": []}, "q"),
+        ("percentile", {"q": [0.5, 0.9, 0.5]}, "lists 0.5 twice"),
         ("percentile", {"q": "0.5"}, "q"),
         ("count", {"has_field": True}, "has_field"),
         ("udf_example:ProductOp", {"factor": 2}, "'factor'"),

@@ -241,8 +241,11 @@ def _validate_q(q: Any) -> float | list[float]:
         if not q:
             raise ValueError("param 'q' must be a number in [0, 1] or a non-empty list of them")
         qs = [one(item) for item in q]
+        twice = sorted({item for item in qs if qs.count(item) > 1})
+        if twice:
+            raise ValueError(f"param 'q' lists {', '.join(map(str, twice))} twice")
         keys = [_percentile_key(item) for item in qs]
-        if len(set(keys)) != len(set(qs)):
+        if len(set(keys)) != len(qs):
             raise ValueError(f"param 'q' has values that share a result key: {keys}")
         return qs
     return one(q)

@@ -99,7 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno not in _FULL:
             raise
         # a write to an output stream (stdout, --output, --errors) found no room
-        print(f"window-operator: cannot write the output: {exc.strerror}", file=sys.stderr)
+        print(
+            f"window-operator: cannot write the output (results or error records): {exc.strerror}",
+            file=sys.stderr,
+        )
         _quiet_stdout()  # its buffer would fail again at exit
         return EXIT_INPUT
     return code

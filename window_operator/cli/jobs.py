@@ -105,11 +105,13 @@ def _print_summary(
         where = f" (see {errors})" if errors else " (use --errors FILE for details)"
         print(f"simulate: error records by code: {detail}{where}", file=sys.stderr)
     if summary.rejected and not summary.applied:
-        print(
-            "simulate: warning: every record was rejected: check the field names the "
-            "config reads (key, timestamp, values) against the input's",
-            file=sys.stderr,
+        check = (
+            "is the input a JSON Lines file (a JSON object per line, UTF-8, not compressed)?"
+            if set(summary.errors) == {"BAD_JSON"}
+            else "check the field names the config reads (key, timestamp, values) against "
+            "the input's"
         )
+        print(f"simulate: warning: every record was rejected: {check}", file=sys.stderr)
     if isinstance(runtime, JoinRuntime) and runtime.self_join:
         print(
             "simulate: both inputs read one topic (a self-join): every line reached both, "

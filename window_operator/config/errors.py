@@ -64,6 +64,12 @@ def dotted(loc: Sequence[str | int]) -> str:
     return ".".join(str(part) for part in loc)
 
 
+#: What a problem adds when a string was expected and YAML read a boolean.
+QUOTE_BOOLEAN = (
+    "YAML reads an unquoted yes, no, on, off, true or false as a boolean; write it in quotes"
+)
+
+
 def show(value: object) -> str:
     """A short YAML-flavoured rendering of an input value for messages."""
     if value is None:

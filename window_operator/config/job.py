@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from window_operator.config.errors import FieldProblems, Location, show
+from window_operator.config.errors import QUOTE_BOOLEAN, FieldProblems, Location, show
 from window_operator.config.fields import (
     AggregationName,
     FilePath,
@@ -39,6 +39,8 @@ def _key_fields(value: object) -> object:
         return value
     if isinstance(value, str):
         raise ValueError("must not be empty (leave key out for one global key)")
+    if isinstance(value, bool):
+        raise ValueError(f"must be a field name (got {show(value)}: {QUOTE_BOOLEAN})")
     if not isinstance(value, list | tuple):
         raise ValueError(f"must be a field name or a list of field names (got {show(value)})")
     for index, name in enumerate(value):

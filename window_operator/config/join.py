@@ -134,6 +134,9 @@ class JoinConfig(FrozenModel):
             problems.append((("right", "name"), "must differ from join.left.name"))
         if self.rows is not None and self.kind != "inner":
             problems.append((("kind",), "outer joins need a time condition (range or between)"))
+        twice = sorted({f for f in self.on if self.on.count(f) > 1})
+        if twice:
+            problems.append((("on",), f"{', '.join(map(repr, twice))} listed twice"))
         if problems:
             raise FieldProblems(problems)
         return self

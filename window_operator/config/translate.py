@@ -17,7 +17,14 @@ from typing import Annotated, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from window_operator.config.errors import ConfigProblem, FieldProblems, Location, dotted, show
+from window_operator.config.errors import (
+    QUOTE_BOOLEAN,
+    ConfigProblem,
+    FieldProblems,
+    Location,
+    dotted,
+    show,
+)
 from window_operator.config.job import JobConfig
 from window_operator.config.sections import JobSections
 
@@ -220,6 +227,8 @@ def _message(error: _Error) -> str:
         return f"must be at least {ctx.get('ge')} (got {got})"
     if kind == "less_than_equal":
         return f"must be at most {ctx.get('le')} (got {got})"
+    if kind == "string_type" and isinstance(error.value, bool):
+        return f"must be a string (got {got}: {QUOTE_BOOLEAN})"
     if kind in _TYPE_MESSAGES:
         return f"{_TYPE_MESSAGES[kind]} (got {got})"
     return f"{error.msg[:1].lower()}{error.msg[1:]} (got {got})"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -53,16 +53,25 @@ def stored_windows(
         return [] if store is None else list(plan.operator(store).get_windows(key, start, end))
 
 
-def parse_join_key(text: str, fields: int) -> JoinKey:
-    """A join key given on the command line: JSON (``3``, ``"a"``, ``[1, "x"]``) or text."""
+def parse_join_key(text: str, on: Sequence[str]) -> JoinKey:
+    """A join key given on the command line: JSON (``3``, ``"a"``, ``[1, "x"]``) or text.
+
+    A key of the fields ``on`` may also be written as ``inspect`` prints it (a list of
+    its values, ``[3]``) or as ``read`` prints a result's key (an object of them,
+    ``{"id": 3}``).
+    """
     import orjson
 
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         return text
-    if fields > 1 and isinstance(value, list):
-        return tuple(value)
+    if isinstance(value, dict) and set(value) == set(on):
+        value = [value[f] for f in on]
+    if isinstance(value, list) and len(value) == len(on):
+        if len(on) > 1:
+            return tuple(value)
+        value = value[0]
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     return text  # a number with a fraction, true/false, null, an object or array: as text
@@ -79,7 +88,7 @@ def stored_messages(
         if store is None:
             return []
         op = plan.runtime.operator(store)
-        join_key = parse_join_key(key, len(plan.runtime.config.join.on))
+        join_key = parse_join_key(key, plan.runtime.config.join.on)
         out: list[JoinMessage] = []
         for side in (plan.runtime.config.join.left.name, plan.runtime.config.join.right.name):
             out += op.get_messages(side, start, -(2**63), end - 1, 2**63 - 1, [join_key])

@@ -234,6 +234,10 @@ def test_simulate_warns_when_every_record_is_rejected(tmp_path: Path) -> None:
     events.write_text('{"k": "a", "ts": 1, "x": 1}\n{"k": "b", "ts": 2}\n')
     proc = cli("simulate", "--config", str(job), "--input", str(events))
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    # no line is JSON (a compressed or UTF-16 file): the field names are not the point
+    events.write_bytes('{"k": "a", "ts": 1}\n'.encode("utf-16"))
+    proc = cli("simulate", "--config", str(job), "--input", str(events))
+    assert "warning: every record was rejected: is the input a JSON Lines file" in proc.stderr
 
 
 def test_simulate_reads_a_pipe_or_a_device(tmp_path: Path) -> None:
@@ -744,7 +748,8 @@ def test_an_output_with_no_room_left_is_one_line(tmp_path: Path, target: str) ->
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
     assert proc.stderr.splitlines()[-1] == (
-        "window-operator: cannot write the output: No space left on device"
+        "window-operator: cannot write the output (results or error records): "
+        "No space left on device"
     )
 
 

@@ -178,3 +178,15 @@ def test_an_emit_section_given_for_a_join_is_named_as_ignored() -> None:
         "emit.late",
     ]
     assert parse_any_config(join, base_dir=ROOT).ignored_settings() == []
+
+
+def test_a_join_field_listed_twice_is_a_problem() -> None:
+    """As a key field listed twice is (it was accepted, and joined on the field once)."""
+    join = {
+        "left": {"name": "a", "timestamp": "t"},
+        "right": {"name": "b", "timestamp": "t"},
+        "on": ["id", "id", "x"],
+        "range": "1m",
+    }
+    with pytest.raises(ConfigError, match=r"join\.on: 'id' listed twice"):
+        parse_any_config({"job": "oj", "join": join}, base_dir=ROOT)

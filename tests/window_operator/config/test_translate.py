@@ -112,6 +112,20 @@ def test_error_message_format_is_exact() -> None:
             "must be a string (got 7)",
             id="op-type",
         ),
+        pytest.param(  # YAML 1.1 reads `job: off` as false
+            lambda d: d.update(job=False),
+            "job",
+            "must be a string (got false: YAML reads an unquoted yes, no, on, off, true "
+            "or false as a boolean; write it in quotes)",
+            id="yaml-boolean",
+        ),
+        pytest.param(
+            lambda d: d["input"].update(key=False),
+            "input.key",
+            "must be a field name (got false: YAML reads an unquoted yes, no, on, off, "
+            "true or false as a boolean; write it in quotes)",
+            id="yaml-boolean-key",
+        ),
         pytest.param(
             lambda d: d["aggregations"].append({"name": "m", "op": "max", "feild": "x"}),
             "aggregations.1.feild",

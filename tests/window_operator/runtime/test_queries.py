@@ -8,22 +8,27 @@ from window_operator.runtime.queries import parse_join_key
 
 
 @pytest.mark.parametrize(
-    ("text", "fields", "expected"),
+    ("text", "on", "expected"),
     [
-        ("3", 1, 3),
-        ('"a"', 1, "a"),
-        ("plain text", 1, "plain text"),
-        ('[1, "x"]', 2, (1, "x")),
-        ("[1, 2]", 1, "[1, 2]"),  # a list is a key of several fields only
-        ("1.5", 1, "1.5"),
-        ("true", 1, "true"),
-        ("null", 1, "null"),
-        ('{"a": 1}', 1, '{"a": 1}'),
+        ("3", ["id"], 3),
+        ('"a"', ["id"], "a"),
+        ("plain text", ["id"], "plain text"),
+        ('[1, "x"]', ["id", "n"], (1, "x")),
+        ("[1, 2]", ["id"], "[1, 2]"),  # a list of another length is text
+        ("1.5", ["id"], "1.5"),
+        ("true", ["id"], "true"),
+        ("null", ["id"], "null"),
+        ('{"a": 1}', ["id"], '{"a": 1}'),  # an object of other fields is text
+        # as inspect prints a key, and as read prints a result's
+        ("[3]", ["id"], 3),
+        ('{"id": 3}', ["id"], 3),
+        ('{"n": "x", "id": 1}', ["id", "n"], (1, "x")),
+        ('[["a"]]', ["id"], '[["a"]]'),
     ],
 )
 def test_a_join_key_is_json_of_the_key_type_or_else_the_text(
-    text: str, fields: int, expected: object
+    text: str, on: list[str], expected: object
 ) -> None:
-    key = parse_join_key(text, fields)
+    key = parse_join_key(text, on)
     assert key == expected
     assert type(key) is type(expected)
