@@ -120,6 +120,11 @@ class AggregationSet:
         out: list[Any] = orjson.loads(orjson.dumps(rows, default=str))
         return out
 
+    def state_shape(self, window: dict[str, Any]) -> dict[str, Any]:
+        """The shape of a window operator's state: its ``window`` settings and these
+        aggregations' :meth:`signature` (see :func:`read_checkpoint`)."""
+        return {**window, "aggregations": self.signature()}
+
     def check_deduct(self, use_deduct: bool | None) -> None:
         """Raise ``ValueError`` when ``use_deduct=True`` but an operation has no deduct."""
         if use_deduct and not self.deductible:

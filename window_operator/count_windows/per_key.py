@@ -63,12 +63,7 @@ class KeyCountWindows:
         self.size = window.size
         self.step = window.step
         self.k = window.size // window.step
-        shape = {
-            "type": "count",
-            "size": self.size,
-            "step": self.step,
-            "aggregations": aggregations.signature(),
-        }
+        shape = aggregations.state_shape({"type": "count", "size": self.size, "step": self.step})
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
             store, shape=shape, policy=policy, timed=True
         )

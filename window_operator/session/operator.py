@@ -94,10 +94,9 @@ class SessionAggregator(EventOperator):
             assert window.max_idle_messages is not None
             gap = int(window.max_idle_messages)
             shape = {"type": "tuple_session", "max_idle_messages": gap}
-        shape["aggregations"] = aggregations.signature()
         self.gap = gap
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
-            store, shape=shape, policy=policy, timed=True
+            store, shape=aggregations.state_shape(shape), policy=policy, timed=True
         )
         self.trigger = SessionTrigger(
             gap=gap, by_offsets=self.by_offsets, retention=policy.retention

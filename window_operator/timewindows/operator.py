@@ -86,12 +86,8 @@ class WindowedAggregator(EventOperator):
         self.policy = policy
         self.decoder = decoder
         self.use_deduct = aggregations.deductible if use_deduct is None else use_deduct
-        shape = {
-            "type": "time",
-            "size": windowing.size,
-            "step": windowing.step,
-            "aggregations": aggregations.signature(),
-        }
+        window = {"type": "time", "size": windowing.size, "step": windowing.step}
+        shape = aggregations.state_shape(window)
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
             store, shape=shape, policy=policy, timed=True
         )
