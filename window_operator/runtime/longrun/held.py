@@ -6,10 +6,11 @@ for its epoch to commit) brings no records either, whatever waits in its partiti
 so without a word from it those partitions would go idle and the records waiting in
 them would be late once it reads them. While it is held back, the worker sends every
 worker a :class:`~window_operator.runtime.longrun.wire.Held` naming the partitions it
-reads, a few times per idle timeout, and every state task counts them as active in the
-epoch that brings it (:class:`~window_operator.runtime.longrun.inbox.TaskClock`): their
-idle time does not run while their reader cannot look, as Flink pauses idleness under
-backpressure.
+reads in which records wait (the consumer's fetches go on in the background, so it
+knows their ends: a silent partition goes idle as before), a few times per idle
+timeout, and every state task counts them as active in the epoch that brings it
+(:class:`~window_operator.runtime.longrun.inbox.TaskClock`): their idle time does not
+run while their reader cannot look, as Flink pauses idleness under backpressure.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ __all__ = ["HeldBack"]
 
 #: How many words a held-back reader sends per idle timeout (at least one per epoch).
 _PER_TIMEOUT = 4
+#: The shortest time between two words (a tiny idle timeout would send thousands).
+_MIN_EVERY_S = 0.05
 
 
 @dataclass
@@ -42,12 +45,19 @@ class HeldBack:
         """The word for a job with ``idle_timeout_ms`` and epochs of ``epoch_ms``."""
         if idle_timeout_ms is None:
             return cls(mesh, None)
-        return cls(mesh, min(epoch_ms, idle_timeout_ms / _PER_TIMEOUT) / 1000.0)
+        every_ms = min(epoch_ms, idle_timeout_ms / _PER_TIMEOUT)
+        return cls(mesh, max(_MIN_EVERY_S, every_ms / 1000.0))
+
+    def due(self, now: float) -> bool:
+        """Whether a word may go out at monotonic time ``now`` (none was sent in the last
+        ``every_s``)."""
+        return self.every_s is not None and now - self._last >= self.every_s
 
     def tell(self, positions: Collection[InputPosition], now: float) -> bool:
-        """Tell every worker that the reader of ``positions`` is held back, at monotonic
-        time ``now``, unless told less than ``every_s`` ago; whether it told."""
-        if self.every_s is None or not positions or now - self._last < self.every_s:
+        """Tell every worker that the reader of ``positions`` (those in which records
+        wait) is held back, at monotonic time ``now``, if a word is :meth:`due`; whether
+        it told."""
+        if not self.due(now) or not positions:
             return False
         message = Held(tuple(sorted(positions)))
         for worker in range(self.mesh.workers):

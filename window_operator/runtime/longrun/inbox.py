@@ -105,9 +105,13 @@ class TaskClock:
     reader tells that it reached its end (a chunk ``at_end``, or a report spanning no
     offset, which also ends the wait of a partition where only transaction markers
     waited); each epoch's partitions with records count as active at its start.
-    Records written after its reader reached its end count from their chunk on: if the
-    reader does not come back to them within the idle timeout (its worker held back by
-    slower receivers), they may be late, as before.
+    Records written after its reader reached its end count from their chunk on. A
+    reader that cannot come back to them because its worker is held back (by slower
+    receivers, or waiting for its epoch to commit) names the partitions in which records
+    wait (``held``, sent while it lasts: :mod:`.held`): they count as active in every
+    epoch that brings that word, so their idle time does not run while their reader
+    cannot look (as Flink pauses idleness under backpressure); silent ones go idle as
+    before.
     """
 
     settings: TaskSettings

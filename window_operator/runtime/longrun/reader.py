@@ -70,6 +70,8 @@ class InputReader:
         self.reading: set[InputPosition] = set()
         #: the partitions read to their end since :meth:`take_caught_up` last asked
         self.caught_up: set[InputPosition] = set()
+        #: the offset of each partition's latest end-of-partition event
+        self.end_seen: dict[InputPosition, int] = {}
         self.consumer: Consumer | None = None
 
     def assign(self, begin: Mapping[InputPosition, int]) -> None:
@@ -150,6 +152,8 @@ class InputReader:
         code = err.code()
         if code == KafkaError._PARTITION_EOF:
             pos = self._by_tp.get((m.topic(), m.partition()))
+            if pos is not None:
+                self.end_seen[pos] = max(self.end_seen.get(pos, 0), m.offset() or 0)
             # a consume may return an end, then records written after it: that end is
             # stale (records come after it), only one at or past the records read counts
             if pos is not None and (m.offset() or 0) >= self.next_offset.get(pos, 0):
@@ -178,6 +182,26 @@ class InputReader:
         they learn it."""
         caught_up, self.caught_up = self.caught_up, set()
         return [self.partitions[pos] for pos in sorted(caught_up)]
+
+    def waiting(self) -> set[InputPosition]:
+        """The partitions read in which records may wait now: their end, as the
+        consumer's latest fetch (it goes on in the background) saw it, lies past where
+        the reader is and past its latest end-of-partition event (transaction markers lie
+        between); a partition whose end no fetch has told counts as waiting."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if self.consumer is None:
+            return set()
+        out: set[InputPosition] = set()
+        for pos in self.reading:
+            tp = TopicPartition(self.partitions[pos].topic, pos.partition)
+            try:
+                _, end = self.consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                end = -1
+            if end < 0 or end > max(self.next_offset[pos], self.end_seen.get(pos, 0)):
+                out.add(pos)
+        return out
 
     def close(self) -> None:
         """Close the consumer."""

@@ -274,8 +274,9 @@ class Worker:
 
     def _held_back(self) -> None:
         """The reader cannot read now: its partitions must not go idle (:mod:`.held`)."""
-        if not self._sent_end:
-            self._held.tell(self.reader.reading, time.monotonic())
+        now = time.monotonic()
+        if not self._sent_end and self._held.due(now):
+            self._held.tell(self.reader.waiting(), now)
 
     def _read_budget(self, limit: int | None) -> int:
         """The most records the next read may take: an epoch reads at most ``limit``."""

@@ -90,3 +90,47 @@ def test_an_available_now_run_s_end_behind_a_commit_marker_is_caught_up(
         assert reader.take_caught_up() == [source]
     finally:
         reader.close()
+
+
+@pytest.mark.kafka
+def test_records_wait_in_a_partition_whose_end_the_consumer_fetched_past_the_reader(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A worker held back names the partitions in which records wait (so that they do
+    not go idle meanwhile) and not the silent ones (so that they do): the consumer's
+    fetches go on while the reader is not reading, and tell their ends. A commit
+    marker past the last record is no record waiting."""
+    from confluent_kafka import Producer
+
+    topic = unique_name("waiting")
+    create_topic(kafka_bootstrap, topic, 2)
+    txn = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_name("t")})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(3):
+        txn.produce(topic, b"%d" % i, partition=1)
+    txn.commit_transaction(30)  # partition 1: records 0-2, the commit marker at 3
+    sources = [InputPartition(0, topic, 0), InputPartition(0, topic, 1)]
+    p0, p1 = (s.position for s in sources)
+    reader = InputReader("r", sources, {"bootstrap.servers": kafka_bootstrap})
+    reader.assign({p0: 0, p1: 0})
+
+    def read_until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 20
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            reader.read(0.1)
+
+    try:
+        read_until(lambda: reader.next_offset[p1] == 3 and reader.end_seen.get(p1) == 4)
+        read_until(lambda: p0 in reader.end_seen)
+        assert reader.waiting() == set()  # both silent: partition 0 empty, 1 at its marker
+        produce(kafka_bootstrap, topic, [], raw=[(None, b"x", 0), (None, b"y", 0)])
+        deadline = time.monotonic() + 20
+        while reader.waiting() != {p0}:  # not read: the consumer's fetches tell the end
+            assert time.monotonic() < deadline, "the consumer's fetches did not tell the end"
+            time.sleep(0.05)
+        read_until(lambda: reader.next_offset[p0] == 2 and reader.end_seen.get(p0) == 2)
+        assert reader.waiting() == set()
+    finally:
+        reader.close()
