@@ -68,6 +68,27 @@ class BoundAggregation:
     configured: Any = None
 
 
+def _stable(value: Any) -> Any:
+    """``value`` (a user-defined operation's params, as YAML gave them) as JSON that is
+    the same in every process: a set's items sorted, a mapping with keys that are not
+    strings as its sorted pairs, an integer past 64 bits and anything else JSON has no
+    form for as text."""
+    if value is None or isinstance(value, bool | str | float):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else str(value)
+    if isinstance(value, list | tuple):
+        return [_stable(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _stable(v) for k, v in value.items()}
+    if isinstance(value, dict):
+        pairs = [[_stable(k), _stable(v)] for k, v in value.items()]
+        return {"mapping": sorted(pairs, key=orjson.dumps)}
+    if isinstance(value, set | frozenset):
+        return {"set": sorted((_stable(v) for v in value), key=orjson.dumps)}
+    return str(value)
+
+
 class AggregationSet:
     """The aggregations of a job with their column layout."""
 
@@ -111,13 +132,13 @@ class AggregationSet:
         that it compares equal to itself read back from a checkpoint."""
         rows = [
             [
-                a.configured or f"{type(a.op).__module__}:{type(a.op).__qualname__}",
+                _stable(a.configured or f"{type(a.op).__module__}:{type(a.op).__qualname__}"),
                 a.field,
                 a.x_field,
             ]
             for a in self.aggregations
         ]
-        out: list[Any] = orjson.loads(orjson.dumps(rows, default=str))
+        out: list[Any] = orjson.loads(orjson.dumps(rows))
         return out
 
     def state_shape(self, window: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from window_operator.aggregations import (
     resolve_op,
 )
 from window_operator.aggregations.numeric import CountNonNullOp
+from window_operator.aggregations.registry import op_class_path
 from window_operator.aggset import AggregationSet, BoundAggregation
 from window_operator.config import (
     ConfigError,
@@ -160,7 +161,7 @@ def _bind_aggregations(
                 ConfigProblem(f"aggregations.{i}.field", f"op {agg.op!r} needs a field")
             )
             continue
-        configured = [agg.op, agg.params] if is_user_defined(agg.op) else agg.op
+        configured = [op_class_path(op), agg.params] if is_user_defined(agg.op) else agg.op
         bound.append(BoundAggregation(agg.name, op, agg.field, x_field, configured))
     if problems:
         raise ConfigError(source, problems)

@@ -131,3 +131,51 @@ def test_the_state_signature_is_what_the_accumulators_depend_on() -> None:
     by_path = "window_operator.aggregations.moments:VarianceOp"
     pop = {"name": "x", "op": by_path, "field": "v", "params": {"ddof": 0}}
     assert signature([pop]) == [[[by_path, {"ddof": 0}], "v", None]]
+
+
+SIGNATURE_OF_ODD_PARAMS = """
+import orjson
+from window_operator.aggregations import resolve_op
+from window_operator.aggset import AggregationSet, BoundAggregation
+params = {"s": {"b", "a", "c", "d"}, "w": {1: 0.5, "1": 2}, "n": 10**30, "d": {"x": [1, 2]}}
+bound = BoundAggregation("x", resolve_op("count", {}), None, None, ["pkg:Op", params])
+print(orjson.dumps(AggregationSet([bound]).signature()).decode())
+"""
+
+
+def test_a_user_operation_s_params_sign_the_state_alike_in_every_process() -> None:
+    """YAML params JSON has no form for (a set, keys that are not strings, integers
+    past 64 bits) sign the state by a stable text: a set's text changed with the hash
+    seed (an unchanged job was refused at its restart), and the others raised."""
+    import os
+    import subprocess
+    import sys
+
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", SIGNATURE_OF_ODD_PARAMS],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout  # fmt: skip
+        for seed in (1, 2, 3)
+    ]
+    assert runs[0] == runs[1] == runs[2]
+    (row,) = orjson.loads(runs[0])
+    assert row[0][1] == {
+        "s": {"set": ["a", "b", "c", "d"]},
+        "w": {"mapping": [["1", 2], [1, 0.5]]},
+        "n": str(10**30),
+        "d": {"x": [1, 2]},
+    }
+
+
+def test_either_spelling_of_a_user_operation_signs_the_state_alike() -> None:
+    def signature(op: str) -> list[object]:
+        agg = {"name": "v", "op": op, "field": "v", "params": {"ddof": 0}}
+        return runtime_for(aggregations=[agg]).aggregations.signature()
+
+    assert signature("window_operator.aggregations.moments:VarianceOp") == signature(
+        "window_operator.aggregations.moments.VarianceOp"
+    )

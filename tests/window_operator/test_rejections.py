@@ -61,6 +61,10 @@ def test_a_large_value_is_not_written_out_to_be_cut() -> None:
     for _ in range(100_000):
         deep = [deep]
     assert show(deep) == "array " + "[" * 57 + "..."
+    # a lone surrogate past what is shown does not escape what is shown (it did: the
+    # whole text had to encode as UTF-8); one that is shown still does
+    assert show("é" + "x" * 100 + "\ud800") == 'string "é' + "x" * 55 + "..."
+    assert show("é\ud800") == 'string "\\u00e9\\ud800"'
     big = {"rows": [{"id": i, "name": "x" * 100} for i in range(200_000)]}
     assert show(big) == "object " + whole_then_cut({"rows": big["rows"][:2]})
 

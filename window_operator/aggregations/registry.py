@@ -50,6 +50,7 @@ __all__ = [
     "UnknownOpError",
     "UserObjectOp",
     "is_user_defined",
+    "op_class_path",
     "resolve_op",
 ]
 
@@ -75,6 +76,13 @@ BUILTIN_OPS: Mapping[str, type[AggregateOp]] = MappingProxyType(
 _USER_METHODS = ("create", "accumulate", "combine", "finish")
 # Constructor arguments supplied by the registry itself, never by the user's params.
 _INTERNAL_PARAMS = frozenset({"has_field"})
+
+
+def op_class_path(op: AggregateOp) -> str:
+    """``module:Class`` of the class behind ``op`` (a user's class, however its dotted
+    path was written)."""
+    cls = type(op.impl) if isinstance(op, UserObjectOp) else type(op)
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 class UnknownOpError(WindowOperatorError, ValueError):

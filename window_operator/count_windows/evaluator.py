@@ -191,7 +191,14 @@ class CountEvaluator:
             for at in runs.backwards():
                 for i in at.tolist():
                     suffix_objs[i] = aggs.combine_objects(suffix_objs[i], suffix_objs[i + 1])
-            objs = [suffix_objs[i] for i in runs.at(wins).tolist()]
+            # a run's last frame is the ring's own accumulator: a window of it alone
+            # gets a copy (a user's finish may keep or change what it is given)
+            last = set(runs.ends().tolist())
+            fresh = aggs.create_objects
+            objs = [
+                aggs.combine_objects(fresh(), suffix_objs[i]) if i in last else suffix_objs[i]
+                for i in runs.at(wins).tolist()
+            ]
         return WindowValues(acc, objs)
 
     def marked(self, wins: OpenWindows, flag: BoolArray) -> BoolArray:

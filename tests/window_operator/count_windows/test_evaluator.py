@@ -140,11 +140,18 @@ def test_open_windows_and_their_marks_equal_a_window_by_window_combine(
         ),
         dtype=np.bool_,
     ).reshape(eng.ring.early.shape)
-    want = [
-        any(flag[kid, f % k] for f in range(start, last + 1))
-        for kid, start, last in zip(
-            every.kids.tolist(), every.starts.tolist(), every.last.tolist(), strict=True
-        )
-    ]
-    assert eng.evaluator.marked(every, flag).tolist() == want
+    for some in (every, wins):  # every open window in order, and the drawn ones
+        # a window's frames: from its start, k of them, those that hold messages
+        want = [
+            any(flag[kid, f % k] for f in range(start, min(start + k, last + 1)))
+            for kid, start, last in zip(
+                some.kids.tolist(), some.starts.tolist(), some.last.tolist(), strict=True
+            )
+        ]
+        assert eng.evaluator.marked(some, flag).tolist() == want
+    # each window's object accumulators are its own, never the ring's (a user's finish
+    # may keep or change them)
+    ring_objects = {id(o) for o in eng.ring.objs}
+    assert got_values.objs is not None
+    assert not [o for o in got_values.objs if id(o) in ring_objects]
     op.close()
