@@ -91,16 +91,18 @@ class Produced:
     not_json: int = 0
     #: lines that named a partition their topic does not have (they went by key)
     off_partition: int = 0
-    #: lines larger than the producer's ``message.max.bytes``: skipped
-    too_large: int = 0
-    #: records not written (the broker refused them, or they timed out), by the reason
-    failed: Counter[str] = field(default_factory=Counter)
+    #: the numbers of the lines larger than the producer's ``message.max.bytes``: skipped
+    too_large: list[int] = field(default_factory=list)
+    #: the numbers of the lines whose records were not written (the broker refused them,
+    #: or they timed out), by the reason
+    failed: dict[str, list[int]] = field(default_factory=dict)
 
-    def delivered(self, err: Any, msg: Any) -> None:
-        """The producer's delivery report of one record (a failed one is not produced)."""
+    def delivered(self, line: int, err: Any, msg: Any) -> None:
+        """The producer's delivery report of the record of line ``line`` (a failed one
+        is not produced)."""
         if err is not None:
             self.records[msg.topic()] -= 1
-            self.failed[err.str()] += 1
+            self.failed.setdefault(err.str(), []).append(line)
 
     def summary(self) -> str:
         """The closing line."""
@@ -119,12 +121,19 @@ class Produced:
             )
         if self.too_large:
             out += (
-                f"; {self.too_large} lines are larger than the producer's message.max.bytes "
-                "(kafka.producer): skipped"
+                f"; {len(self.too_large)} lines are larger than the producer's "
+                f"message.max.bytes (kafka.producer): skipped ({_numbered(self.too_large)})"
             )
-        for reason, n in sorted(self.failed.items()):
-            out += f"; {n} records not written: {reason}"
+        for reason, lines in sorted(self.failed.items()):
+            out += f"; {len(lines)} records not written: {reason} ({_numbered(lines)})"
         return out
+
+
+def _numbered(lines: list[int], most: int = 10) -> str:
+    """``line 3``, ``lines 3, 7, 9``, or the first ``most`` of them and how many more."""
+    shown = ", ".join(map(str, sorted(lines)[:most]))
+    more = f" and {len(lines) - most} more" if len(lines) > most else ""
+    return f"line{'s' if len(lines) > 1 else ''} {shown}{more}"
 
 
 def targets(config: JobConfig | JoinJobConfig) -> dict[str | None, Target]:
@@ -231,11 +240,11 @@ def _dumps(record: dict[str, Any], literals: bool) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _send(producer: Producer, routed: Routed, produced: Produced) -> None:
+def _send(producer: Producer, routed: Routed, produced: Produced, line: int) -> None:
     from confluent_kafka import KafkaError, KafkaException
 
     topic, key, value = routed.target.topic, routed.key, routed.value
-    options: dict[str, Any] = {"on_delivery": produced.delivered}
+    options: dict[str, Any] = {"on_delivery": partial(produced.delivered, line)}
     if routed.partition is not None:
         options["partition"] = routed.partition
     while True:
@@ -248,7 +257,7 @@ def _send(producer: Producer, routed: Routed, produced: Produced) -> None:
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 message = f"producing to {topic} failed: {exc.args[0].str()}"
                 raise CliError(message, EXIT_FAILED) from None
-            produced.too_large += 1
+            produced.too_large.append(line)
             return
         produced.records[topic] += 1
         return
@@ -273,13 +282,13 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     produced = Produced()
     bar = file_progress(input_path, "produce")
     with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
-        for line in lines:
+        for number, line in enumerate(lines, 1):
             if bar is not None:
                 bar.update(len(line))
-            line = line.strip()
-            routed = route(line, inputs, produced) if line else None
+            text = line.strip()
+            routed = route(text, inputs, produced) if text else None
             if routed is not None:
-                _send(producer, routed, produced)
+                _send(producer, routed, produced, number)
     if producer.flush(60):
         raise CliError("some records were not acknowledged by the broker", EXIT_FAILED)
     print(produced.summary(), file=sys.stderr)

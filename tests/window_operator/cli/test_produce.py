@@ -173,12 +173,14 @@ def test_a_line_too_large_or_refused_is_counted_never_reported_produced(
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"produced 1 records (1 to {big}); 1 lines are larger than the producer's "
-        "message.max.bytes (kafka.producer): skipped"
+        "message.max.bytes (kafka.producer): skipped (line 1)"
     )
     assert [m.value() for m in read_topic(kafka_bootstrap, big)] == [b'{"page":"/b","ts":2}']
     proc = produce(small, "")
     assert proc.returncode == 1, proc.stderr
-    assert "records not written: Broker: Message size too large" in proc.stderr, proc.stderr
+    assert "records not written: Broker: Message size too large (line" in proc.stderr
+    # the line at fault is named (and those the broker refused in its batch)
+    assert "(line 1)" in proc.stderr or "(lines 1, 2)" in proc.stderr, proc.stderr
     # what is in the topic is what the summary says was produced
     count = int(proc.stderr.split("produced ")[1].split(" records")[0])
     assert len(read_topic(kafka_bootstrap, small)) == count
