@@ -23,6 +23,8 @@ __all__ = [
     "JobSetupError",
     "USER_CODE_ERRORS",
     "OutputSendError",
+    "StartingOffsetsError",
+    "TimerPassError",
     "UnknownSourceError",
     "UserCodeExitError",
     "WindowOperatorError",
@@ -46,6 +48,10 @@ class JobSetupError(WindowOperatorError):
 class BatchRefusedError(WindowOperatorError):
     """A micro-batch the stopping job did not start (``StreamingJob.stop_before_next_batch``:
     it runs at the next start)."""
+
+
+class StartingOffsetsError(WindowOperatorError, ValueError):
+    """``--starting-offsets`` is not earliest, latest or offsets JSON of the inputs."""
 
 
 class TimerPassError(WindowOperatorError):

@@ -25,7 +25,12 @@ from window_operator.broker import BrokerError
 from window_operator.cli import jobs, produce, read, state, tools
 from window_operator.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INPUT, CliError
 from window_operator.config import ConfigError
-from window_operator.errors import IncompatibleStateError, JobSetupError, UserCodeExitError
+from window_operator.errors import (
+    IncompatibleStateError,
+    JobSetupError,
+    StartingOffsetsError,
+    UserCodeExitError,
+)
 from window_operator.kafka_admin import KafkaAdminError
 from window_operator.observe.logs import setup_logging
 from window_operator.observe.metrics import MetricsPortError
@@ -43,6 +48,7 @@ _STARTUP_FAILURES = (
     MetricsPortError,
     IncompatibleStateError,
     JobSetupError,
+    StartingOffsetsError,
 )
 
 

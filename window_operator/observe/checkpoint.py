@@ -18,7 +18,7 @@ from typing import Literal
 
 from window_operator.kernel import ClockState
 from window_operator.runtime.longrun.progress import read_progress
-from window_operator.spark.clock_log import ClockLog
+from window_operator.spark.clock_log import CLOCK_DIR, ClockLog
 from window_operator.spark.offset_log import TopicPartition, numbered, read_offset_entry
 
 __all__ = ["CheckpointState", "TopicPartition", "read_checkpoint"]
@@ -92,7 +92,7 @@ def _micro_batches(root: Path) -> CheckpointState:
     if last_committed is not None and (root / "offsets" / str(last_committed)).is_file():
         entry = read_offset_entry(root / "offsets" / str(last_committed))
         stamp, offsets = entry.batch_time_ms, entry.offsets
-    clock = _newest_clock(root / "window-operator-clock")
+    clock = _newest_clock(root / CLOCK_DIR)
     activity = [t for t in (stamp, clock.now if clock is not None else None) if t]
     committed_ms = None
     if last_committed is not None:

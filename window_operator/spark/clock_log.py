@@ -47,6 +47,8 @@ _ENTRY = re.compile(r"^(\d+)\.json$")
 #: Entries kept behind the newest (Spark keeps 100 batches of its own logs by default).
 _KEEP = 100
 _ORIGIN = "origin.json"
+#: The clock log's directory in a job's checkpoint directory.
+CLOCK_DIR = "window-operator-clock"
 _ENDS = "ends.json"
 
 

@@ -41,7 +41,8 @@ from window_operator.runtime.exchange import MapReport, kafka_reads
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.settings import TaskSettings
-from window_operator.spark.clock_log import ClockLog
+from window_operator.runtime.starts import first_offsets, input_partitions, offsets_json
+from window_operator.spark.clock_log import CLOCK_DIR, ClockLog
 from window_operator.spark.exchange import map_side, reduce_side, timer_pass
 from window_operator.spark.failures import root_cause
 from window_operator.spark.offset_log import planned_starts
@@ -182,7 +183,7 @@ class StreamingJob(SparkJob):
         super().__init__(config, **options)
         sc = config.spark
         self.trigger_ms = sc.trigger_ms or 5_000
-        self.clocks = ClockLog(Path(str(sc.checkpoint_dir)) / "window-operator-clock")
+        self.clocks = ClockLog(Path(str(sc.checkpoint_dir)) / CLOCK_DIR)
         self._origin = self.clocks.origin()
         self._ends = self.clocks.ends()
         # a restart goes on from the logged clock (its first timer pass reports it)
@@ -351,11 +352,21 @@ class StreamingJob(SparkJob):
 
         self._prepare_tasks()
         topics: Sequence[str] = [s.topic for s in plan_for(self.settings).sources]
+        # the job's first offsets, kept since its first start in either shape (Spark
+        # takes them only when its checkpoint has no offsets yet)
+        partitions = input_partitions(self.settings, self._admin)
+        first = first_offsets(
+            self._admin,
+            partitions,
+            Path(str(self.config.spark.checkpoint_dir)),
+            self.starting_offsets,
+            origin=self._origin,
+        )
         df = read_kafka_stream(
             self.spark,
             bootstrap_servers=self.bootstrap,
             topics=list(dict.fromkeys(topics)),
-            starting_offsets=self.starting_offsets,
+            starting_offsets=offsets_json(partitions, first),
             max_offsets_per_trigger=self.config.spark.max_offsets_per_trigger,
             ranges=True,
             extra=_source_options(self.settings),

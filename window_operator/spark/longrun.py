@@ -51,6 +51,7 @@ from window_operator.runtime.longrun.progress import Progress, read_progress, re
 from window_operator.runtime.longrun.wire import EpochReport, WorkerSummary
 from window_operator.runtime.longrun.worker import Worker, WorkerSpec
 from window_operator.runtime.plans import plan_for
+from window_operator.spark.clock_log import CLOCK_DIR, ClockLog
 from window_operator.spark.driver import BatchReport, JobOptions, SparkJob, StreamingJob
 from window_operator.spark.failures import root_cause
 from window_operator.spark.topics import TaskCountError, check_grown_inputs
@@ -213,6 +214,8 @@ class LongRunningJob(SparkJob):
             checkpoint_dir=self.checkpoint_dir,
             starting_offsets=self.starting_offsets,
             available_now=self.available_now,
+            # the first offsets of a job that ran as micro-batches before it kept them
+            origin=ClockLog(self.checkpoint_dir / CLOCK_DIR).origin(),
         )
         self._known = spec.assignment.partition_counts()
         # the workers look for new partitions before every epoch where the driver looks

@@ -106,3 +106,37 @@ def test_a_join_restarted_in_the_other_shape_matches_the_oracle(
         run = join.config.model_copy(update={"spark": spark_section})
         run_to_end(run, kafka_bootstrap, spark)
     assert join.got(kafka_bootstrap) == join.expected()
+
+
+@pytest.mark.parametrize(
+    "modes", [("long_running", "micro_batch"), ("micro_batch", "long_running")], ids=str
+)
+def test_a_job_started_at_latest_keeps_its_start_in_the_other_shape(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    modes: tuple[str, str],
+) -> None:
+    """A job first started at ``latest`` skips what was there then, and reads what came
+    while it was stopped, whichever shape runs next (user walkthrough). Before, the
+    shapes kept their starts apart: micro-batches after long-running workers resolved
+    ``latest`` again and skipped what came meanwhile (or, at ``earliest``, read the
+    records before the job's start), and long-running workers after micro-batches did
+    the same."""
+    topic = unique_name("clicks")
+    stream = make_stream(600, keys=20, seed=7)
+    records = stream.records()
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    config = job_config(tmp_path, topic, unique_name("job"))
+    before, meanwhile = records[:300], records[300:]
+    produce(kafka_bootstrap, topic, before, round_robin=True, partitions=PARTITIONS)
+    totals = []
+    for mode, part in zip(modes, [[], meanwhile], strict=True):
+        produce(kafka_bootstrap, topic, part, round_robin=True, partitions=PARTITIONS)
+        run = config.model_copy(update={"spark": config.spark.model_copy(update={"mode": mode})})
+        job = run_to_end(run, kafka_bootstrap, spark, starting_offsets="latest")
+        totals.append(job.run_totals.totals)
+    assert totals[0].get("applied", 0) == 0, totals  # what was there at the first start
+    assert totals[1].get("applied", 0) == len(meanwhile), totals
+    assert totals[1].get("replayed", 0) == 0, totals

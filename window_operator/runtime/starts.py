@@ -1,0 +1,121 @@
+"""The job's starting offsets: resolved once, at the job's first start, whatever its shape.
+
+``--starting-offsets`` (``earliest``, ``latest`` or Spark-style JSON) says where a job
+begins the first time it runs. It is resolved against the partitions' offsets then and
+kept in a file in the checkpoint directory (:data:`START_FILE`); every later start, in
+either shape (micro-batches or long-running workers), begins from the kept offsets: a
+job started at ``latest`` and switched to the other shape still skips what was there
+before its first start, and still reads what came while it was stopped. A partition
+added to an input topic later starts at its earliest offset (as in Spark's Kafka source).
+
+A job that ran as micro-batches before the file was kept has its first offsets in its
+clock log (the origin): they seed the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from window_operator.errors import StartingOffsetsError
+from window_operator.files import write_atomically
+from window_operator.kafka_admin import KafkaAdmin
+from window_operator.kernel import InputPosition
+from window_operator.runtime.exchange import InputPartition
+from window_operator.runtime.plans import plan_for
+from window_operator.runtime.settings import TaskSettings
+
+__all__ = [
+    "START_FILE",
+    "StartingOffsetsError",
+    "first_offsets",
+    "input_partitions",
+    "offsets_json",
+]
+
+#: The file in the checkpoint directory that keeps the resolved starting offsets.
+START_FILE = "window-operator-start.json"
+_EARLIEST, _LATEST = -2, -1
+
+
+def input_partitions(settings: TaskSettings, admin: KafkaAdmin) -> list[InputPartition]:
+    """Every partition of every input of the job, by source and partition."""
+    out: list[InputPartition] = []
+    for source in plan_for(settings).sources:
+        count = admin.require_topic(source.topic, hint="create it first", kind="input topic")
+        out += [InputPartition(source.index, source.topic, p) for p in range(count)]
+    return out
+
+
+def first_offsets(
+    admin: KafkaAdmin,
+    partitions: list[InputPartition],
+    checkpoint_dir: Path,
+    starting: str,
+    *,
+    origin: Mapping[InputPosition, int] | None = None,
+) -> dict[InputPosition, int]:
+    """The job's first offset of every partition of ``partitions`` (see module doc):
+    kept ones from the start file (or ``origin``), the others resolved now."""
+    path = checkpoint_dir / START_FILE
+    kept: dict[str, dict[str, int]] = {}
+    if path.exists():
+        kept = json.loads(path.read_text())
+    elif origin:
+        for p in partitions:
+            if p.position in origin:
+                kept.setdefault(p.topic, {})[str(p.partition)] = origin[p.position]
+    # ``starting`` is for the job's first start; a partition added to an input topic
+    # after that starts at its earliest offset (as in Spark's Kafka source)
+    wanted = _parse(starting, partitions)  # checked at every start, used at the first
+    if kept:
+        wanted = {}
+    unknown = sorted(set(wanted) - {(p.topic, p.partition) for p in partitions})
+    if unknown:
+        names = ", ".join(f"{t}[{p}]" for t, p in unknown)
+        raise StartingOffsetsError(f"starting offsets name partitions that do not exist: {names}")
+    missing = [p for p in partitions if str(p.partition) not in kept.get(p.topic, {})]
+    if missing or not path.exists():
+        earliest = _offsets(admin, missing, earliest=True)
+        latest = _offsets(admin, missing, earliest=False)
+        for p in missing:
+            want = wanted.get((p.topic, p.partition), _EARLIEST)
+            at = earliest[p.position] if want == _EARLIEST else latest[p.position]
+            kept.setdefault(p.topic, {})[str(p.partition)] = at if want < 0 else want
+        write_atomically(path, json.dumps(kept, sort_keys=True).encode())
+    return {p.position: int(kept[p.topic][str(p.partition)]) for p in partitions}
+
+
+def offsets_json(
+    partitions: list[InputPartition], first: Mapping[InputPosition, int]
+) -> dict[str, dict[str, int]]:
+    """``first`` as Spark's ``startingOffsets`` JSON (``{"topic": {"0": 42}}``)."""
+    out: dict[str, dict[str, int]] = {}
+    for p in partitions:
+        out.setdefault(p.topic, {})[str(p.partition)] = first[p.position]
+    return out
+
+
+def _offsets(
+    admin: KafkaAdmin, partitions: list[InputPartition], *, earliest: bool
+) -> dict[InputPosition, int]:
+    if not partitions:
+        return {}
+    found = admin.list_offsets([(p.topic, p.partition) for p in partitions], earliest=earliest)
+    return {p.position: found[(p.topic, p.partition)] for p in partitions}
+
+
+def _parse(starting: str, partitions: list[InputPartition]) -> Mapping[tuple[str, int], int]:
+    """``earliest`` / ``latest`` / ``{"topic": {"0": offset}}`` per (topic, partition)."""
+    if starting in ("earliest", "latest"):
+        at = _EARLIEST if starting == "earliest" else _LATEST
+        return {(p.topic, p.partition): at for p in partitions}
+    try:
+        doc = json.loads(starting)
+        return {(str(t), int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise StartingOffsetsError(
+            f"starting offsets {starting!r}: expected earliest, latest or JSON such as "
+            '{"topic": {"0": 42}} (-2: earliest, -1: latest)'
+        ) from exc
