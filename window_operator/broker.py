@@ -124,8 +124,15 @@ class LocalBroker:
             "--data-dir",
             str(self.data_dir),
         ]
+        # a session of its own: a Ctrl-C at the terminal reaches the command that runs
+        # it, which stops it after its clients (the broker went first, and they logged
+        # a refused connection each)
         self.process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -119,8 +120,11 @@ def _point(config: JobConfig, r: dict[str, Any]) -> ResultPoint:
     return ResultPoint(str(r["key"]), int(r["window_start"]), str(r["kind"]), number)
 
 
-def _produce_stream(bootstrap: str, topic: str, events: int, seconds: float) -> int:
-    """Produce ``events`` clicks over ``seconds`` of wall time; returns records produced."""
+def _produce_stream(
+    bootstrap: str, topic: str, events: int, seconds: float, stop: threading.Event
+) -> int:
+    """Produce ``events`` clicks over ``seconds`` of wall time (until ``stop`` is set);
+    returns records produced."""
     import zlib
 
     from confluent_kafka import Producer
@@ -145,6 +149,8 @@ def _produce_stream(bootstrap: str, topic: str, events: int, seconds: float) -> 
     per_chunk = max(1, len(records) // chunks)
     produced = 0
     for c in range(0, len(records), per_chunk):
+        if stop.is_set():
+            break
         for rec in records[c : c + per_chunk]:
             key = str(rec["page"]).encode()
             producer.produce(topic, key=key, value=orjson.dumps(rec), partition=zlib.crc32(key) % 4)
@@ -154,7 +160,7 @@ def _produce_stream(bootstrap: str, topic: str, events: int, seconds: float) -> 
                 producer.produce(topic, key=b"bad", value=bad, partition=i % 4)
                 produced += 1
         producer.flush(10)
-        time.sleep(seconds / chunks)
+        stop.wait(seconds / chunks)
     producer.flush(10)
     return produced
 
@@ -183,17 +189,19 @@ def _stream_and_wait(
     bootstrap: str,
     events: int,
     seconds: float,
+    stop: threading.Event,
 ) -> None:
-    """Produce the click stream, wait until the job has taken every record, then a bit."""
-    produced = _produce_stream(bootstrap, config.input.topic, events, seconds)
+    """Produce the click stream, wait until the job has taken every record, then a bit
+    (until ``stop`` is set: Ctrl-C)."""
+    produced = _produce_stream(bootstrap, config.input.topic, events, seconds, stop)
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stop.is_set():
         t = job.run_totals.totals
         if t.get("applied", 0) + t.get("rejected", 0) >= produced:
             break
-        time.sleep(0.5)
+        stop.wait(0.5)
     # let the late-update period (10 s) pass so batched LATE results go out too
-    time.sleep(config.emit.late.period_ms / 1000 + 4)
+    stop.wait(config.emit.late.period_ms / 1000 + 4)
 
 
 def run_demo(
@@ -254,9 +262,11 @@ def _run_job(
     chart: Path,
 ) -> int:
     """Start Spark and the job, stream the clicks, print the results; the printed count."""
+    from window_operator.observe.attach import stop_between_batches
     from window_operator.observe.lag import InputLag
     from window_operator.observe.metrics import JobMetrics
     from window_operator.observe.spark_progress import mute_cancel_warnings
+    from window_operator.spark.driver import StreamingJob
     from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
 
@@ -270,6 +280,10 @@ def _run_job(
     job = job_for(config, bootstrap_servers=bootstrap, spark=spark)
     metrics = JobMetrics(config, lag=InputLag(bootstrap, [config.input.topic]))
     job.add_observer(metrics)
+    # Ctrl-C (or SIGTERM) lets the running micro-batch finish, as `run` does: a stop in
+    # the middle of one printed a thousand lines of Java and py4j stack
+    interrupted = threading.Event()
+    previous = _on_interrupt(interrupted)
     try:
         job.start()
         printer.start()
@@ -279,7 +293,9 @@ def _run_job(
             file=err,
         )
         print("kind     key        window               seq values", file=out, flush=True)
-        _stream_and_wait(job, config, bootstrap, events, seconds)
+        _stream_and_wait(job, config, bootstrap, events, seconds, interrupted)
+        if interrupted.is_set() and isinstance(job, StreamingJob):
+            stop_between_batches(job)
     finally:
         stop.set()
         mute_cancel_warnings(spark)
@@ -287,10 +303,27 @@ def _run_job(
         if printer.ident is not None:  # it started (the job's start may have raised)
             printer.join(5)
         spark.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     _summary(config, metrics, len(seen), err)
     path = write_results_chart(seen, chart, config.aggregations[0].name)
     print(f"demo: chart of the results over time (late updates marked): {path}", file=err)
+    if interrupted.is_set():
+        raise KeyboardInterrupt  # exit status 130, after the summary
     return len(seen)
+
+
+def _on_interrupt(interrupted: threading.Event) -> dict[int, Any]:
+    """Ctrl-C and SIGTERM set ``interrupted`` (a second one stops at once); the handlers
+    they had (none is installed off the main thread)."""
+    from window_operator.observe.attach import on_interrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {
+        sig: signal.signal(sig, lambda *_: on_interrupt(interrupted))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
 
 
 def _summary(config: JobConfig, metrics: JobMetrics, printed: int, err: TextIO) -> None:

@@ -31,7 +31,15 @@ if TYPE_CHECKING:
 
     AnyJob = StreamingJob | LongRunningJob
 
-__all__ = ["Observers", "QueryFailedError", "ReportFile", "attach", "run_observed"]
+__all__ = [
+    "Observers",
+    "QueryFailedError",
+    "ReportFile",
+    "attach",
+    "on_interrupt",
+    "run_observed",
+    "stop_between_batches",
+]
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +169,7 @@ def run_observed(
     # job at once, in the middle of a batch
     interrupted = threading.Event()
     previous = {
-        sig: signal.signal(sig, lambda *_: _interrupt(interrupted))
+        sig: signal.signal(sig, lambda *_: on_interrupt(interrupted))
         for sig in (signal.SIGINT, signal.SIGTERM)
     }
     try:
@@ -169,7 +177,7 @@ def run_observed(
         while not job.await_termination(1):
             if interrupted.is_set():
                 if isinstance(job, StreamingJob):
-                    _stop_between_batches(job)
+                    stop_between_batches(job)
                 break
     except StreamingQueryException as exc:
         raise QueryFailedError(f"the streaming query stopped: {root_cause(exc)}") from None
@@ -186,7 +194,7 @@ def run_observed(
         job.spark.stop()
 
 
-def _interrupt(interrupted: threading.Event) -> None:
+def on_interrupt(interrupted: threading.Event) -> None:
     """Ctrl-C or SIGTERM: the first lets the running batch or start-up pass finish; a
     second stops the process at once, as a crash does, which the commit protocol
     recovers from (a start-up pass can wait minutes for a broker, and the first signal
@@ -204,7 +212,7 @@ def _interrupt(interrupted: threading.Event) -> None:
     )
 
 
-def _stop_between_batches(job: StreamingJob) -> None:
+def stop_between_batches(job: StreamingJob) -> None:
     """Let the running micro-batch finish and start no other, then return (bounded):
     once the query ran the last batch it will, a stop cancels nothing. A query that
     failed otherwise raises :class:`QueryFailedError`."""

@@ -10,9 +10,9 @@ import sys
 #: signal only sets the flag the job looks at between batches).
 _WAITS = """
 import signal, sys, threading, time
-from window_operator.observe.attach import _interrupt
+from window_operator.observe.attach import on_interrupt
 flag = threading.Event()
-signal.signal(signal.SIGTERM, lambda *_: _interrupt(flag))
+signal.signal(signal.SIGTERM, lambda *_: on_interrupt(flag))
 print("ready", flush=True)
 time.sleep(float(sys.argv[1]))
 print("first only" if flag.is_set() else "none", flush=True)
