@@ -175,13 +175,28 @@ def bench_shape(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--keys", type=int, default=10_000)
-    ap.add_argument("--batch", type=int, default=100_000)
-    ap.add_argument("--sample", type=int, default=500)
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--events", type=int, default=1_000_000, help="events in the stream (default %(default)s)"
+    )
+    ap.add_argument("--keys", type=int, default=10_000, help="distinct keys (default %(default)s)")
+    ap.add_argument(
+        "--batch", type=int, default=100_000, help="events per add_batch (default %(default)s)"
+    )
+    ap.add_argument(
+        "--sample",
+        type=int,
+        default=500,
+        help="keys checked against the oracle (default %(default)s)",
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs; the best is shown (default %(default)s)"
+    )
+    ap.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help="comma list of {} (default: all)".format(" / ".join(SHAPES)),
+    )
+    ap.add_argument("--profile", action="store_true", help="cProfile the timed part")
     args = ap.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]

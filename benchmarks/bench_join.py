@@ -143,9 +143,13 @@ def run(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--keys", type=int, default=10_000)
-    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument(
+        "--events", type=int, default=1_000_000, help="events in the stream (default %(default)s)"
+    )
+    ap.add_argument("--keys", type=int, default=10_000, help="distinct keys (default %(default)s)")
+    ap.add_argument(
+        "--batch", type=int, default=10_000, help="events per add_batch (default %(default)s)"
+    )
     ap.add_argument("--repeat", type=int, default=3, help="runs per mode; the best is shown")
     args = ap.parse_args()
     ev = make_events(args.events, args.keys)

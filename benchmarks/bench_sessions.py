@@ -200,14 +200,32 @@ def run_once(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--keys", type=int, default=100_000)
-    ap.add_argument("--batch", type=int, default=100_000)
-    ap.add_argument("--gap-ms", type=int, default=30_000)
-    ap.add_argument("--lateness-ms", type=int, default=5_000)
-    ap.add_argument("--sample", type=int, default=2_000)
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--events", type=int, default=1_000_000, help="events in the stream (default %(default)s)"
+    )
+    ap.add_argument("--keys", type=int, default=100_000, help="distinct keys (default %(default)s)")
+    ap.add_argument(
+        "--batch", type=int, default=100_000, help="events per add_batch (default %(default)s)"
+    )
+    ap.add_argument(
+        "--gap-ms", type=int, default=30_000, help="session gap in ms (default %(default)s)"
+    )
+    ap.add_argument(
+        "--lateness-ms",
+        type=int,
+        default=5_000,
+        help="allowed lateness in ms (default %(default)s)",
+    )
+    ap.add_argument(
+        "--sample",
+        type=int,
+        default=2_000,
+        help="keys checked against the oracle (default %(default)s)",
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs; the best is shown (default %(default)s)"
+    )
+    ap.add_argument("--profile", action="store_true", help="cProfile the timed part")
     args = ap.parse_args(argv)
     cs = click_stream(args.events, n_keys=args.keys, events_per_second=10_000.0, out_of_order=0.1)
     batches = [
