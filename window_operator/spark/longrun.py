@@ -314,10 +314,12 @@ class LongRunningJob(SparkJob):
                 if self._coordinator is not None:
                     self._coordinator.stop_workers()
             return False
-        log.info("input partitions added (%s): starting the workers again", text)
         with self._control:
             if self._stopping.is_set() or self._coordinator is None:
                 return False
+            if self._regrow.is_set():  # the discovery thread and the workers both saw it
+                return True
+            log.info("input partitions added (%s): starting the workers again", text)
             self._regrow.set()
             self._coordinator.stop_workers()
         return True

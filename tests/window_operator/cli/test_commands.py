@@ -620,22 +620,37 @@ def test_simulate_never_writes_over_its_input(tmp_path: Path) -> None:
         assert events.read_text() == text and Path(job).read_text() == config
 
 
-def test_a_state_of_another_window_shape_is_one_line(tmp_path: Path) -> None:
+def simulate_again(
+    tmp_path: Path, lines: str, change: Callable[[Path], object]
+) -> subprocess.CompletedProcess[str]:
+    """``simulate --keep-open`` of ``lines`` on a fresh state, ``change`` (given the job
+    file), then the same ``simulate`` on that state again: the second run."""
     events = tmp_path / "e.jsonl"
-    events.write_text('{"k": "a", "ts": 1}\n')
+    events.write_text(lines)
     job = job_file(tmp_path, "in")
-    state = ["--state-dir", str(tmp_path / "state"), "--keep-open"]
-    first = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    again = ("simulate", "--config", str(job), "--input", str(events), "--keep-open",
+             "--state-dir", str(tmp_path / "state"))  # fmt: skip
+    first = cli(*again)
     assert first.returncode == 0, first.stderr
-    job.write_text(job.read_text().replace("{type: tumbling, size: 10s}", "{type: count, size: 2}"))
-    proc = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    change(job)
+    return cli(*again)
+
+
+def edit(old: str, new: str) -> Callable[[Path], object]:
+    """A change of the job file: ``old`` replaced by ``new``."""
+    return lambda job: job.write_text(job.read_text().replace(old, new))
+
+
+def test_a_state_of_another_window_shape_is_one_line(tmp_path: Path) -> None:
+    window = edit("{type: tumbling, size: 10s}", "{type: count, size: 2}")
+    proc = simulate_again(tmp_path, '{"k": "a", "ts": 1}\n', window)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("window-operator: ") and "state" in line
 
 
 @pytest.mark.parametrize(
-    ("edit", "accepted"),
+    ("aggregations", "accepted"),
     [
         (("{name: n, op: count}", "{name: n, op: count}, {name: s, op: sum, field: v}"), False),
         (("{name: n, op: count}", "{name: s, op: sum, field: v}"), False),
@@ -644,20 +659,14 @@ def test_a_state_of_another_window_shape_is_one_line(tmp_path: Path) -> None:
     ids=["added", "changed", "renamed"],
 )
 def test_a_state_of_other_aggregations_is_one_line(
-    tmp_path: Path, edit: tuple[str, str], accepted: bool
+    tmp_path: Path, aggregations: tuple[str, str], accepted: bool
 ) -> None:
     """A job whose aggregations changed cannot continue the accumulators its state
     holds: one line, exit status 2. Before, it continued them (a sum went on from the
     stored mean's columns, a silently wrong figure) or failed with a traceback when the
     layout differed. A new name for the same operation keeps the same state."""
-    events = tmp_path / "e.jsonl"
-    events.write_text('{"k": "a", "ts": 1, "v": 10}\n{"k": "a", "ts": 2, "v": 20}\n')
-    job = job_file(tmp_path, "in")
-    state = ["--state-dir", str(tmp_path / "state"), "--keep-open"]
-    first = cli("simulate", "--config", str(job), "--input", str(events), *state)
-    assert first.returncode == 0, first.stderr
-    job.write_text(job.read_text().replace(*edit))
-    proc = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    lines = '{"k": "a", "ts": 1, "v": 10}\n{"k": "a", "ts": 2, "v": 20}\n'
+    proc = simulate_again(tmp_path, lines, edit(*aggregations))
     if accepted:
         assert proc.returncode == 0, proc.stderr
         return
@@ -688,17 +697,13 @@ def test_a_state_that_does_not_decode_is_one_line(tmp_path: Path) -> None:
     from stores.rocks import ColumnFamily, StoreBatch, TaskStore
     from window_operator.kernel import CHECKPOINT_KEY
 
-    events = tmp_path / "e.jsonl"
-    events.write_text('{"k": "a", "ts": 1}\n')
-    job = job_file(tmp_path, "in")
-    state = ["--state-dir", str(tmp_path / "state"), "--keep-open"]
-    first = cli("simulate", "--config", str(job), "--input", str(events), *state)
-    assert first.returncode == 0, first.stderr
-    with TaskStore(tmp_path / "state" / "startup" / "task-0") as store:
-        damaged = StoreBatch()
-        damaged.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, b"{not json")
-        store.commit(damaged)
-    proc = cli("simulate", "--config", str(job), "--input", str(events), *state)
+    def damage(_: Path) -> None:
+        with TaskStore(tmp_path / "state" / "startup" / "task-0") as store:
+            damaged = StoreBatch()
+            damaged.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, b"{not json")
+            store.commit(damaged)
+
+    proc = simulate_again(tmp_path, '{"k": "a", "ts": 1}\n', damage)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("window-operator: the stored state does not decode (")
