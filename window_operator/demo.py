@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -262,7 +261,7 @@ def _run_job(
     chart: Path,
 ) -> int:
     """Start Spark and the job, stream the clicks, print the results; the printed count."""
-    from window_operator.observe.attach import stop_between_batches
+    from window_operator.observe import attach
     from window_operator.observe.lag import InputLag
     from window_operator.observe.metrics import JobMetrics
     from window_operator.observe.spark_progress import mute_cancel_warnings
@@ -283,7 +282,7 @@ def _run_job(
     # Ctrl-C (or SIGTERM) lets the running micro-batch finish, as `run` does: a stop in
     # the middle of one printed a thousand lines of Java and py4j stack
     interrupted = threading.Event()
-    previous = _on_interrupt(interrupted)
+    previous = attach.catch_interrupts(interrupted)
     try:
         job.start()
         printer.start()
@@ -295,7 +294,7 @@ def _run_job(
         print("kind     key        window               seq values", file=out, flush=True)
         _stream_and_wait(job, config, bootstrap, events, seconds, interrupted)
         if interrupted.is_set() and isinstance(job, StreamingJob):
-            stop_between_batches(job)
+            attach.stop_between_batches(job)
     finally:
         stop.set()
         mute_cancel_warnings(spark)
@@ -303,27 +302,13 @@ def _run_job(
         if printer.ident is not None:  # it started (the job's start may have raised)
             printer.join(5)
         spark.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        attach.release_interrupts(previous)
     _summary(config, metrics, len(seen), err)
     path = write_results_chart(seen, chart, config.aggregations[0].name)
     print(f"demo: chart of the results over time (late updates marked): {path}", file=err)
     if interrupted.is_set():
         raise KeyboardInterrupt  # exit status 130, after the summary
     return len(seen)
-
-
-def _on_interrupt(interrupted: threading.Event) -> dict[int, Any]:
-    """Ctrl-C and SIGTERM set ``interrupted`` (a second one stops at once); the handlers
-    they had (none is installed off the main thread)."""
-    from window_operator.observe.attach import on_interrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {
-        sig: signal.signal(sig, lambda *_: on_interrupt(interrupted))
-        for sig in (signal.SIGINT, signal.SIGTERM)
-    }
 
 
 def _summary(config: JobConfig, metrics: JobMetrics, printed: int, err: TextIO) -> None:

@@ -36,7 +36,9 @@ __all__ = [
     "QueryFailedError",
     "ReportFile",
     "attach",
+    "catch_interrupts",
     "on_interrupt",
+    "release_interrupts",
     "run_observed",
     "stop_between_batches",
 ]
@@ -168,10 +170,7 @@ def run_observed(
     # SIGTERM (systemd, Kubernetes, docker stop) is a Ctrl-C too: before, it killed the
     # job at once, in the middle of a batch
     interrupted = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: on_interrupt(interrupted))
-        for sig in (signal.SIGINT, signal.SIGTERM)
-    }
+    previous = catch_interrupts(interrupted)
     try:
         job.start()
         while not job.await_termination(1):
@@ -185,13 +184,29 @@ def run_observed(
         # TaskCountError: the inputs outgrew the job
         raise QueryFailedError(str(exc)) from None
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        release_interrupts(previous)
         mute_cancel_warnings(job.spark)
         job.stop()
         heartbeat.stop()
         observers.close()
         job.spark.stop()
+
+
+def catch_interrupts(interrupted: threading.Event) -> dict[int, Any]:
+    """Ctrl-C and SIGTERM set ``interrupted`` (:func:`on_interrupt`); the handlers they
+    had, for :func:`release_interrupts` (none is installed off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {
+        sig: signal.signal(sig, lambda *_: on_interrupt(interrupted))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+
+
+def release_interrupts(previous: dict[int, Any]) -> None:
+    """Put back the handlers :func:`catch_interrupts` replaced."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 def on_interrupt(interrupted: threading.Event) -> None:

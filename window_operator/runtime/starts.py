@@ -32,6 +32,7 @@ __all__ = [
     "first_offsets",
     "input_partitions",
     "offsets_json",
+    "partition_offsets",
 ]
 
 #: The file in the checkpoint directory that keeps the resolved starting offsets.
@@ -77,8 +78,8 @@ def first_offsets(
         raise StartingOffsetsError(f"starting offsets name partitions that do not exist: {names}")
     missing = [p for p in partitions if str(p.partition) not in kept.get(p.topic, {})]
     if missing or not path.exists():
-        earliest = _offsets(admin, missing, earliest=True)
-        latest = _offsets(admin, missing, earliest=False)
+        earliest = partition_offsets(admin, missing, earliest=True)
+        latest = partition_offsets(admin, missing, earliest=False)
         for p in missing:
             want = wanted.get((p.topic, p.partition), _EARLIEST)
             at = earliest[p.position] if want == _EARLIEST else latest[p.position]
@@ -97,9 +98,10 @@ def offsets_json(
     return out
 
 
-def _offsets(
+def partition_offsets(
     admin: KafkaAdmin, partitions: list[InputPartition], *, earliest: bool
 ) -> dict[InputPosition, int]:
+    """The earliest (or latest) offset of each of ``partitions``."""
     if not partitions:
         return {}
     found = admin.list_offsets([(p.topic, p.partition) for p in partitions], earliest=earliest)

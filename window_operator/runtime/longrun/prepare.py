@@ -15,7 +15,6 @@ from pathlib import Path
 
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import InputPosition
-from window_operator.runtime.exchange import InputPartition
 from window_operator.runtime.longrun.assignment import Assignment
 from window_operator.runtime.longrun.worker import DEFAULT_EPOCH_MS, WorkerSpec
 from window_operator.runtime.settings import TaskSettings
@@ -24,6 +23,7 @@ from window_operator.runtime.starts import (
     StartingOffsetsError,
     first_offsets,
     input_partitions,
+    partition_offsets,
 )
 
 __all__ = ["START_FILE", "StartingOffsetsError", "input_partitions", "worker_spec"]
@@ -46,7 +46,7 @@ def worker_spec(
     admin = KafkaAdmin(settings.bootstrap_servers, client_config=settings.config.kafka.consumer)
     partitions = input_partitions(settings, admin)
     first = first_offsets(admin, partitions, checkpoint_dir, starting_offsets, origin=origin)
-    latest = _offsets(admin, partitions, earliest=False)
+    latest = partition_offsets(admin, partitions, earliest=False)
     sc = settings.config.spark
     running = min(workers, settings.tasks)  # a worker runs at least one state task
     per_worker = None
@@ -63,10 +63,3 @@ def worker_spec(
         epoch_ms=sc.trigger_ms or DEFAULT_EPOCH_MS,
         epoch_records=per_worker,
     )
-
-
-def _offsets(
-    admin: KafkaAdmin, partitions: list[InputPartition], *, earliest: bool
-) -> dict[InputPosition, int]:
-    found = admin.list_offsets([(p.topic, p.partition) for p in partitions], earliest=earliest)
-    return {p.position: found[(p.topic, p.partition)] for p in partitions}
