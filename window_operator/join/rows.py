@@ -92,7 +92,13 @@ class RowsWindows:
         )
 
     def expire(self, side: int, cut: int, sweep_ms: int, encoded: list[EncodedKey]) -> None:
-        """Drop entries past retention (swept once per ``sweep_ms``)."""
+        """Drop entries past retention (swept once per ``sweep_ms``).
+
+        A left entry still holds its place among the ``n`` latest of its key after it
+        expired (it is invisible, ``ts`` below every later floor): only the expired
+        entries older by arrival than every retained one go, or an older retained
+        entry would take the expired one's place and join again.
+        """
         if cut < self.swept[side] + sweep_ms:
             return
         self.swept[side] = cut
@@ -100,12 +106,16 @@ class RowsWindows:
         state = self.state[side]
         for kid in list(state):
             entries = state[kid]
-            keep = [e for e in entries if e.ts >= cut]
-            if len(keep) == len(entries):
+            if side == LEFT:
+                first = next((i for i, e in enumerate(entries) if e.ts >= cut), len(entries))
+                gone, keep = entries[:first], entries[first:]
+            else:
+                gone = [e for e in entries if e.ts < cut]
+                keep = [e for e in entries if e.ts >= cut]
+            if not gone:
                 continue
-            for e in entries:
-                if e.ts < cut:
-                    self.deletes.append(keyspace.key(fields=encoded[kid], offset=e.seq))
+            for e in gone:
+                self.deletes.append(keyspace.key(fields=encoded[kid], offset=e.seq))
             if keep:
                 state[kid] = keep
             else:

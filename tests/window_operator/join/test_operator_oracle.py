@@ -152,3 +152,25 @@ def test_crash_and_restore_mid_stream_gives_the_same_results(
         after = op.get_result()
         op.close()
     assert outcomes(kept + after) == reference
+
+
+@PROPERTY
+@given(sc=scenarios(max_ts=200), n_rows=st.integers(1, 3))
+def test_rows_join_under_retention_does_not_depend_on_when_state_is_swept(
+    sc: Scenario, n_rows: int
+) -> None:
+    # Flushes sweep expired messages; a right message still joins the n latest lefts of
+    # its key by arrival that are within retention, however the sweeps were timed.
+    runtime = join_runtime({"rows": n_rows}, retention="20s")
+
+    def run(flushes: bool) -> tuple[Counter[Any], list[int | None]]:
+        with tempfile.TemporaryDirectory() as tmp:
+            op = runtime.open_task(Path(tmp), cache_max_rows=0)
+            feed(op, sc, ["k"], sc.batches(), flushes=flushes)
+            op.timeout(END_OF_TIME)
+            rejected = sorted((e.offset for e in op.get_errors()), key=str)
+            results = outcomes(op.get_result())
+            op.close()
+        return results, rejected
+
+    assert run(flushes=True) == run(flushes=False)

@@ -55,3 +55,30 @@ def test_rows_windows_are_restored_from_the_store(
     op.add_message("L", {"k": 1, "ts": 3 * S, "n": 3})
     op.add_message("R", {"k": 1, "ts": 9 * S, "n": 10})
     assert sorted(r.left["n"] for r in op.get_result() if r.left and r.right["n"] == 10) == [2, 3]
+
+
+def _promotion_case(op: JoinOperator, *, flush_between: bool) -> list[int]:
+    """Lefts a (late in time, first by arrival) and b (early in time, second): once the
+    watermark passes b's retention, a third left c makes the 2 latest by arrival b and
+    c, of which only c is still retained."""
+    op.add_message("L", {"k": 1, "ts": 100 * S, "n": 0})  # a
+    op.add_message("L", {"k": 1, "ts": 10 * S, "n": 1})  # b
+    op.add_message("L", {"k": 9, "ts": 150 * S, "n": 9})  # moves the watermark on
+    op.add_message("R", {"k": 9, "ts": 150 * S, "n": 99})  # (of both inputs)
+    if flush_between:
+        op.flush()  # the retention sweep: b is past retention (150 s - 1 min)
+    op.add_message("L", {"k": 1, "ts": 150 * S, "n": 2})  # c
+    op.add_message("R", {"k": 1, "ts": 150 * S, "n": 100})
+    pairs = [(r.left, r.right) for r in op.get_result() if r.left and r.right]
+    return sorted(left["n"] for left, right in pairs if right["n"] == 100)
+
+
+def test_rows_window_counts_expired_rows_however_the_sweep_was_timed(
+    open_join: Callable[..., JoinOperator],
+) -> None:
+    # ROWS 2 PRECEDING, then retention: a's place among the 2 latest is taken by c even
+    # when b, between them, expired and was swept; a must not join again.
+    runtime = join_runtime({"rows": 2}, retention="1m")
+    for flush_between in (False, True):
+        op = open_join(runtime, f"s{flush_between}")
+        assert _promotion_case(op, flush_between=flush_between) == [2], flush_between
