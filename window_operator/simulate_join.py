@@ -86,7 +86,10 @@ def run_join_chunk(
     """Feed one micro-batch (``avro``: the :class:`AvroLines` of each Avro input)."""
     done = StepStats()
     names = op.spec.names
-    bad, runs = _runs(lines, names, self_join=runtime.self_join)
+    # a rows join follows the arrival order: a self-join's line reaches the left input,
+    # then the right, before the next line does
+    lines_alone = runtime.self_join and runtime.spec.rows is not None
+    bad, runs = _runs(lines, names, self_join=runtime.self_join, lines_alone=lines_alone)
     if runtime.self_join:
         runs = [each for run in runs for each in run.to_each(names)]
     line_at: dict[tuple[str | None, int | None, int | None], bytes] = {}
@@ -146,10 +149,15 @@ def _read_back(avro: AvroLines, run: _JoinRun, topic: str | None) -> list[ErrorR
 
 
 def _runs(
-    lines: list[bytes], names: tuple[str, str], *, self_join: bool = False
+    lines: list[bytes],
+    names: tuple[str, str],
+    *,
+    self_join: bool = False,
+    lines_alone: bool = False,
 ) -> tuple[list[ErrorRecord], list[_JoinRun]]:
     """The lines' errors, and the runs of consecutive lines of one input (of a
-    self-join: consecutive lines, whichever input they name)."""
+    self-join: consecutive lines, whichever input they name; ``lines_alone``: each line
+    a run of its own)."""
     bad: list[ErrorRecord] = []
     runs: list[_JoinRun] = []
     for line in lines:
@@ -159,7 +167,7 @@ def _runs(
             continue
         source, rec, part, off, wall = parsed
         source = names[0] if self_join else source
-        if not runs or runs[-1].source != source:
+        if not runs or runs[-1].source != source or lines_alone:
             runs.append(_JoinRun(source))
         run = runs[-1]
         run.raws.append(line)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from joinkit import ROOT, Ev, hms, join_runtime, nested_loop
+from joinkit import ROOT, Ev, hms, join_runtime, nested_loop, rows_oracle
 
 from window_operator.join import JoinRuntime
 from window_operator.simulate import simulate
@@ -236,6 +236,42 @@ def test_a_self_join_line_reaches_both_inputs_as_a_record_of_its_topic_does(
     expected = nested_loop(both_sides, ["k"], 0, 60_000)  # RANGE 1m PRECEDING
     assert got == expected
     assert all(expected[("MATCH", e.n, e.n)] == 1 for e in evs)  # each with itself
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    events=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 300_000)), max_size=25),
+    batch=st.integers(1, 12),
+    n_rows=st.integers(1, 3),
+)
+@example(events=[(1, 0), (1, 1), (1, 2)], batch=10, n_rows=1)  # the oracle helper's case
+def test_a_rows_self_join_takes_each_line_left_then_right_in_file_order(
+    tmp_path_factory: pytest.TempPathFactory,
+    events: list[tuple[int, int]],
+    batch: int,
+    n_rows: int,
+) -> None:
+    """A rows join follows the arrival order: each line of a self-join reaches the left
+    input, then the right, before the next line, as records of one topic with distinct
+    timestamps do on Kafka. Before, a batch's lines all reached the left input first,
+    so a right row saw left rows of later lines, and the pairs depended on the batch."""
+    runtime = join_runtime(
+        {"left": {"name": "L", "topic": "t", "timestamp": "ts"},
+         "right": {"name": "R", "topic": "t", "timestamp": "ts"},
+         "rows": n_rows},
+    )  # fmt: skip
+    t0 = 1_795_560_000_000
+    evs = [Ev(0, key, "", t0 + dt, n) for n, (key, dt) in enumerate(events)]
+    path = tmp_path_factory.mktemp("rows-self-join") / "in.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"source": "L", **e.record}) + b"\n" for e in evs))
+    out = io.BytesIO()
+    simulate(runtime, path, out, batch_size=batch)
+    got = Counter(
+        (r["kind"], r["left"]["n"], r["right"]["n"])
+        for r in map(orjson.loads, out.getvalue().splitlines())
+    )
+    arrival = [Ev(side, e.k, e.k2, e.ts, e.n) for e in evs for side in (0, 1)]
+    assert got == rows_oracle(arrival, ["k"], n_rows)
 
 
 def test_simulate_says_that_a_self_join_line_reached_both_inputs(tmp_path: Path) -> None:
