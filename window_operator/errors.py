@@ -21,6 +21,7 @@ __all__ = [
     "BatchRefusedError",
     "IncompatibleStateError",
     "JobSetupError",
+    "OperatorFailedError",
     "USER_CODE_ERRORS",
     "OutputSendError",
     "StartingOffsetsError",
@@ -43,6 +44,12 @@ class IncompatibleStateError(WindowOperatorError, ValueError):
 class JobSetupError(WindowOperatorError):
     """The job cannot run as it is set up, whatever the records: an operator raising it
     fails its task instead of sending the records it was given to the error output."""
+
+
+class OperatorFailedError(WindowOperatorError):
+    """An operator whose flush failed: its memory may be ahead of what it wrote, so it
+    writes nothing more. Reopen the task: its store holds the last committed state, and
+    the input since then is read again (replays are recognised)."""
 
 
 class BatchRefusedError(WindowOperatorError):

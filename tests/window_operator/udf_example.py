@@ -236,3 +236,29 @@ class EventCountOp:
 
     def finish(self, acc: int) -> int:
         return acc
+
+
+class TextDumpsOverHundredOp:
+    """Duck-typed sum with a bug in its codec: ``dumps`` returns text once the sum is over
+    100, so the flush that writes such a window fails."""
+
+    numeric = True
+
+    def create(self) -> float:
+        return 0.0
+
+    def accumulate(self, acc: float, value: float) -> float:
+        return acc + value
+
+    def combine(self, a: float, b: float) -> float:
+        return a + b
+
+    def finish(self, acc: float) -> float:
+        return acc
+
+    def dumps(self, acc: float) -> bytes:
+        text = repr(acc)
+        return text if acc > 100 else text.encode()  # type: ignore[return-value]
+
+    def loads(self, data: bytes) -> float:
+        return float(data)

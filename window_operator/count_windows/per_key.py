@@ -238,10 +238,11 @@ class KeyCountWindows:
 
     def flush(self, *, commit: bool = True) -> StoreBatch:
         """Dirty slots, messages and the checkpoint in one batch (committed unless told not)."""
-        batch = StoreBatch()
-        self.ring.persist(batch, self.keys)
-        self.kernel.write_checkpoint(batch, {})
-        return self.kernel.commit(batch, commit=commit)
+        with self.kernel.flushing():
+            batch = StoreBatch()
+            self.ring.persist(batch, self.keys)
+            self.kernel.write_checkpoint(batch, {})
+            return self.kernel.commit(batch, commit=commit)
 
     def _restore(self) -> None:
         if self.kernel.restore() is not None:

@@ -287,25 +287,26 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         and commits them itself. Memory already reflects them, so if the caller cannot
         commit it must discard this operator and reopen the store.
         """
-        batch = StoreBatch()
-        encoded = self.keys.encoded
-        self.storage.write_messages(batch, encoded)
-        for outer in self.outer:
-            outer.write(batch, encoded)
-        self.storage.write_meta(batch)
-        wm = self.watermark
-        if NO_WATERMARK < wm < END_OF_TIME:
-            for side in (LEFT, RIGHT):
-                self._expire(side, wm, batch)
-        # after the puts: a left row trimmed from a rows window may be staged in them
-        self.rows.write(batch)
-        fields = {**self.storage.to_json(), "seq": self._seq, "rows_swept": self.rows.swept}
-        self.kernel.write_checkpoint(batch, fields)
-        self.kernel.commit(batch, commit=commit)
-        self.matcher.evict(wm)
-        if len(self.keys) > self._key_limit:
-            self._compact_keys()
-        return batch
+        with self.kernel.flushing():
+            batch = StoreBatch()
+            encoded = self.keys.encoded
+            self.storage.write_messages(batch, encoded)
+            for outer in self.outer:
+                outer.write(batch, encoded)
+            self.storage.write_meta(batch)
+            wm = self.watermark
+            if NO_WATERMARK < wm < END_OF_TIME:
+                for side in (LEFT, RIGHT):
+                    self._expire(side, wm, batch)
+            # after the puts: a left row trimmed from a rows window may be staged in them
+            self.rows.write(batch)
+            fields = {**self.storage.to_json(), "seq": self._seq, "rows_swept": self.rows.swept}
+            self.kernel.write_checkpoint(batch, fields)
+            self.kernel.commit(batch, commit=commit)
+            self.matcher.evict(wm)
+            if len(self.keys) > self._key_limit:
+                self._compact_keys()
+            return batch
 
     def close(self) -> None:
         """Flush and close the store (a second call does nothing)."""

@@ -9,12 +9,14 @@ filtering, decode-or-reject of single records, and checkpoint write / restore.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.arrays import IntArray
+from window_operator.errors import OperatorFailedError, exception_text
 from window_operator.events import EventBatch
 from window_operator.kernel.checkpoint import (
     CHECKPOINT_KEY,
@@ -93,6 +95,8 @@ class OperatorKernel(Generic[R]):
         #: Inside a micro-batch of several ``add_batch`` calls: the watermark stays where
         #: the batch began until it ends (see ``KernelForwarding.begin_batch``).
         self.holding = False
+        #: The error of a flush that failed (see :meth:`flushing`), else ``None``.
+        self.failed: str | None = None
 
     # -- progress -----------------------------------------------------------------------
 
@@ -227,9 +231,33 @@ class OperatorKernel(Generic[R]):
                 self.store.compact_deleted(background=True)
         return batch
 
-    def close(self, flush: Any) -> None:
-        """Run ``flush`` and close the store (a second call does nothing)."""
+    @contextmanager
+    def flushing(self) -> Iterator[None]:
+        """Around an operator's flush. Once one failed, memory may be ahead of what was
+        written (staged writes taken, expired state dropped), so a later flush would
+        commit offsets without their state: the operator refuses to write again
+        (:class:`OperatorFailedError`), and :meth:`close` closes the store as the last
+        commit left it."""
+        if self.failed is not None:
+            raise OperatorFailedError(
+                f"a flush of this task failed ({self.failed}), so it writes nothing more: "
+                "reopen the task (its store holds the last committed state, and input "
+                "after it is taken again)"
+            )
+        try:
+            yield
+        except BaseException as exc:
+            self.failed = exception_text(exc)
+            raise
+
+    def close(self, flush: Callable[[], object]) -> None:
+        """Run ``flush`` and close the store (a second call does nothing). The store is
+        closed, its lock released, also when the flush fails (it raises then) or failed
+        before (nothing is written then)."""
         if self.store.closed:
             return
-        flush()
-        self.store.close()
+        try:
+            if self.failed is None:
+                flush()
+        finally:
+            self.store.close()

@@ -170,20 +170,21 @@ class SessionAggregator(EventOperator):
         them (changelog) and commits them itself. Memory already reflects them, so if
         the caller cannot commit it must discard this operator and reopen.
         """
-        batch = StoreBatch()
-        if self.by_offsets:
-            ended = self.cache.take_ended()
-            self.sessions.persist(batch)
-            self.sessions.drop(batch, ended)
-        else:
-            superseded = self.sessions.persist(batch)
-            self.sessions.expire(batch, superseded, self.watermark)
-        self.kernel.write_checkpoint(batch, self.sessions.progress.to_json())
-        self.kernel.commit(batch, commit=commit)
-        if not self.by_offsets:
-            self.sessions.evict_closed()
-        self.sessions.release_keys(self.trigger.cutoff(self.watermark), self.key_slack)
-        return batch
+        with self.kernel.flushing():
+            batch = StoreBatch()
+            if self.by_offsets:
+                ended = self.cache.take_ended()
+                self.sessions.persist(batch)
+                self.sessions.drop(batch, ended)
+            else:
+                superseded = self.sessions.persist(batch)
+                self.sessions.expire(batch, superseded, self.watermark)
+            self.kernel.write_checkpoint(batch, self.sessions.progress.to_json())
+            self.kernel.commit(batch, commit=commit)
+            if not self.by_offsets:
+                self.sessions.evict_closed()
+            self.sessions.release_keys(self.trigger.cutoff(self.watermark), self.key_slack)
+            return batch
 
     def close(self) -> None:
         """Flush and close the store (a second call does nothing)."""

@@ -214,27 +214,28 @@ class WindowedAggregator(EventOperator):
         them (changelog) and commits them itself. Memory then already reflects them,
         so if the caller cannot commit it must discard this aggregator and reopen.
         """
-        batch = StoreBatch()
-        wm = self.watermark
-        cutoff = self.trigger.expiry_cutoff(wm)
-        if cutoff is not None and self.book.pending_upto(cutoff):
-            self._emit_late(only_upto=cutoff)
-        spilled = self.frames.select_spill(self.trigger.evictable_before(wm))
-        self.frames.persist(batch)
-        self.book.persist(batch)
-        if cutoff is not None and (self._expired_upto is None or cutoff > self._expired_upto):
-            self.frames.expire(batch, cutoff, self._expired_upto)
-            self.book.expire(batch, cutoff)
-            self._expired_upto = cutoff
-        self.kernel.write_checkpoint(batch, {"expired_upto": self._expired_upto})
-        self.kernel.commit(batch, commit=commit)
-        # Frames whose every window has fired are in the store now; keep memory small.
-        if wm > NO_WATERMARK:
-            self.frames.evict_closed(self.trigger.evictable_before(wm))
-            self.book.evict(wm, self._size)
-        self.frames.release_many(spilled)  # beyond the memory budget, written above
-        self._release_keys()
-        return batch
+        with self.kernel.flushing():
+            batch = StoreBatch()
+            wm = self.watermark
+            cutoff = self.trigger.expiry_cutoff(wm)
+            if cutoff is not None and self.book.pending_upto(cutoff):
+                self._emit_late(only_upto=cutoff)
+            spilled = self.frames.select_spill(self.trigger.evictable_before(wm))
+            self.frames.persist(batch)
+            self.book.persist(batch)
+            if cutoff is not None and (self._expired_upto is None or cutoff > self._expired_upto):
+                self.frames.expire(batch, cutoff, self._expired_upto)
+                self.book.expire(batch, cutoff)
+                self._expired_upto = cutoff
+            self.kernel.write_checkpoint(batch, {"expired_upto": self._expired_upto})
+            self.kernel.commit(batch, commit=commit)
+            # Frames whose every window has fired are in the store now; keep memory small.
+            if wm > NO_WATERMARK:
+                self.frames.evict_closed(self.trigger.evictable_before(wm))
+                self.book.evict(wm, self._size)
+            self.frames.release_many(spilled)  # beyond the memory budget, written above
+            self._release_keys()
+            return batch
 
     def _release_keys(self) -> None:
         """Forget keys nothing in memory refers to (their state, if any, is in the store)."""
