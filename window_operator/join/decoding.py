@@ -60,17 +60,21 @@ class JoinRows:
         cls,
         keys: Sequence[JoinKey],
         ts: Sequence[int] | IntArray,
-        records: Sequence[bytes],
+        records: Sequence[bytes | str],
         *,
         source: int,
         partition: int | Sequence[int] | IntArray = 0,
         offset: Sequence[int] | IntArray | None = None,
         wall_ms: Sequence[int] | IntArray | None = None,
     ) -> JoinRows:
-        """Build rows of input ``source`` from columns; ``ValueError`` when lengths differ."""
+        """Build rows of input ``source`` from columns; ``records`` are the JSON of
+        objects (bytes, or text). ``ValueError`` when lengths differ or a record is not
+        the JSON of an object: checked here, since the operator stores the records as
+        they are and reads them back only to write results."""
         n = len(keys)
         part, off, wall = position_columns(n, partition, offset, wall_ms)
-        rows = cls(source, list(keys), np.asarray(ts, np.int64), list(records), part, off, wall)
+        recs = [_record_json(i, r) for i, r in enumerate(records)]
+        rows = cls(source, list(keys), np.asarray(ts, np.int64), recs, part, off, wall)
         lengths = {"ts": len(rows.ts), "records": len(rows.records), "partition": len(part)}
         lengths["offset"] = len(off)
         if wall is not None:
@@ -87,6 +91,26 @@ class JoinRows:
         return cls(
             source, [record.key], one(record.ts), [record.json], one(partition), one(offset), wall
         )
+
+
+def _record_json(index: int, record: object) -> bytes:
+    """``record`` as the bytes of a JSON object (see :meth:`JoinRows.from_columns`)."""
+    if isinstance(record, str):
+        record = record.encode("utf-8", "surrogatepass")
+    elif isinstance(record, bytearray | memoryview):
+        record = bytes(record)
+    if not isinstance(record, bytes):
+        raise ValueError(
+            f"records[{index}] is a {type(record).__name__}, not the JSON of an object "
+            "(bytes or str): pass dicts to add_records instead"
+        )
+    try:
+        value = orjson.loads(record)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"records[{index}] is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"records[{index}] is JSON but not an object: {record[:60]!r}")
+    return record
 
 
 @dataclass(frozen=True, slots=True)

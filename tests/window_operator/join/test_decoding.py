@@ -102,13 +102,13 @@ def test_column_and_record_paths_give_the_same_rows_and_errors(
 
 
 def test_rows_from_columns_check_their_lengths() -> None:
-    rows = JoinRows.from_columns([1, 2], [5, 6], [b"a", b"b"], source=LEFT, partition=3)
+    rows = JoinRows.from_columns([1, 2], [5, 6], [b"{}", b"{}"], source=LEFT, partition=3)
     assert (rows.source, rows.partition.tolist(), rows.offset.tolist()) == (LEFT, [3, 3], [-1, -1])
     assert rows.wall_ms is None and len(rows) == 2
     with pytest.raises(ValueError, match="column records has 1 rows"):
-        JoinRows.from_columns([1, 2], [5, 6], [b"a"], source=LEFT)
+        JoinRows.from_columns([1, 2], [5, 6], [b"{}"], source=LEFT)
     with pytest.raises(ValueError, match="column wall_ms"):
-        JoinRows.from_columns([1], [5], [b"a"], source=LEFT, wall_ms=[1, 2])
+        JoinRows.from_columns([1], [5], [b"{}"], source=LEFT, wall_ms=[1, 2])
     one = JoinRows.one(RIGHT, JoinRecord("k", 9, b"{}"), 2, 40, None)
     assert (one.source, one.keys, one.partition.tolist(), one.offset.tolist()) == (
         RIGHT,
@@ -117,3 +117,18 @@ def test_rows_from_columns_check_their_lengths() -> None:
         [40],
     )
     assert isinstance(one.ts, np.ndarray) and one.ts.tolist() == [9]
+
+
+def test_rows_from_columns_take_the_json_of_objects_only() -> None:
+    """The operator stores a record's bytes as given and reads them only to write a
+    result: a record that is not the JSON of an object is refused when the rows are
+    built (a user walkthrough passed text, which failed at the flush, and bytes that
+    were not JSON, which failed on the next valid record that matched them)."""
+    rows = JoinRows.from_columns([1, 2], [5, 6], ['{"id": 1}', bytearray(b"{}")], source=LEFT)
+    assert rows.records == [b'{"id": 1}', b"{}"]
+    with pytest.raises(ValueError, match=r"records\[1\] is not JSON"):
+        JoinRows.from_columns([1, 2], [5, 6], [b"{}", b"not json"], source=LEFT)
+    with pytest.raises(ValueError, match=r"records\[0\] is JSON but not an object"):
+        JoinRows.from_columns([1], [5], [b"[1]"], source=LEFT)
+    with pytest.raises(ValueError, match=r"records\[0\] is a dict, not the JSON of an object"):
+        JoinRows.from_columns([1], [5], [{"id": 1}], source=LEFT)  # type: ignore[list-item]
