@@ -31,6 +31,7 @@ import orjson
 from window_operator.arrival import ArrivalClock, future_errors
 from window_operator.codecs.result_errors import encode_checked
 from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
+from window_operator.config import OffsetsWindow
 from window_operator.errors import UserCodeExitError, WindowOperatorError
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
@@ -175,7 +176,10 @@ def _step(runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalCl
             return done.errors
 
         return join_step
-    decoder = LineDecoder(runtime.decoder, avro_lines(runtime.config.input))
+    one_partition = isinstance(runtime.config.window, OffsetsWindow)
+    decoder = LineDecoder(
+        runtime.decoder, avro_lines(runtime.config.input), one_partition=one_partition
+    )
 
     def step(chunk: list[bytes], summary: SimulationSummary) -> list[ErrorRecord]:
         agg = running.op

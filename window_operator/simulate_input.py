@@ -137,32 +137,41 @@ def avro_lines(inp: InputConfig | JoinInputConfig) -> AvroLines | None:
 
 class LineDecoder:
     """Decodes chunks of ``simulate`` lines with a job's record decoder (``avro``: the
-    input is Avro, each line goes through :class:`AvroLines`)."""
+    input is Avro, each line goes through :class:`AvroLines`).
 
-    def __init__(self, decoder: RecordDecoder, avro: AvroLines | None = None) -> None:
+    ``one_partition``: the run holds one partition (``offsets`` windows), and a line
+    that names none (one that is not a JSON object, too) is of the run's partition: the
+    one the state holds, else the first a line of the chunk names, else 0.
+    """
+
+    def __init__(
+        self, decoder: RecordDecoder, avro: AvroLines | None = None, *, one_partition: bool = False
+    ) -> None:
         self.decoder = decoder
         self.avro = avro
+        self.one_partition = one_partition
         self.columnar = ColumnarJsonDecoder(decoder, absent_fields=META_FIELDS)
 
     def decode(self, lines: list[bytes], offsets: Mapping[int, int]) -> DecodedLines:
         """Decode ``lines``; ``offsets`` holds the last offset consumed per partition."""
+        home = _home_partition(lines, offsets) if self.one_partition else 0
         first = offsets.get(0, -1) + 1
         # partition 0 has room for every line (else they take the exact path, which says so)
-        fits = first + len(lines) <= MAX_LINE_OFFSET and self.avro is None
+        fits = first + len(lines) <= MAX_LINE_OFFSET and self.avro is None and home == 0
         clean = self.columnar.decode(lines) if fits else None
         if clean is not None:
             # every line is an event of partition 0 at the next offsets
             clean.offset = np.arange(first, first + len(lines), dtype=np.int64)
             walls = np.full(len(lines), -1, dtype=np.int64)
             return DecodedLines(clean, [], 0, walls, list(lines))
-        return self._decode_each(lines, dict(offsets))
+        return self._decode_each(lines, dict(offsets), home)
 
-    def _decode_each(self, lines: list[bytes], last: dict[int, int]) -> DecodedLines:
+    def _decode_each(self, lines: list[bytes], last: dict[int, int], home: int) -> DecodedLines:
         bad: list[ErrorRecord] = []
         good: list[_Line] = []
         replayed = 0
         for raw in lines:
-            line = _split_line(raw, last)
+            line = _split_line(raw, last, home)
             if line is None:
                 replayed += 1
             elif isinstance(line, ErrorRecord):
@@ -209,10 +218,25 @@ def _not_avro(err: ErrorRecord) -> ErrorRecord:
     return replace(err, code=ErrorCode.BAD_AVRO, reason=reason)
 
 
-def _split_line(raw: bytes, last: dict[int, int]) -> _Line | ErrorRecord | None:
+def _home_partition(lines: list[bytes], offsets: Mapping[int, int]) -> int:
+    """The partition of a one-partition run (see :class:`LineDecoder`)."""
+    if offsets:
+        return next(iter(offsets))
+    for raw in lines:
+        try:
+            record = parse_json(raw)
+        except InvalidJsonError:
+            continue
+        if isinstance(record, dict) and _is_int(record.get("partition")):
+            return int(record["partition"])
+    return 0
+
+
+def _split_line(raw: bytes, last: dict[int, int], home: int = 0) -> _Line | ErrorRecord | None:
     """The line's event and position, an error, or ``None`` for a replayed line.
 
-    ``last`` (the last offset per partition) advances past the line.
+    ``last`` (the last offset per partition) advances past the line; ``home`` is the
+    partition of a line that names none.
     """
     try:
         record: Any = parse_json(raw)
@@ -222,7 +246,7 @@ def _split_line(raw: bytes, last: dict[int, int]) -> _Line | ErrorRecord | None:
     meta: dict[str, Any] = {}
     if isinstance(record, dict):
         meta = {f: record.pop(f) for f in META_FIELDS if f in record}
-    part = meta.get("partition", 0)
+    part = meta.get("partition", home)
     off = meta.get("offset", last.get(part, -1) + 1 if _is_int(part) else 0)
     bad = bad_position(part, off, MAX_LINE_PARTITION, MAX_LINE_OFFSET)
     if bad is not None:

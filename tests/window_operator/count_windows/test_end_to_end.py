@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -9,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from window_operator.config import parse_config
+from window_operator.job import build_runtime
+from window_operator.simulate import simulate as simulate_file
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -83,3 +88,41 @@ def test_simulate_offsets_windows_end_to_end(tmp_path: Path) -> None:
         ("a", 0, 4, 2), ("a", 2, 6, 2), ("a", 4, 8, 1),
         ("b", 0, 4, 1), ("b", 4, 8, 1), ("b", 6, 10, 1),
     ]  # fmt: skip
+
+
+def test_simulate_offsets_windows_take_unplaced_lines_into_the_runs_partition(
+    tmp_path: Path,
+) -> None:
+    """``simulate`` runs offsets windows over one partition: a line that names none (a
+    broken line, too) is of that partition. Before, a broken line between two lines of
+    partition 3 was placed in partition 0, and the run stopped with exit status 3."""
+    runtime = build_runtime(
+        parse_config(
+            {
+                "job": "x",
+                "input": {"key": "k", "timestamp": "ts"},
+                "window": {"type": "offsets", "size": 2},
+                "aggregations": [{"name": "n", "op": "count"}],
+            },
+            base_dir=tmp_path,
+        )
+    )
+
+    def run(name: str, text: bytes, *, final: bool) -> tuple[list[Any], list[Any]]:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(text)
+        out, errors = io.BytesIO(), io.BytesIO()
+        state = tmp_path / "state"
+        simulate_file(runtime, path, out, errors_out=errors, state_dir=state, final=final)
+        results = [orjson.loads(r) for r in out.getvalue().splitlines()]
+        return results, [orjson.loads(e) for e in errors.getvalue().splitlines()]
+
+    first = b'{"k": "a", "ts": 0}\n{"partition": 3, "k": "a", "ts": 1}\n{"k":\n'
+    results, errors = run("first", first, final=False)
+    assert [(e["code"], e["partition"], e["offset"]) for e in errors] == [("BAD_JSON", 3, 2)]
+    # offset 2, rejected, still closes [0, 2)
+    assert [(r["partition"], r["window_start"], r["values"]["n"]) for r in results] == [(3, 0, 2)]
+    # a continued run's lines without a partition are of the partition its state holds
+    results, errors = run("second", b'{"k": "a", "ts": 2}\n[1]\n', final=True)
+    assert [(e["code"], e["partition"], e["offset"]) for e in errors] == [("NOT_AN_OBJECT", 3, 4)]
+    assert [(r["partition"], r["window_start"], r["values"]["n"]) for r in results] == [(3, 2, 1)]
