@@ -103,7 +103,13 @@ def task_state_dir(state_dir: Path, job: str, task: int) -> Path:
 
 def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime:
     """Resolve operations, decoder and policies; op problems and an Avro output schema that
-    does not fit the job raise :class:`ConfigError`."""
+    does not fit the job raise :class:`ConfigError`; a join job's config a ``TypeError``
+    (its runtime is :func:`~window_operator.join.build_join_runtime`'s)."""
+    if not isinstance(config, JobConfig):
+        raise TypeError(
+            f"build_runtime takes a window job's JobConfig, got {type(config).__name__}: "
+            "build a join job with window_operator.join.build_join_runtime"
+        )
     bound = _bind_aggregations(config, source)
     _check_output(config, source)
     return JobRuntime(config, AggregationSet(bound), _emit_policy(config), _decoder(config, bound))

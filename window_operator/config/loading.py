@@ -180,6 +180,12 @@ def parse_config(
             source,
             [ConfigProblem("", f"{_expected_document()} (got {show(data)})")],
         )
+    if "join" in data:
+        reason = (
+            "a join job: load it with load_any_config (or parse_any_config), and build "
+            "its runtime with window_operator.join.build_join_runtime"
+        )
+        raise ConfigError(source, [ConfigProblem("join", reason)])
     try:
         return JobConfig.model_validate(data, context={"base_dir": Path(base_dir)})
     except ValidationError as exc:

@@ -12,9 +12,11 @@ from window_operator.config import (
     ConfigProblem,
     HoppingWindow,
     TumblingWindow,
+    load_any_config,
     load_config,
     parse_config,
 )
+from window_operator.job import build_runtime
 
 
 def test_clicks_example_loads() -> None:
@@ -163,3 +165,22 @@ def test_yaml_the_parser_cannot_take_is_a_config_error(
         load_config(path)
     assert info.value.source == str(path)
     assert info.value.problems == (ConfigProblem("", problem),)
+
+
+def test_a_join_job_given_to_the_window_job_loader_says_which_loader_takes_it() -> None:
+    """``load_config`` is the window jobs' loader: a join job's file is one problem
+    naming ``join`` and the calls that take it (a user walkthrough got the four
+    unknown and missing keys of a window job instead), and ``build_runtime`` refuses
+    a join job's config by name instead of failing on a missing attribute."""
+    path = ROOT / "config" / "orders-shipments.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert [(p.path, p.message) for p in info.value.problems] == [
+        (
+            "join",
+            "a join job: load it with load_any_config (or parse_any_config), and build its "
+            "runtime with window_operator.join.build_join_runtime",
+        )
+    ]
+    with pytest.raises(TypeError, match="build a join job with .*build_join_runtime"):
+        build_runtime(load_any_config(path))  # type: ignore[arg-type]
