@@ -235,7 +235,12 @@ def run_demo(
             broker = LocalBroker().start()
             bootstrap = broker.bootstrap_servers
         config = _demo_config(base, config_path, str(tmp), mode)
-        KafkaAdmin(bootstrap).create_topic(config.input.topic, 4, {"retention.ms": "-1"})
+        KafkaAdmin(bootstrap).create_topic(
+            config.input.topic,
+            4,
+            {"retention.ms": "-1"},
+            replication_factor=config.kafka.replication_factor,
+        )
         return _run_job(config, bootstrap, events, seconds, out, err, chart_path)
     finally:
         if broker is not None:

@@ -100,12 +100,13 @@ class OffsetQueryError(KafkaAdminError):
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic to create: name, partition count and topic-level settings."""
+    """A topic to create: name, partition count and topic-level settings;
+    ``replication_factor`` ``-1``: the broker's ``default.replication.factor``."""
 
     name: str
     partitions: int
     config: Mapping[str, str] = field(default_factory=dict)
-    replication_factor: int = 1
+    replication_factor: int = -1
 
 
 class _LastError:
@@ -349,10 +350,17 @@ class KafkaAdmin:
         return sorted(created)
 
     def create_topic(
-        self, name: str, partitions: int, config: Mapping[str, str] | None = None
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, str] | None = None,
+        *,
+        replication_factor: int | None = None,
     ) -> bool:
-        """Create one topic if it does not exist; returns whether this call created it."""
-        return bool(self.create_topics([TopicSpec(name, partitions, dict(config or {}))]))
+        """Create one topic if it does not exist; returns whether this call created it
+        (``replication_factor`` ``None``: the broker's default)."""
+        rf = -1 if replication_factor is None else replication_factor
+        return bool(self.create_topics([TopicSpec(name, partitions, dict(config or {}), rf)]))
 
 
 def wait_for_broker(bootstrap_servers: str, timeout_s: float = 20.0) -> None:

@@ -274,7 +274,12 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     partitions: dict[str, int] = {}
     for topic in sorted({t.topic for t in inputs.values()}):
         # retention.ms=-1: sample data carries historical event times
-        admin.create_topic(topic, args.partitions, {"retention.ms": "-1"})
+        admin.create_topic(
+            topic,
+            args.partitions,
+            {"retention.ms": "-1"},
+            replication_factor=config.kafka.replication_factor,
+        )
         partitions[topic] = admin.require_topic(topic, hint="create it", kind="input topic")
     inputs = {name: replace(t, partitions=partitions[t.topic]) for name, t in inputs.items()}
     # the job's producer settings (a secured cluster's), as the job's own producers

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Self
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, Strict, model_validator
 
 from window_operator.config.errors import FieldProblems, Location
 from window_operator.config.fields import (
@@ -84,9 +84,13 @@ class KafkaConfig(FrozenModel):
 
     ``bootstrap_servers`` ``None`` means the ``KAFKA_BOOTSTRAP_SERVERS`` environment
     variable at run time. ``consumer``/``producer`` are passed to librdkafka as given.
+    ``replication_factor`` is that of the topics the job creates (changelog, output,
+    errors; and ``produce``'s input topic); ``None``: the broker's
+    ``default.replication.factor``.
     """
 
     bootstrap_servers: NonEmptyStr | None = None
+    replication_factor: Annotated[int, Strict(), Field(ge=1, le=32_767)] | None = None
     consumer: Annotated[dict[str, KafkaSetting], BeforeValidator(none_to_empty_mapping)] = Field(
         default_factory=dict
     )

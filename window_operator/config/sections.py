@@ -170,18 +170,29 @@ class RetentionConfig(FrozenModel):
         return self.time
 
 
+#: ``output.max_record_bytes`` by default.
+DEFAULT_MAX_RECORD_BYTES = 990_000
+
+
 class OutputConfig(FrozenModel):
     """``output:``: where window results and rejected events are written.
 
     ``topic`` defaults to ``<job>-windows`` and ``errors_topic`` to ``<job>-errors``.
     ``avro_schema`` (only with ``format: avro``) is resolved like
     :attr:`InputConfig.avro_schema`; without it a schema is derived from the job.
+    ``max_record_bytes`` bounds the key and value of a record written to either topic:
+    a result over it is a ``RESULT_ERROR``, and a rejected input record over it goes to
+    the errors topic without its copy (its source position names it). The default
+    stays under Kafka's and librdkafka's 1 MB defaults, with room for the headers.
     """
 
     topic: TopicName
     format: Literal["json", "avro"] = "json"
     avro_schema: FilePath | None = None
     errors_topic: TopicName
+    max_record_bytes: Annotated[int, Strict(), Field(ge=1024, le=2**31 - 1)] = (
+        DEFAULT_MAX_RECORD_BYTES
+    )
 
     @field_validator("avro_schema")
     @classmethod

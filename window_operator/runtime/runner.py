@@ -67,6 +67,7 @@ from window_operator.runtime.producers import (
     transactional_id,
     transactional_producer,
 )
+from window_operator.runtime.record_limit import fit_errors, fit_results
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.routing import error_lane, task_of_partition
 from window_operator.runtime.settings import TaskSettings
@@ -406,12 +407,14 @@ class TaskRunner(Generic[B, R]):
         trace("apply", self.task, inp.batch_id)
         sink.begin()
         unwritten: list[ErrorRecord] = []
+        limit = self.settings.config.output.max_record_bytes
         for results in op.take_result_batches():
             encoded = self.plan.encode_results(results)
-            report.results += sink.results(encoded.records)
-            _count_kind(report.results_by_kind, results, len(encoded.records))
-            unwritten += encoded.errors
-        sink.errors(errors + unwritten)
+            fitted = fit_results(encoded.records, limit)
+            report.results += sink.results(fitted.records)
+            _count_kind(report.results_by_kind, results, len(fitted.records))
+            unwritten += encoded.errors + fitted.errors
+        sink.errors(fit_errors(errors + unwritten, limit))
         report.result_errors += len(unwritten)
         sink.acknowledge_outputs()
         trace("outputs", self.task, inp.batch_id)

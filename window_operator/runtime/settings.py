@@ -11,7 +11,18 @@ from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.observe.logs import kafka_logger
 
-__all__ = ["STATE_DIR_ENV", "KafkaConfig", "TaskSettings", "task_state_dir"]
+__all__ = [
+    "MAX_STATE_RECORD_BYTES",
+    "STATE_DIR_ENV",
+    "KafkaConfig",
+    "TaskSettings",
+    "task_state_dir",
+]
+
+#: The largest changelog record (a state value) a job writes and restores: the changelog
+#: topic is created with this ``max.message.bytes``, under librdkafka's consumer
+#: ``fetch.max.bytes`` (50 MB), which a restore must be able to take in one record.
+MAX_STATE_RECORD_BYTES = 32 * 1024 * 1024
 
 #: Overrides ``state.dir`` on a host (set it in a Spark worker's environment).
 STATE_DIR_ENV = "WINDOW_OPERATOR_STATE_DIR"
@@ -73,11 +84,13 @@ class TaskSettings:
         return task_state_dir(Path(root), self.config.job, task)
 
     def producer_config(self) -> dict[str, object]:
-        """librdkafka producer settings (idempotent, all acks, batched)."""
+        """librdkafka producer settings (idempotent, all acks, batched; records up to
+        the changelog's bound, the outputs' own being ``output.max_record_bytes``)."""
         return {
             "bootstrap.servers": self.bootstrap_servers,
             "enable.idempotence": True,
             "acks": "all",
+            "message.max.bytes": MAX_STATE_RECORD_BYTES + 1_048_576,  # + headers, batch
             "linger.ms": 20,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 1_000_000,

@@ -14,6 +14,7 @@ from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig, OffsetsWindow
 from window_operator.errors import WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin, TopicSpec
+from window_operator.runtime.settings import MAX_STATE_RECORD_BYTES
 
 __all__ = [
     "TaskCountError",
@@ -33,6 +34,10 @@ _INPUT_TOPIC_HINT = (
 )
 _KEEP_FOREVER = {"retention.ms": "-1"}
 _COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
+#: The changelog takes a state value of up to 32 MiB (a join's stored message, a
+#: ``collect`` accumulator), where Kafka's default is 1 MB; the job's producers and
+#: restore consumers take it too (:data:`~window_operator.runtime.settings.MAX_STATE_RECORD_BYTES`).
+_CHANGELOG = {**_COMPACTED, "max.message.bytes": str(MAX_STATE_RECORD_BYTES)}
 
 
 class TaskCountError(WindowOperatorError):
@@ -74,11 +79,12 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
     tasks = existing or wanted or widest
     if keeps_partitions(config):
         _check_offsets_tasks(tasks, widest, existing, changelog)
+    rf = config.kafka.replication_factor or -1  # -1: the broker's default
     admin.create_topics(
         [
-            TopicSpec(changelog, tasks, _COMPACTED),
-            TopicSpec(config.output.topic, tasks, _COMPACTED),
-            TopicSpec(config.output.errors_topic, tasks, _KEEP_FOREVER),
+            TopicSpec(changelog, tasks, _CHANGELOG, rf),
+            TopicSpec(config.output.topic, tasks, _COMPACTED, rf),
+            TopicSpec(config.output.errors_topic, tasks, _KEEP_FOREVER, rf),
         ]
     )
     if config.processing.exactly_once:

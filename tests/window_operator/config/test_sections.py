@@ -32,8 +32,10 @@ def test_defaults_are_as_documented() -> None:
     assert cfg.output.format == "json"
     assert cfg.output.avro_schema is None
     assert cfg.output.errors_topic == "j-errors"
+    assert cfg.output.max_record_bytes == 990_000
     assert cfg.state.dir == Path("./state")
     assert cfg.kafka.bootstrap_servers is None
+    assert cfg.kafka.replication_factor is None  # the broker's default
     assert (cfg.kafka.consumer, cfg.kafka.producer) == ({}, {})
     assert cfg.spark.master is None
     assert (cfg.spark.mode, cfg.spark.long_running, cfg.spark.workers) == (
@@ -300,3 +302,17 @@ def test_client_settings_the_job_depends_on_take_only_its_values() -> None:
         "acks": "all",
         "enable.idempotence": "t",
     }
+
+
+def test_replication_factor_and_the_output_bound_are_checked() -> None:
+    cfg = parse_config(
+        minimal() | {"kafka": {"replication_factor": 3}, "output": {"max_record_bytes": 4096}},
+        base_dir=ROOT,
+    )
+    assert (cfg.kafka.replication_factor, cfg.output.max_record_bytes) == (3, 4096)
+    assert problem_lines(
+        minimal() | {"kafka": {"replication_factor": 0}, "output": {"max_record_bytes": 100}}
+    ) == [
+        "kafka.replication_factor: must be at least 1 (got 0)",
+        "output.max_record_bytes: must be at least 1024 (got 100)",
+    ]

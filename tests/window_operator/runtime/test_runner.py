@@ -230,3 +230,45 @@ def test_an_error_of_a_self_join_is_a_replay_by_the_position_of_its_own_input() 
     assert _replayed(error("l"), offsets, plan)
     assert not _replayed(error("r"), offsets, plan)
     assert _replayed(error(None), offsets, plan)  # one input named: by its topic
+
+
+def test_records_over_the_output_bound_do_not_stop_the_job(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A rejected input record or a window result larger than Kafka takes (1 MB by
+    default) could not be sent however often the batch was retried: one such record
+    stopped every batch after it (a user walkthrough: a 1.5 MB key, BAD_KEY). The copy is
+    left out of the error record now, and a result that large is a RESULT_ERROR; a
+    state value that large (here a ``collect`` of a 1.5 MB value) goes to the changelog,
+    whose bound is 32 MiB."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 1)
+    config = runtime_for(
+        job=unique_name("job"),
+        input={"topic": topic, "key": "k", "timestamp": "ts"},
+        aggregations=[{"name": "n", "op": "count"}, {"name": "b", "op": "collect", "field": "b"}],
+    ).config
+    assert config.output.max_record_bytes == 990_000
+    tasks = prepare_topics(config, kafka_bootstrap)
+    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    big = "x" * 1_500_000
+    events = [
+        {"k": "a", "ts": 1 * S, "b": "small"},
+        {"k": big, "ts": 1 * S, "b": ""},  # BAD_KEY: over 4096 bytes
+        {"k": "c", "ts": 2 * S, "b": big},  # its window's result is 1.5 MB
+        {"k": "a", "ts": 60 * S, "b": ""},  # fires both windows
+    ]
+    report = runner.run_batch([records(topic, 0, events)], 1_000).tasks
+    assert sum(t.rejected for t in report) == 1 and sum(t.result_errors for t in report) == 1
+    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    assert [(r["key"], r["values"]["n"]) for r in results] == [("a", 1)]
+    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
+    by_code = {dict(m.headers() or [])["error.code"]: m for m in errors}
+    assert sorted(by_code) == [b"BAD_KEY", b"RESULT_ERROR"]
+    bad_key = by_code[b"BAD_KEY"]
+    assert (bad_key.key(), bad_key.value()) == (None, None)
+    reason = dict(bad_key.headers() or [])["error.reason"].decode()
+    assert "the record is not copied here: its key and value are 3000025 bytes" in reason
+    assert (
+        b"output.max_record_bytes" in dict(by_code[b"RESULT_ERROR"].headers() or [])["error.reason"]
+    )
