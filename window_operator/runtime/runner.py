@@ -74,7 +74,13 @@ from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
 from window_operator.runtime.state_gauge import StateFigures, StateGauge
 
-__all__ = ["BrokerUnavailableError", "InputGapError", "OpenTask", "TaskRunner"]
+__all__ = [
+    "BrokerUnavailableError",
+    "InputGapError",
+    "OpenTask",
+    "RecordTooLargeError",
+    "TaskRunner",
+]
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -96,6 +102,21 @@ _KAFKA_FAILURES = _kafka_failures()
 
 class BrokerUnavailableError(WindowOperatorError):
     """Kafka stayed unreachable for longer than ``processing.broker_timeout``."""
+
+
+class RecordTooLargeError(WindowOperatorError):
+    """Kafka refused a record of the batch as larger than it takes: retrying cannot help."""
+
+
+def _too_large(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is Kafka refusing a record's size."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = str(seen)
+        if "MSG_SIZE_TOO_LARGE" in text or "RECORD_LIST_TOO_LARGE" in text:
+            return True
+        seen = seen.__cause__
+    return False
 
 
 @dataclass
@@ -146,6 +167,14 @@ class TaskRunner(Generic[B, R]):
                 report.attempts = attempt
                 return report
             except _KAFKA_FAILURES as exc:
+                if _too_large(exc):  # the same batch would be refused again
+                    raise RecordTooLargeError(
+                        f"task {self.task}: Kafka refused a record of {inp.label} as too "
+                        f"large ({exc}): a state value over the changelog's "
+                        "max.message.bytes, or an output over its topic's or the "
+                        "producer's message.max.bytes (see output.max_record_bytes); "
+                        "nothing of it was committed"
+                    ) from exc
                 waited = time.monotonic() - started
                 if waited > self.settings.broker_timeout_s:
                     raise BrokerUnavailableError(

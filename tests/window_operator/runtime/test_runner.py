@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +21,7 @@ from window_operator.results import ErrorCode, ErrorRecord
 from window_operator.runtime.batch import LocalJob
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import SourceSpec
-from window_operator.runtime.runner import _replayed
+from window_operator.runtime.runner import RecordTooLargeError, _replayed
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.topics import prepare_topics
 
@@ -272,3 +275,27 @@ def test_records_over_the_output_bound_do_not_stop_the_job(
     assert (
         b"output.max_record_bytes" in dict(by_code[b"RESULT_ERROR"].headers() or [])["error.reason"]
     )
+
+
+def test_a_record_kafka_refuses_as_too_large_stops_the_batch_at_once(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A bound raised past what the output topic takes: the broker refuses the result,
+    which no retry can change, so the task says so at once instead of waiting
+    ``broker_timeout`` for a broker that is there."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 1)
+    config = runtime_for(
+        job=unique_name("job"),
+        input={"topic": topic, "key": "k", "timestamp": "ts"},
+        aggregations=[{"name": "b", "op": "collect", "field": "b"}],
+        output={"max_record_bytes": 5_000_000},
+    ).config
+    tasks = prepare_topics(config, kafka_bootstrap)
+    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    blob = base64.b64encode(random.Random(1).randbytes(1_200_000)).decode()  # incompressible
+    events = [{"k": "c", "ts": 2 * S, "b": blob}, {"k": "c", "ts": 60 * S, "b": ""}]
+    started = time.monotonic()
+    with pytest.raises(RecordTooLargeError, match="Kafka refused a record of batch 0 as too large"):
+        runner.run_batch([records(topic, 0, events)], 1_000)
+    assert time.monotonic() - started < config.processing.broker_timeout / 1000
