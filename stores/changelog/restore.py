@@ -47,6 +47,9 @@ class RestoreResult:
     #: The local store claims more than the changelog holds (the topic was recreated,
     #: or the store belongs to another run): it cannot be trusted.
     ahead: bool = False
+    #: The store was stale (see ``restore_from_changelog``) and the changelog holds
+    #: records after its position: it was not caught up, and must be rebuilt.
+    stale: bool = False
     seconds: float = 0.0
 
 
@@ -191,6 +194,7 @@ def restore_from_changelog(
     timeout_s: float = 60.0,
     on_progress: Callable[[RestoreProgress], None] | None = None,
     transactional: bool = True,
+    stale: bool = False,
 ) -> RestoreResult:
     """Replay ``topic[partition]`` (``read_committed``) from the store's local position.
 
@@ -205,6 +209,11 @@ def restore_from_changelog(
     Kafka aborts it when it times out).
     ``on_progress`` is called every :data:`PROGRESS_EVERY` records read and once at the
     end of a non-empty restore.
+    ``stale``: the store was last committed longer ago than the changelog keeps its
+    tombstones (``delete.retention.ms``), so compaction may have removed deletes it
+    never applied; if records follow its position it is not caught up (``stale`` in
+    the result: the caller rebuilds it from scratch, as compaction keeps every live
+    key's latest value).
     """
     started = time.perf_counter()
     result = RestoreResult()
@@ -216,19 +225,14 @@ def restore_from_changelog(
         if high < start:
             result.ahead = True
             return result
+        if stale and start > 0 and high > start:
+            result.stale = True
+            return result
         tail: dict[tuple[ColumnFamily, bytes], None] = {}
         stable = start
         if high > start:
             applier = _Applier(store, result, chunk_records)
-            for n, (offset, record) in enumerate(reader.records(start), 1):
-                applier.add(offset, record)
-                if on_progress is not None and n % PROGRESS_EVERY == 0:
-                    on_progress(RestoreProgress(topic, partition, start, offset + 1, high, n))
-            applier.finish(reader.end)
-            if on_progress is not None:
-                on_progress(
-                    RestoreProgress(topic, partition, start, high, high, result.applied, True)
-                )
+            _catch_up(reader, applier, high, on_progress)
             tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
             stable = reader.end
         if transactional:
@@ -239,6 +243,24 @@ def restore_from_changelog(
     finally:
         reader.close()
         result.seconds = time.perf_counter() - started
+
+
+def _catch_up(
+    reader: _Reader,
+    applier: _Applier,
+    high: int,
+    on_progress: Callable[[RestoreProgress], None] | None,
+) -> None:
+    """Apply the whole batches from the store's position to the end of the partition."""
+    topic, partition, start = reader.topic, reader.partition, applier.result.position
+    for n, (offset, record) in enumerate(reader.records(start), 1):
+        applier.add(offset, record)
+        if on_progress is not None and n % PROGRESS_EVERY == 0:
+            on_progress(RestoreProgress(topic, partition, start, offset + 1, high, n))
+    applier.finish(reader.end)
+    if on_progress is not None:
+        applied = applier.result.applied
+        on_progress(RestoreProgress(topic, partition, start, high, high, applied, True))
 
 
 def _open_transaction_keys(

@@ -18,6 +18,7 @@ and recognises the input as a replay.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -39,10 +40,19 @@ from window_operator.runtime.settings import TaskSettings
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-__all__ = ["WRITER_KEY", "TaskState"]
+__all__ = ["COMMITTED_AT_KEY", "STALE_AFTER_MS", "WRITER_KEY", "TaskState"]
 
 #: Local-only key (checkpoint family, never logged): who committed the store last.
 WRITER_KEY = LOCAL_KEY_PREFIX + b"writer"
+#: Local-only key: when the store was last committed (wall clock, epoch ms).
+COMMITTED_AT_KEY = LOCAL_KEY_PREFIX + b"committed_at"
+#: The changelog keeps a delete (tombstone) at least this long (``delete.retention.ms``,
+#: set when the job creates the topic: Kafka's default, made explicit).
+CHANGELOG_DELETE_RETENTION_MS = 86_400_000
+#: A store last committed longer ago than this is rebuilt rather than caught up when
+#: its changelog moved on: a delete it missed may be compacted away (half the retention
+#: above, for clocks of two hosts that disagree and a slow catch-up).
+STALE_AFTER_MS = CHANGELOG_DELETE_RETENTION_MS // 2
 
 
 @dataclass
@@ -76,8 +86,8 @@ class TaskState:
         store = TaskStore(path, lock_wait_s=lock_wait_s)
         progress = progress or RestoreLog(task)
         try:
-            result = cls._restore(settings, task, store, progress)
-            if result.ahead:
+            result = cls._restore(settings, task, store, progress, stale=_stale(store))
+            if result.ahead or result.stale:
                 store.close()
                 shutil.rmtree(path, ignore_errors=True)
                 store = TaskStore(path)
@@ -93,6 +103,8 @@ class TaskState:
         task: int,
         store: TaskStore,
         progress: Callable[[RestoreProgress], None],
+        *,
+        stale: bool = False,
     ) -> RestoreResult:
         return restore_from_changelog(
             store,
@@ -102,6 +114,7 @@ class TaskState:
             timeout_s=settings.broker_timeout_s,
             on_progress=progress,
             transactional=settings.exactly_once,
+            stale=stale,
         )
 
     def compensation(self) -> list[tuple[ColumnFamily, bytes, bytes | None]]:
@@ -146,6 +159,7 @@ class TaskState:
         for one batch.
         """
         set_local_position(batch, marker + (2 if self.settings.exactly_once else 1))
+        batch.put(ColumnFamily.CHECKPOINT, COMMITTED_AT_KEY, b"%d" % (time.time() * 1000))
         if writer is not None:
             batch.put(ColumnFamily.CHECKPOINT, WRITER_KEY, writer.encode())
         self.store.commit(batch)
@@ -162,3 +176,16 @@ class TaskState:
     def close(self) -> None:
         """Close the store."""
         self.store.close()
+
+
+def _stale(store: TaskStore) -> bool:
+    """Whether the store's last commit is older than :data:`STALE_AFTER_MS` (a store
+    without the mark, from before it was kept or never committed, is not stale)."""
+    raw = store.get(ColumnFamily.CHECKPOINT, COMMITTED_AT_KEY)
+    if raw is None:
+        return False
+    try:
+        committed_at = int(raw)
+    except ValueError:
+        return True  # unreadable: take it for old, the rebuild is always right
+    return time.time() * 1000 - committed_at > STALE_AFTER_MS

@@ -14,6 +14,7 @@ from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig, OffsetsWindow
 from window_operator.errors import WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin, TopicSpec
+from window_operator.runtime.commit import CHANGELOG_DELETE_RETENTION_MS
 from window_operator.runtime.settings import MAX_STATE_RECORD_BYTES
 
 __all__ = [
@@ -37,7 +38,13 @@ _COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
 #: The changelog takes a state value of up to 32 MiB (a join's stored message, a
 #: ``collect`` accumulator), where Kafka's default is 1 MB; the job's producers and
 #: restore consumers take it too (:data:`~window_operator.runtime.settings.MAX_STATE_RECORD_BYTES`).
-_CHANGELOG = {**_COMPACTED, "max.message.bytes": str(MAX_STATE_RECORD_BYTES)}
+_CHANGELOG = {
+    **_COMPACTED,
+    "max.message.bytes": str(MAX_STATE_RECORD_BYTES),
+    # how long a delete stays readable: a store last committed longer ago than half of
+    # it is rebuilt rather than caught up (window_operator.runtime.commit)
+    "delete.retention.ms": str(CHANGELOG_DELETE_RETENTION_MS),
+}
 
 
 class TaskCountError(WindowOperatorError):
