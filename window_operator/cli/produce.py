@@ -272,15 +272,21 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     inputs = targets(config)
     admin = KafkaAdmin(bootstrap, client_config=config.kafka.consumer)
     partitions: dict[str, int] = {}
+    existed: list[str] = []
     for topic in sorted({t.topic for t in inputs.values()}):
         # retention.ms=-1: sample data carries historical event times
-        admin.create_topic(
+        created = admin.create_topic(
             topic,
             args.partitions,
             {"retention.ms": "-1"},
             replication_factor=config.kafka.replication_factor,
         )
+        existed += [] if created else [topic]
         partitions[topic] = admin.require_topic(topic, hint="create it", kind="input topic")
+    if args.once and existed:
+        names = ", ".join(repr(t) for t in existed)
+        print(f"produce: {names} existed already: nothing loaded (--once)", file=sys.stderr)
+        return 0
     inputs = {name: replace(t, partitions=partitions[t.topic]) for name, t in inputs.items()}
     # the job's producer settings (a secured cluster's), as the job's own producers
     producer = Producer({"linger.ms": 20, **config.kafka.producer, "bootstrap.servers": bootstrap})
@@ -307,6 +313,12 @@ def add_parsers(sub: Subparsers) -> None:
     prod.add_argument("--input", required=True, help="JSONL events")
     prod.add_argument(
         "--partitions", type=positive_int, default=4, help="partitions of a topic it creates"
+    )
+    prod.add_argument(
+        "--once",
+        action="store_true",
+        help="load the file only into input topics this call creates: run again (as "
+        "`docker compose up` runs a loader again), it loads nothing",
     )
     add_bootstrap_option(prod)
     prod.set_defaults(func=_cmd_produce)

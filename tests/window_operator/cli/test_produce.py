@@ -184,3 +184,33 @@ def test_a_line_too_large_or_refused_is_counted_never_reported_produced(
     # what is in the topic is what the summary says was produced
     count = int(proc.stderr.split("produced ")[1].split(" records")[0])
     assert len(read_topic(kafka_bootstrap, small)) == count
+
+
+def test_once_loads_a_file_only_into_a_topic_it_creates(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """``docker compose up`` runs the sample loader again on a second start: with
+    ``--once`` it loads nothing into the topic the first run created, where the job
+    would have counted the samples twice."""
+    topic = unique_name("in")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp: ts}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    lines = tmp_path / "in.jsonl"
+    lines.write_bytes(b'{"page": "/a", "ts": 1}\n{"page": "/b", "ts": 2}\n')
+
+    def produce() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
+             "--input", str(lines), "--bootstrap-servers", kafka_bootstrap, "--once"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    first, again = produce(), produce()
+    assert (first.returncode, again.returncode) == (0, 0), first.stderr + again.stderr
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"produce: {topic!r} existed already: nothing loaded (--once)"
+    )
+    assert len(read_topic(kafka_bootstrap, topic)) == 2
