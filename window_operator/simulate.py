@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, cast
@@ -39,7 +39,7 @@ from window_operator.join import JoinOperator, JoinResultBatch, JoinRuntime
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch
 from window_operator.runtime.guard import add_guarded, internal_error
-from window_operator.simulate_input import DecodedLines, LineDecoder, avro_lines
+from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder, avro_lines
 from window_operator.simulate_join import run_join_chunk
 
 __all__ = ["FinishedStateError", "SimulationSummary", "simulate"]
@@ -102,6 +102,7 @@ def simulate(
     batch_size: int = 10_000,
     progress: Callable[[int], object] | None = None,
     final: bool = True,
+    meta: Sequence[str] = META_FIELDS,
 ) -> SimulationSummary:
     """Run ``runtime``'s job over ``input_path`` and write JSON lines of results to ``out``.
 
@@ -109,7 +110,8 @@ def simulate(
     ``final``: after the last line a timer at +infinity fires every window; without it
     the state (in ``state_dir``) stays open, and another run over it continues the
     stream. Raises :class:`FinishedStateError` for a ``state_dir`` whose final timer
-    fired.
+    fired. ``meta``: the fields a line gives its position in (``()``: none, every field
+    is the event's).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -120,7 +122,7 @@ def simulate(
         try:
             if running.op.watermark >= END_OF_TIME:
                 raise FinishedStateError(path)
-            step = _step(runtime, running, _arrival_clock(runtime, running.op))
+            step = _step(runtime, running, _arrival_clock(runtime, running.op), meta)
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
@@ -161,7 +163,9 @@ Step = Callable[[list[bytes], SimulationSummary], list[ErrorRecord]]
 """Feeds one micro-batch of lines; returns the records rejected before the operator."""
 
 
-def _step(runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalClock) -> Step:
+def _step(
+    runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalClock, meta: Sequence[str]
+) -> Step:
     """How lines reach the job's operator: decoded by the job's decoder, or split by input."""
     if isinstance(runtime, JoinRuntime):
         join = running.op
@@ -170,7 +174,7 @@ def _step(runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalCl
         avro = {side.name: avro_lines(side) for side in sides}
 
         def join_step(chunk: list[bytes], summary: SimulationSummary) -> list[ErrorRecord]:
-            done = run_join_chunk(runtime, join, chunk, clock, avro)
+            done = run_join_chunk(runtime, join, chunk, clock, avro, meta)
             summary.applied += done.stats.applied
             summary.replayed += done.stats.replayed
             return done.errors
@@ -178,7 +182,7 @@ def _step(runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalCl
         return join_step
     one_partition = isinstance(runtime.config.window, OffsetsWindow)
     decoder = LineDecoder(
-        runtime.decoder, avro_lines(runtime.config.input), one_partition=one_partition
+        runtime.decoder, avro_lines(runtime.config.input), one_partition=one_partition, meta=meta
     )
 
     def step(chunk: list[bytes], summary: SimulationSummary) -> list[ErrorRecord]:

@@ -141,20 +141,27 @@ class LineDecoder:
 
     ``one_partition``: the run holds one partition (``offsets`` windows), and a line
     that names none (one that is not a JSON object, too) is of the run's partition: the
-    one the state holds, else the first a line of the chunk names, else 0.
+    one the state holds, else the first a line of the chunk names, else 0. ``meta``:
+    the fields that give a line's position (``()``: every field is the event's).
     """
 
     def __init__(
-        self, decoder: RecordDecoder, avro: AvroLines | None = None, *, one_partition: bool = False
+        self,
+        decoder: RecordDecoder,
+        avro: AvroLines | None = None,
+        *,
+        one_partition: bool = False,
+        meta: Sequence[str] = META_FIELDS,
     ) -> None:
         self.decoder = decoder
         self.avro = avro
         self.one_partition = one_partition
-        self.columnar = ColumnarJsonDecoder(decoder, absent_fields=META_FIELDS)
+        self.meta = tuple(meta)
+        self.columnar = ColumnarJsonDecoder(decoder, absent_fields=self.meta)
 
     def decode(self, lines: list[bytes], offsets: Mapping[int, int]) -> DecodedLines:
         """Decode ``lines``; ``offsets`` holds the last offset consumed per partition."""
-        home = _home_partition(lines, offsets) if self.one_partition else 0
+        home = _home_partition(lines, offsets, self.meta) if self.one_partition else 0
         first = offsets.get(0, -1) + 1
         # partition 0 has room for every line (else they take the exact path, which says so)
         fits = first + len(lines) <= MAX_LINE_OFFSET and self.avro is None and home == 0
@@ -171,7 +178,7 @@ class LineDecoder:
         good: list[_Line] = []
         replayed = 0
         for raw in lines:
-            line = _split_line(raw, last, home)
+            line = _split_line(raw, last, home, self.meta)
             if line is None:
                 replayed += 1
             elif isinstance(line, ErrorRecord):
@@ -218,10 +225,12 @@ def _not_avro(err: ErrorRecord) -> ErrorRecord:
     return replace(err, code=ErrorCode.BAD_AVRO, reason=reason)
 
 
-def _home_partition(lines: list[bytes], offsets: Mapping[int, int]) -> int:
+def _home_partition(lines: list[bytes], offsets: Mapping[int, int], meta: Sequence[str]) -> int:
     """The partition of a one-partition run (see :class:`LineDecoder`)."""
     if offsets:
         return next(iter(offsets))
+    if "partition" not in meta:
+        return 0
     for raw in lines:
         try:
             record = parse_json(raw)
@@ -232,7 +241,9 @@ def _home_partition(lines: list[bytes], offsets: Mapping[int, int]) -> int:
     return 0
 
 
-def _split_line(raw: bytes, last: dict[int, int], home: int = 0) -> _Line | ErrorRecord | None:
+def _split_line(
+    raw: bytes, last: dict[int, int], home: int = 0, meta: Sequence[str] = META_FIELDS
+) -> _Line | ErrorRecord | None:
     """The line's event and position, an error, or ``None`` for a replayed line.
 
     ``last`` (the last offset per partition) advances past the line; ``home`` is the
@@ -243,11 +254,11 @@ def _split_line(raw: bytes, last: dict[int, int], home: int = 0) -> _Line | Erro
         problem = None
     except InvalidJsonError as exc:
         record, problem = None, exc.reason
-    meta: dict[str, Any] = {}
+    found: dict[str, Any] = {}
     if isinstance(record, dict):
-        meta = {f: record.pop(f) for f in META_FIELDS if f in record}
-    part = meta.get("partition", home)
-    off = meta.get("offset", last.get(part, -1) + 1 if _is_int(part) else 0)
+        found = {f: record.pop(f) for f in meta if f in record}
+    part = found.get("partition", home)
+    off = found.get("offset", last.get(part, -1) + 1 if _is_int(part) else 0)
     bad = bad_position(part, off, MAX_LINE_PARTITION, MAX_LINE_OFFSET)
     if bad is not None:
         return bad.error(raw)
@@ -257,7 +268,7 @@ def _split_line(raw: bytes, last: dict[int, int], home: int = 0) -> _Line | Erro
     last[part] = off
     if problem is not None:
         return ErrorRecord(ErrorCode.BAD_JSON, problem, part, off, raw)
-    return _Line(record, part, off, line_wall(meta), raw)
+    return _Line(record, part, off, line_wall(found), raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,14 +290,21 @@ def bad_position(
     """Whether ``part`` and ``off`` are out of the ranges a line may take (``None``: not)."""
     if not _is_int(part) or not 0 <= part <= max_partition:
         return BadPosition(
-            f"the line's partition must be an integer from 0 to {max_partition}, got {part!r}",
+            f"the line's partition must be an integer from 0 to {max_partition}, got "
+            f"{part!r}{_META_HINT}",
             None,
         )
     if not _is_int(off) or not 0 <= off <= max_offset:
         return BadPosition(
-            f"the line's offset must be an integer from 0 to {max_offset}, got {off!r}", part
+            f"the line's offset must be an integer from 0 to {max_offset}, got {off!r}"
+            + _META_HINT,
+            part,
         )
     return None
+
+
+#: How a line whose event has fields named as the meta fields is read as it is.
+_META_HINT = " (if it is a field of the event, simulate with --no-meta)"
 
 
 def line_wall(meta: Mapping[str, object]) -> int:

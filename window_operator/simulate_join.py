@@ -9,7 +9,7 @@ had."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
@@ -82,14 +82,16 @@ def run_join_chunk(
     lines: list[bytes],
     clock: ArrivalClock,
     avro: Mapping[str, AvroLines | None],
+    meta: Sequence[str] = META_FIELDS,
 ) -> JoinChunk:
-    """Feed one micro-batch (``avro``: the :class:`AvroLines` of each Avro input)."""
+    """Feed one micro-batch (``avro``: the :class:`AvroLines` of each Avro input;
+    ``meta``: the fields that give a line's position, besides ``source``)."""
     done = StepStats()
     names = op.spec.names
     # a rows join follows the arrival order: a self-join's line reaches the left input,
     # then the right, before the next line does
-    lines_alone = runtime.self_join and runtime.spec.rows is not None
-    bad, runs = _runs(lines, names, self_join=runtime.self_join, lines_alone=lines_alone)
+    alone = runtime.self_join and runtime.spec.rows is not None
+    bad, runs = _runs(lines, names, self_join=runtime.self_join, lines_alone=alone, meta=meta)
     if runtime.self_join:
         runs = [each for run in runs for each in run.to_each(names)]
     line_at: dict[tuple[str | None, int | None, int | None], bytes] = {}
@@ -154,6 +156,7 @@ def _runs(
     *,
     self_join: bool = False,
     lines_alone: bool = False,
+    meta: Sequence[str] = META_FIELDS,
 ) -> tuple[list[ErrorRecord], list[_JoinRun]]:
     """The lines' errors, and the runs of consecutive lines of one input (of a
     self-join: consecutive lines, whichever input they name; ``lines_alone``: each line
@@ -161,7 +164,7 @@ def _runs(
     bad: list[ErrorRecord] = []
     runs: list[_JoinRun] = []
     for line in lines:
-        parsed = _join_line(line, names)
+        parsed = _join_line(line, names, meta)
         if isinstance(parsed, ErrorRecord):
             bad.append(parsed)
             continue
@@ -179,7 +182,7 @@ def _runs(
 
 
 def _join_line(
-    line: bytes, names: tuple[str, str]
+    line: bytes, names: tuple[str, str], meta: Sequence[str] = META_FIELDS
 ) -> tuple[str, dict[str, Any], int, int, int] | ErrorRecord:
     """``(source, record, partition, offset, wall)`` of a join line, or its error.
 
@@ -197,14 +200,14 @@ def _join_line(
     if not isinstance(source, str) or source not in names:
         reason = f"source {source!r} is neither {names[0]!r} nor {names[1]!r}"
         return ErrorRecord(ErrorCode.UNKNOWN_SOURCE, reason, None, None, line)
-    meta = {f: rec.pop(f) for f in META_FIELDS if f in rec}
-    part = meta.get("partition", 0)
-    off = meta.get("offset", 0)  # absent: the next offset of the partition (-1 below)
+    found = {f: rec.pop(f) for f in meta if f in rec}
+    part = found.get("partition", 0)
+    off = found.get("offset", 0)  # absent: the next offset of the partition (-1 below)
     bad = bad_position(part, off, MAX_PARTITION, MAX_OFFSET)
     if bad is not None:
         return bad.error(line)
     assert _is_int(part) and _is_int(off)  # checked by bad_position
-    return source, rec, part, off if "offset" in meta else -1, line_wall(meta)
+    return source, rec, part, off if "offset" in found else -1, line_wall(found)
 
 
 def _reject_future_rows(

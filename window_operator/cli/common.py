@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = [
+    "NO_META_HELP",
     "EXIT_CONFIG",
     "EXIT_FAILED",
     "EXIT_INPUT",
@@ -51,6 +52,13 @@ __all__ = [
     "seconds",
     "task_settings",
 ]
+
+#: ``--no-meta`` of ``simulate`` and ``produce``.
+NO_META_HELP = (
+    "the lines' partition, offset and wall_ms fields are the events' own, not where "
+    "the lines stand (every line of partition 0 at the next offset, arriving at its "
+    "event time; produce routes it by its key)"
+)
 
 #: A bad config or a setup the job cannot start with (no broker, a missing topic).
 EXIT_CONFIG = 2

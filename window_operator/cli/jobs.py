@@ -14,6 +14,7 @@ from window_operator.cli.common import (
     EXIT_CONFIG,
     EXIT_FAILED,
     EXIT_UNHEALTHY,
+    NO_META_HELP,
     CliError,
     add_bootstrap_option,
     add_config_option,
@@ -43,6 +44,7 @@ __all__ = ["add_parsers"]
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from window_operator.count_windows.offsets import OffsetsPartitionError
     from window_operator.simulate import FinishedStateError, simulate
+    from window_operator.simulate_input import META_FIELDS
 
     runtime = load_simulation_runtime(args.config)
     warn_ignored(runtime.config, args.config)
@@ -68,6 +70,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             progress=progress,
             final=not args.keep_open,
+            meta=() if args.no_meta else META_FIELDS,
         )
     except FinishedStateError as exc:
         raise CliError(str(exc)) from None
@@ -83,6 +86,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if errors_out is not None:
             errors_out.close()
     _print_summary(summary, runtime, args.errors)
+    if summary.replayed and not args.no_meta:
+        print(
+            "simulate: a line's offset (and partition, wall_ms) fields say where it stands: "
+            "a line at or below an offset already read is a replay; if these are fields of "
+            "your events, run with --no-meta",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -308,6 +318,7 @@ def _add_simulate(sub: Subparsers) -> None:
         help="no final timer at +infinity: windows not yet passed by the watermark stay open, "
         "and another run with the same --state-dir continues the stream",
     )
+    sim.add_argument("--no-meta", action="store_true", help=NO_META_HELP)
     sim.set_defaults(func=_cmd_simulate)
 
 

@@ -25,7 +25,7 @@ import contextlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ import orjson
 
 from window_operator.cli.common import (
     EXIT_FAILED,
+    NO_META_HELP,
     CliError,
     add_bootstrap_option,
     add_config_option,
@@ -182,11 +183,17 @@ def kafka_key(record: object, fields: tuple[str, ...]) -> bytes | None:
     return orjson.dumps(values)
 
 
-def route(line: bytes, inputs: dict[str | None, Target], produced: Produced) -> Routed | None:
-    """Where a line goes, or ``None`` for a join line that is not JSON or names no input."""
+def route(
+    line: bytes,
+    inputs: dict[str | None, Target],
+    produced: Produced,
+    meta: Sequence[str] = META_FIELDS,
+) -> Routed | None:
+    """Where a line goes, or ``None`` for a join line that is not JSON or names no input
+    (``meta``: the fields that say where a line stands, as ``simulate`` reads them)."""
     record, literals = _parse(line)
     value = line
-    named = record.get("partition") if isinstance(record, dict) else None
+    named = record.get("partition") if isinstance(record, dict) and "partition" in meta else None
     if None in inputs:
         target = inputs[None]
     else:
@@ -199,8 +206,8 @@ def route(line: bytes, inputs: dict[str | None, Target], produced: Produced) -> 
             produced.unrouted += 1
             return None
         assert isinstance(record, dict)
-        for meta in META_FIELDS:
-            record.pop(meta, None)
+        for field in meta:
+            record.pop(field, None)
         target, value = found, _dumps(record, literals)
     if target.encode is not None:
         try:
@@ -291,13 +298,14 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     # the job's producer settings (a secured cluster's), as the job's own producers
     producer = Producer({"linger.ms": 20, **config.kafka.producer, "bootstrap.servers": bootstrap})
     produced = Produced()
+    meta = () if args.no_meta else META_FIELDS
     bar = file_progress(input_path, "produce")
     with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
         for number, line in enumerate(lines, 1):
             if bar is not None:
                 bar.update(len(line))
             text = line.strip()
-            routed = route(text, inputs, produced) if text else None
+            routed = route(text, inputs, produced, meta) if text else None
             if routed is not None:
                 _send(producer, routed, produced, number)
     if producer.flush(60):
@@ -320,5 +328,6 @@ def add_parsers(sub: Subparsers) -> None:
         help="load the file only into input topics this call creates: run again (as "
         "`docker compose up` runs a loader again), it loads nothing",
     )
+    prod.add_argument("--no-meta", action="store_true", help=NO_META_HELP)
     add_bootstrap_option(prod)
     prod.set_defaults(func=_cmd_produce)

@@ -852,3 +852,33 @@ def test_the_demo_of_a_job_that_cannot_read_clicks_says_so_before_it_starts() ->
         'demo streams JSON clicks of {"page", "ts", "latency_ms"}: give it a job over '
         "clicks such as config/clicks.yaml (try `simulate` or `run` for this one)"
     )
+
+
+def test_simulate_no_meta_reads_partition_offset_and_wall_ms_as_event_fields(
+    tmp_path: Path,
+) -> None:
+    """Events with fields named ``offset``, ``partition`` or ``wall_ms`` of their own (a
+    mirrored topic, a change-data-capture export) were read as the lines' positions:
+    two lines of one offset silently replays, a partition name a WRONG_TYPE, where the
+    job counts each record as it is (a deployment walkthrough)."""
+    job = (
+        "job: m\ninput: {topic: t, key: user, timestamp: ts}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    events: list[dict[str, object]] = [
+        {"user": "a", "ts": 1, "offset": 1},
+        {"user": "a", "ts": 2, "offset": 1},
+        {"user": "b", "ts": 4, "partition": "eu-west-1"},
+        {"user": "c", "ts": 5, "wall_ms": "late"},
+    ]
+    positions = simulate_files(tmp_path, job, events)
+    assert positions.returncode == 0, positions.stderr
+    counts = {r["key"]: r["values"]["n"] for r in map(orjson.loads, positions.stdout.splitlines())}
+    assert counts == {"a": 1, "c": 1}
+    assert "1 replayed, 1 rejected" in positions.stderr
+    assert "if these are fields of your events, run with --no-meta" in positions.stderr
+    plain = simulate_files(tmp_path, job, events, "--no-meta")
+    assert plain.returncode == 0, plain.stderr
+    counts = {r["key"]: r["values"]["n"] for r in map(orjson.loads, plain.stdout.splitlines())}
+    assert counts == {"a": 2, "b": 1, "c": 1}
+    assert "0 replayed, 0 rejected" in plain.stderr and "--no-meta" not in plain.stderr

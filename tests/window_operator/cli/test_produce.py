@@ -214,3 +214,16 @@ def test_once_loads_a_file_only_into_a_topic_it_creates(
         f"produce: {topic!r} existed already: nothing loaded (--once)"
     )
     assert len(read_topic(kafka_bootstrap, topic)) == 2
+
+
+def test_no_meta_keeps_a_lines_position_fields_in_the_record() -> None:
+    """With ``--no-meta`` a line's ``partition`` is the event's own field: the record goes
+    by its key, and a join record keeps its ``offset`` and ``wall_ms`` fields."""
+    line = b'{"page": "/a", "ts": 1, "partition": 7}'
+    inputs = targets(load_any_config(ROOT / "config/clicks.yaml"))
+    inputs = {name: replace(t, partitions=8) for name, t in inputs.items()}
+    assert route(line, inputs, Produced()) == Routed(inputs[None], b"/a", line, 7)
+    assert route(line, inputs, Produced(), ()) == Routed(inputs[None], b"/a", line, None)
+    join = targets(load_any_config(ROOT / "config/orders-shipments.yaml"))
+    routed = route(b'{"source":"orders","id":1,"offset":3,"wall_ms":9}', join, Produced(), ())
+    assert routed is not None and orjson.loads(routed.value) == {"id": 1, "offset": 3, "wall_ms": 9}
