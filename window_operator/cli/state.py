@@ -107,8 +107,11 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
     from window_operator.config import JobConfig
     from window_operator.events import RecordDecoder
 
-    if not isinstance(config, JobConfig) or len(fields := config.input.key_fields) < 2:
+    if not isinstance(config, JobConfig):
         return given, ""
+    fields = config.input.key_fields
+    if len(fields) == 1:
+        return given, _number_hint(given, fields[0], config.input.timestamp)
     hint = f" (a key of {', '.join(fields)} is a JSON array, such as {_example(fields)})"
     try:
         values = orjson.loads(given)
@@ -118,6 +121,26 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
         return given, hint
     decoder = RecordDecoder(key_field=fields, timestamp_field=config.input.timestamp)
     return decoder.key_or_none(dict(zip(fields, values, strict=True))) or given, hint
+
+
+def _number_hint(given: str, field: str, timestamp: str) -> str:
+    """A hint for a missed key that the job would write otherwise as a number or a
+    boolean (``1e3`` is the key ``1000.0``, ``true`` the key ``true``)."""
+    import orjson
+
+    from window_operator.events import RecordDecoder
+
+    try:
+        value = orjson.loads(given)
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(value, int | float | bool):
+        return ""
+    decoder = RecordDecoder(key_field=field, timestamp_field=timestamp)
+    text = decoder.key_or_none({field: value})
+    if text is None or text == given:
+        return ""
+    return f" (the number {given} in the input is the key {text!r}: --key {text})"
 
 
 def _example(fields: tuple[str, ...]) -> str:

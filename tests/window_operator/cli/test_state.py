@@ -52,6 +52,11 @@ def test_inspect_takes_a_several_field_key_as_any_json_array_of_it() -> None:
     assert _group_key(config, '["US"]') == ('["US"]', hint)  # one field short
     one = parse_config({**doc, "input": {"key": "country", "timestamp": "ts"}}, base_dir=Path("."))
     assert _group_key(one, '["US", 2024]') == ('["US", 2024]', "")
+    # a number written otherwise than the job writes its key: looked up as given (a
+    # string key "1e3" may exist), and a miss says which key the job made of it
+    assert _group_key(one, "1e3") == ("1e3", " (the number 1e3 in the input is the key "
+                                      "'1000.0': --key 1000.0)")  # fmt: skip
+    assert _group_key(one, "1000") == ("1000", "")
 
 
 def test_inspect_times_without_a_zone_are_utc_as_the_log_prints_them(
