@@ -45,6 +45,7 @@ __all__ = [
     "load_checked_config",
     "load_runtime",
     "load_simulation_runtime",
+    "non_negative_int",
     "warn_ignored",
     "parse_time",
     "port_number",
@@ -91,6 +92,14 @@ def positive_int(text: str) -> int:
     value = int(_number(text, int, "an integer"))
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    value = int(_number(text, int, "an integer"))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 

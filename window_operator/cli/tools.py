@@ -14,6 +14,7 @@ from window_operator.cli.common import (
     CliError,
     add_bootstrap_option,
     bootstrap_servers,
+    non_negative_int,
     parse_time,
     port_number,
     positive_int,
@@ -61,6 +62,7 @@ def _add_broker(sub: Subparsers) -> None:
 
 def _cmd_nexmark_generate(args: argparse.Namespace) -> int:
     from window_operator.nexmark import (
+        EventTimeRangeError,
         NexmarkConfig,
         NexmarkTopics,
         UnacknowledgedError,
@@ -71,6 +73,14 @@ def _cmd_nexmark_generate(args: argparse.Namespace) -> int:
         raise CliError(f"--rate must be > 0 (got {args.rate})", EXIT_CONFIG)
     base = parse_time(args.base_time, int(time.time() * 1000))
     cfg = NexmarkConfig(rate=args.rate, base_time=base, seed=args.seed, extra=not args.no_extra)
+    try:  # before the broker is asked anything
+        cfg.check_times(args.events)
+    except EventTimeRangeError as exc:
+        raise CliError(
+            f"--rate {args.rate:g}, --events {args.events}, --base-time {base}: {exc}: "
+            "give a higher --rate, fewer --events or another --base-time",
+            EXIT_CONFIG,
+        ) from None
     topics = NexmarkTopics.with_prefix(args.topic_prefix)
     try:
         report = fill_topics(
@@ -108,7 +118,9 @@ def _add_nexmark(sub: Subparsers) -> None:
     )
     gen.add_argument("--topic-prefix", default="nexmark-", help="topic name prefix")
     gen.add_argument("--partitions", type=positive_int, default=4, help="partitions of new topics")
-    gen.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+    gen.add_argument(
+        "--seed", type=non_negative_int, default=0, help="seed of every random draw (>= 0)"
+    )
     gen.add_argument(
         "--base-time", help="event time of the first event, ms or ISO-8601 (default: now)"
     )

@@ -20,7 +20,7 @@ from window_operator.nexmark.generator import (
     generate,
     generate_chunks,
 )
-from window_operator.nexmark.model import EventKind, NexmarkConfig
+from window_operator.nexmark.model import EventKind, EventTimeRangeError, NexmarkConfig
 from window_operator.nexmark.topics import (
     FillReport,
     NexmarkTopics,
@@ -32,6 +32,7 @@ __all__ = [
     "Auctions",
     "Bids",
     "EventKind",
+    "EventTimeRangeError",
     "FillReport",
     "NexmarkConfig",
     "NexmarkEvents",

@@ -263,10 +263,13 @@ def generate_chunks(
     cfg: NexmarkConfig, events: int, start: int = 0, per_chunk: int = 4
 ) -> Iterator[NexmarkEvents]:
     """Events ``[start, start + events)`` in consecutive pieces of up to ``per_chunk``
-    chunks (bounded memory for long streams)."""
+    chunks (bounded memory for long streams). Raises
+    :class:`~window_operator.nexmark.model.EventTimeRangeError` at once when their times
+    would leave what a job accepts."""
     if events < 0 or start < 0:
         raise ValueError("events and start must be >= 0")
     stop = start + events
+    cfg.check_times(stop)
     first, last = start // CHUNK, (stop + CHUNK - 1) // CHUNK
     for lo in range(first, last, per_chunk):
         hi = min(lo + per_chunk, last)

@@ -22,12 +22,14 @@ this module holds only the deterministic part.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
 
-from window_operator.arrays import IntArray
+from window_operator.arrays import FloatArray, IntArray
+from window_operator.errors import WindowOperatorError
 
 __all__ = [
     "CATEGORIES",
@@ -36,7 +38,9 @@ __all__ = [
     "FIRST_PERSON_ID",
     "HOT_GROUP",
     "ID_LEAD",
+    "MAX_ABS_TIME",
     "EventKind",
+    "EventTimeRangeError",
     "NexmarkConfig",
 ]
 
@@ -53,6 +57,14 @@ ID_LEAD = 10
 HOT_GROUP = 100
 #: Multiplier that spreads event numbers inside an out-of-order group.
 _SHUFFLE = 953
+#: A job rejects event times at or beyond this many ms either side of the epoch
+#: (``BAD_TIMESTAMP``, :mod:`window_operator.events`).
+MAX_ABS_TIME = 2**61
+
+
+class EventTimeRangeError(WindowOperatorError, ValueError):
+    """A stream whose times would leave the ±2^61 ms a job accepts (a rate too low for
+    its number of events, or a base time too far out)."""
 
 
 class EventKind(IntEnum):
@@ -95,6 +107,8 @@ class NexmarkConfig:
     def __post_init__(self) -> None:
         if not self.rate > 0:
             raise ValueError(f"rate must be positive (got {self.rate})")
+        if self.seed < 0:  # NumPy's seed sequences take no negative number
+            raise ValueError(f"seed must be >= 0 (got {self.seed})")
         positive = {
             "person_proportion": self.person_proportion,
             "auction_proportion": self.auction_proportion,
@@ -130,11 +144,43 @@ class NexmarkConfig:
         ids: IntArray = (numbers // g) * g + (numbers * _SHUFFLE) % g
         return ids
 
+    def offsets_ms(self, ids: IntArray | FloatArray) -> FloatArray:
+        """Whole milliseconds from ``base_time`` to the events with these ids, as floats
+        (the far events of a slow rate do not fit an int64 of microseconds)."""
+        us = np.floor(ids.astype(np.float64) * self.delay_us)
+        ms: FloatArray = np.floor_divide(us, 1000.0)
+        return ms
+
     def timestamps(self, ids: IntArray) -> IntArray:
         """Event time (epoch ms) of the events with these ids."""
-        us = np.floor(ids.astype(np.float64) * self.delay_us).astype(np.int64)
-        ts: IntArray = self.base_time + us // 1000
+        # a chunk computes the numbers past the stream's end too, which check_times does
+        # not bound: those saturate instead of overflowing (they are dropped)
+        ms = np.minimum(self.offsets_ms(ids), float(MAX_ABS_TIME)).astype(np.int64)
+        ts: IntArray = self.base_time + ms
         return ts
+
+    def check_times(self, stop: int) -> int:
+        """The latest time (epoch ms) the events numbered below ``stop`` can carry: their
+        event times and their auctions' expiries (at most two auction horizons after
+        the auction). Raises :class:`EventTimeRangeError` when a time would be at or
+        beyond ±2^61 ms, which a job rejects as ``BAD_TIMESTAMP``."""
+        g = self.out_of_order_group
+        last_id = max(stop - 1, 0) // g * g + g - 1  # the last id of the last group
+        # as a float: the id of a huge stop may be past an int64
+        horizon = np.array([float(last_id + self.auction_horizon_events())])
+        with np.errstate(over="ignore", invalid="ignore"):  # an infinite delay is refused
+            far = float(self.offsets_ms(horizon)[0])
+        reach = "have no end (the rate puts them infinitely far apart)"
+        if self.base_time <= -MAX_ABS_TIME:
+            reach = f"start at {self.base_time} ms"
+        elif math.isfinite(far):
+            latest = self.base_time + 2 * int(far) + 1
+            if latest < MAX_ABS_TIME:
+                return latest
+            reach = f"reach up to {latest} ms (auction expiries included)"
+        raise EventTimeRangeError(
+            f"the times of events 0 to {stop - 1} {reach}, and a job accepts times within ±2^61 ms"
+        )
 
     def kinds(self, ids: IntArray) -> IntArray:
         """:class:`EventKind` of each id."""

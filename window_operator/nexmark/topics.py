@@ -168,10 +168,13 @@ def fill_topics(
 
     Creates missing topics with ``partitions`` partitions. ``on_piece`` sees every
     generated piece (e.g. to keep what the reference answers need). Raises
-    :class:`UnacknowledgedError` when the broker does not acknowledge every record.
+    :class:`UnacknowledgedError` when the broker does not acknowledge every record, and
+    :class:`~window_operator.nexmark.model.EventTimeRangeError`, before any topic is
+    created, when the events' times would leave what a job accepts.
     """
     from confluent_kafka import Producer
 
+    cfg.check_times(start + events)
     create_topics(bootstrap_servers, topics, partitions)
     conf = {**_PRODUCER_DEFAULTS, **(producer_config or {}), "bootstrap.servers": bootstrap_servers}
     producer = Producer(conf)

@@ -578,6 +578,13 @@ def test_argument_mistakes_are_one_line_before_anything_starts(tmp_path: Path) -
              2, "--seconds: must be a finite number > 0, got 0"),
             (["nexmark", "generate", "--events", "9", "--rate", "0", "--bootstrap-servers", closed],
              2, "--rate: must be a finite number > 0, got 0"),
+            (["nexmark", "generate", "--events", "9", "--seed", "-1", "--bootstrap-servers",
+              closed], 2, "--seed: must be >= 0, got -1"),  # NumPy's traceback
+            # auctions expiring past 2^61 ms (NumPy warned, and wrote -9.2e15 .. 9e15)
+            (["nexmark", "generate", "--events", "100", "--rate", "1e-12", "--base-time", "0",
+              "--bootstrap-servers", closed],
+             2, "window-operator: --rate 1e-12, --events 100, --base-time 0: the times of "
+                "events 0 to 99 reach up to "),
             (["run", "--config", job, "--conf", "=x", "--bootstrap-servers", closed],
              2, "--conf expects key=value, got '=x'"),
             (["simulate", "--config", job, "--input", str(events), "--output", str(tmp_path)],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import orjson
 import pytest
@@ -15,7 +17,13 @@ from window_operator.nexmark import (
     persons_json,
 )
 from window_operator.nexmark.encoding import AUCTION_FIELDS, BID_FIELDS, PERSON_FIELDS
-from window_operator.nexmark.model import FIRST_AUCTION_ID, FIRST_PERSON_ID, ID_LEAD
+from window_operator.nexmark.model import (
+    FIRST_AUCTION_ID,
+    FIRST_PERSON_ID,
+    ID_LEAD,
+    MAX_ABS_TIME,
+    EventTimeRangeError,
+)
 from window_operator.nexmark.topics import partitions_of
 
 BASE = 1_700_000_000_000
@@ -124,3 +132,42 @@ def test_bad_settings_are_refused() -> None:
         NexmarkConfig(rate=0)
     with pytest.raises(ValueError, match="hot_bidders_ratio=0"):
         NexmarkConfig(hot_bidders_ratio=0)
+    # NumPy's seed sequences take no negative number (its traceback reached the CLI)
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        NexmarkConfig(seed=-1)
+
+
+def test_a_stream_whose_times_leave_what_a_job_accepts_is_refused() -> None:
+    # --rate 1e-12: 100 events 1e12 s apart, whose auctions expire past 2^61 ms (their
+    # times passed an int64 of microseconds: NumPy warned and wrote -9.2e15 .. 9e15 ms)
+    for cfg in (NexmarkConfig(rate=1e-12, base_time=BASE), NexmarkConfig(rate=5e-324)):
+        with pytest.raises(EventTimeRangeError, match="2\\^61"):
+            generate(cfg, 100)
+    with pytest.raises(EventTimeRangeError):
+        generate(NexmarkConfig(base_time=-MAX_ABS_TIME), 1)
+    with pytest.raises(EventTimeRangeError):
+        generate(NexmarkConfig(base_time=MAX_ABS_TIME), 1)
+
+
+def test_a_slow_stream_within_range_has_its_times_without_overflow() -> None:
+    # an event every 12,700 years: 60 events reach past an int64 of microseconds (9.2e15
+    # ms), and their auctions expire within 2^61 ms (up to two auction horizons, 1,666
+    # events, after their own time)
+    cfg = NexmarkConfig(rate=2.5e-12, base_time=BASE)
+    assert cfg.check_times(60) < MAX_ABS_TIME
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        events = generate(cfg, 60)
+    times = np.concatenate(
+        [events.persons.date_time, events.auctions.date_time, events.bids.date_time]
+    )
+    assert times.min() == BASE and np.all(np.diff(np.sort(times)) > 0)
+    delay_ms = 1000.0 / cfg.rate
+    assert abs(int(events.bids.date_time[-1]) - BASE - 59 * delay_ms) <= 59 * delay_ms * 1e-15
+    assert np.all(events.auctions.expires > events.auctions.date_time)
+    assert int(events.auctions.expires.max()) <= cfg.check_times(60)
+    # the times of ordinary rates are those of the integer arithmetic they always had
+    ordinary = NexmarkConfig(rate=7_777.0, base_time=BASE)
+    ids = np.arange(0, 10**12, 10**7, dtype=np.int64)
+    expected = BASE + np.floor(ids * ordinary.delay_us).astype(np.int64) // 1000
+    assert np.array_equal(ordinary.timestamps(ids), expected)
