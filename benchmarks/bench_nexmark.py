@@ -558,25 +558,73 @@ def print_table(stream: Stream, results: dict[str, dict[str, list[Run]]]) -> Non
 # -------------------------------------------------------------------------------- main
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--events", type=int, default=1_000_000)
-    p.add_argument("--queries", default=",".join(QUERIES))
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--max-offsets-per-trigger", type=int, default=250_000)
-    p.add_argument("--rate", type=float, default=10_000.0, help="events per second of event time")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shuffle-partitions", type=int, default=4)
-    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument(
+        "--events",
+        type=int,
+        default=1_000_000,
+        help="events in the stream, all kinds (default %(default)s)",
+    )
+    p.add_argument(
+        "--queries",
+        default=",".join(QUERIES),
+        help="comma list of {} (default: all)".format(" / ".join(QUERIES)),
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        help="partitions of each Nexmark topic (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        default=250_000,
+        help="most records of a micro-batch (long-running: of an epoch), in the jobs "
+        "and Spark's queries alike (default %(default)s)",
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=10_000.0,
+        help="events per second of event time (default %(default)s)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of every random draw (default %(default)s)"
+    )
+    p.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=4,
+        help="Spark's spark.sql.shuffle.partitions (default %(default)s)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of each contender per query; the best counts (default %(default)s)",
+    )
     p.add_argument(
         "--contenders",
         default="job-long,job,spark",
-        help="job-long (spark.mode long_running), job (micro_batch) and spark",
+        help="comma list of job-long (spark.mode long_running), job (micro_batch) and "
+        "spark, which is always run (default: all three)",
     )
     p.add_argument(
         "--bootstrap", default=None, help="an existing broker (default: a fresh local one)"
     )
-    p.add_argument("--tmpdir", default=None)
+    p.add_argument(
+        "--tmpdir",
+        default=None,
+        help="an existing directory for the run's state and checkpoints (default: the "
+        "system's temporary directory)",
+    )
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     args.queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
@@ -587,6 +635,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--queries takes some of {','.join(QUERIES)}")
     if min(args.events, args.partitions, args.max_offsets_per_trigger, args.repeat) < 1:
         p.error("--events, --partitions, --max-offsets-per-trigger and --repeat must be >= 1")
+    if args.tmpdir is not None and not Path(args.tmpdir).is_dir():
+        why = "is not a directory" if Path(args.tmpdir).exists() else "does not exist"
+        p.error(f"--tmpdir {args.tmpdir} {why}")
     return args
 
 
