@@ -181,26 +181,45 @@ class JobConfig(JobSections):
 
     def ignored_settings(self) -> list[str]:
         """Lateness, LATE updates and retention by event time, given for count or offsets
-        windows: a window holds messages by their number (or offsets), nothing is late
-        and none expires by time."""
-        if not isinstance(self.window, CountWindow):
+        windows or tuple sessions: a window holds messages by their number or offsets,
+        nothing is late and none expires by time. (``emit.early`` still sends EARLY
+        results of open windows; ``watermark.idle_timeout`` and ``max_future`` still
+        move and guard the job's watermark.)"""
+        shape = self._held_by_arrival()
+        if shape is None:
             return []
-        holds = (
-            "a partition's offsets"
-            if isinstance(self.window, OffsetsWindow)
-            else "a key's messages by their number"
-        )
         given = [
             ("watermark", "allowed_lateness", self.watermark.model_fields_set),
             ("emit", "late", self.emit.model_fields_set),
             ("retention", "time", self.retention.model_fields_set),
         ]
         return [
-            f"{section}.{name} does not apply to {self.window.type} windows (a window "
-            f"holds {holds}: none of them is late, and no window expires by event time)"
+            f"{section}.{name} does not apply to {shape}"
             for section, name, fields_set in given
             if name in fields_set
         ]
+
+    def _held_by_arrival(self) -> str | None:
+        """The window shape, and what its windows hold, when that is messages in arrival
+        order (by number or offsets) rather than event time."""
+        window = self.window
+        if isinstance(window, CountWindow):
+            holds = (
+                "a partition's offsets"
+                if isinstance(window, OffsetsWindow)
+                else "a key's messages by their number"
+            )
+            return (
+                f"{window.type} windows (a window holds {holds}: none of them is late, and "
+                "no window expires by event time)"
+            )
+        if isinstance(window, SessionWindow) and window.max_idle_messages is not None:
+            return (
+                "tuple sessions (window.max_idle_messages: a session holds a key's messages "
+                f"until {window.max_idle_messages} offsets of its partition pass without it; "
+                "none of them is late, and no session expires by event time)"
+            )
+        return None
 
     @property
     def windows_per_partition(self) -> bool:

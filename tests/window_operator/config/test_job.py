@@ -202,3 +202,31 @@ def test_time_settings_given_for_windows_of_messages_are_named_as_ignored(
     assert parse_config({**minimal(), "window": window}, base_dir=ROOT).ignored_settings() == []
     time_windows = {**given, "window": {"type": "tumbling", "size": "1m"}}
     assert parse_config({**minimal(), **time_windows}, base_dir=ROOT).ignored_settings() == []
+
+
+def test_time_settings_given_for_tuple_sessions_are_named_as_ignored() -> None:
+    """Tuple sessions end by their partition's offsets: lateness, LATE updates and
+    retention by time change nothing (they were accepted silently). EARLY results of
+    open sessions still go out, and the idle timeout and max_future still move and
+    guard the job's watermark: those are not named."""
+    tuple_sessions = {"type": "session", "max_idle_messages": 5}
+    given = {
+        "watermark": {"allowed_lateness": "5s", "idle_timeout": "1m", "max_future": "1h"},
+        "emit": {"late": "per_arrival", "early": "1s"},
+        "retention": {"time": "1h"},
+    }
+    doc = {**minimal(), **given, "window": tuple_sessions}
+    ignored = parse_config(doc, base_dir=ROOT).ignored_settings()
+    named = [line.split(" ", 1)[0] for line in ignored]
+    assert named == ["watermark.allowed_lateness", "emit.late", "retention.time"]
+    assert all(
+        "does not apply to tuple sessions (window.max_idle_messages: a session holds a "
+        "key's messages until 5 offsets of its partition pass without it; " in line
+        for line in ignored
+    )
+    assert (
+        parse_config({**minimal(), "window": tuple_sessions}, base_dir=ROOT).ignored_settings()
+        == []
+    )
+    time_sessions = {**given, "window": {"type": "session", "gap": "10s"}}
+    assert parse_config({**minimal(), **time_sessions}, base_dir=ROOT).ignored_settings() == []
