@@ -10,6 +10,9 @@ large window result, would stop every batch after it. They are written smaller i
 - a rejected input record over the bound goes to the errors topic without its copy
   (key and value left out, the reason says so): its source topic, partition and offset
   name it in the input.
+
+An error record's reason (a header) is cut to :data:`MAX_REASON_BYTES` first: a user
+operation's exception may quote a whole value. The bound counts the headers too.
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ from dataclasses import dataclass, replace
 
 from window_operator.results import ErrorCode, ErrorRecord
 
-__all__ = ["FittedResults", "fit_errors", "fit_results"]
+__all__ = ["MAX_REASON_BYTES", "FittedResults", "fit_errors", "fit_results"]
 
 KafkaRecord = tuple[bytes | None, bytes | None]
+#: The longest reason an error record carries (UTF-8 bytes); a longer one is cut.
+MAX_REASON_BYTES = 8192
+#: Room for an error record's other headers (code, source topic, partition, offset).
+_HEADER_ROOM = 512
 
 
 def _size(data: bytes | None) -> int:
@@ -58,17 +65,28 @@ def fit_results(records: Sequence[KafkaRecord], max_bytes: int) -> FittedResults
 
 
 def fit_errors(errors: Sequence[ErrorRecord], max_bytes: int) -> list[ErrorRecord]:
-    """``errors``, each whose copy (key and value) exceeds ``max_bytes`` without it."""
+    """``errors``, reasons cut to :data:`MAX_REASON_BYTES`, each whose copy (key and
+    value) with its headers exceeds ``max_bytes`` without it."""
     out: list[ErrorRecord] = []
     for err in errors:
-        size = _size(err.key) + _size(err.raw)
-        if size <= max_bytes:
+        err = _short_reason(err)
+        copy = _size(err.key) + _size(err.raw)
+        if copy + len(err.reason.encode()) + _HEADER_ROOM <= max_bytes:
             out.append(err)
             continue
         reason = (
-            f"{err.reason} (the record is not copied here: its key and value are {size} "
-            f"bytes, more than output.max_record_bytes ({max_bytes}); its source position "
-            "names it)"
+            f"{err.reason} (the record is not copied here: its key and value are {copy} "
+            f"bytes, more than output.max_record_bytes ({max_bytes}) lets the job write "
+            "with its headers; its source position names it)"
         )
         out.append(replace(err, reason=reason, key=None, raw=None))
     return out
+
+
+def _short_reason(err: ErrorRecord) -> ErrorRecord:
+    """``err`` with its reason cut to :data:`MAX_REASON_BYTES` (saying so)."""
+    data = err.reason.encode()
+    if len(data) <= MAX_REASON_BYTES:
+        return err
+    kept = data[:MAX_REASON_BYTES].decode("utf-8", "ignore")
+    return replace(err, reason=f"{kept}... ({len(data) - len(kept.encode())} bytes cut)")
