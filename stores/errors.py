@@ -21,4 +21,9 @@ class ProduceError(StoreError):
     """Kafka did not take records handed to a producer (rejected, not only a full queue).
 
     A Kafka failure: the caller discards the producer and runs its batch again.
+    ``kafka_codes`` are the ``KafkaError`` codes of the refusals.
     """
+
+    def __init__(self, message: str, kafka_codes: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.kafka_codes = kafka_codes

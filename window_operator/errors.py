@@ -72,7 +72,12 @@ class UnknownSourceError(WindowOperatorError, ValueError):
 
 
 class OutputSendError(WindowOperatorError):
-    """Results, error records or changelog records were not acknowledged by Kafka."""
+    """Results, error records or changelog records were not acknowledged by Kafka
+    (``kafka_codes``: the ``KafkaError`` codes of its refusals, when it said)."""
+
+    def __init__(self, message: str, kafka_codes: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.kafka_codes = kafka_codes
 
 
 class UserCodeExitError(WindowOperatorError):

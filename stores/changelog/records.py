@@ -42,7 +42,12 @@ def changelog_topic(job: str, store: str = "state") -> str:
 
 
 class ChangelogError(StoreError):
-    """A changelog record could not be written or read."""
+    """A changelog record could not be written or read (``kafka_codes``: the
+    ``KafkaError`` codes of the records Kafka refused, when it said)."""
+
+    def __init__(self, message: str, kafka_codes: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.kafka_codes = kafka_codes
 
 
 def changelog_key(cf: ColumnFamily, key: bytes) -> bytes:

@@ -78,7 +78,10 @@ def produce_many(
             errors = [cast(KafkaError, chunk[j]["_error"]) for j in failed]
             tail = failed == list(range(failed[0], len(chunk)))
             if not tail or any(e.code() != KafkaError._QUEUE_FULL for e in errors):
-                raise ProduceError(f"producing to {topic} failed: {errors[0]}")
+                raise ProduceError(
+                    f"producing to {topic} failed: {errors[0]}",
+                    tuple(e.code() for e in errors),
+                )
             chunk = chunk[failed[0] :]
             for r in chunk:
                 del r["_error"]
@@ -94,11 +97,14 @@ class ChangelogDelivery:
     records: int = 0
     last_offset: int = -1
     errors: list[str] = field(default_factory=list)
+    #: the ``KafkaError`` codes of ``errors``
+    codes: list[int] = field(default_factory=list)
 
     def __call__(self, err: Any, msg: Any) -> None:
         """Record one delivery report."""
         if err is not None:
             self.errors.append(str(err))
+            self.codes.append(int(err.code()))
         elif msg.offset() is not None and msg.offset() > self.last_offset:
             self.last_offset = msg.offset()
 
@@ -107,7 +113,8 @@ class ChangelogDelivery:
         if unacknowledged or self.errors:
             raise ChangelogError(
                 f"changelog {self.topic}[{self.partition}]: {unacknowledged} records "
-                f"unacknowledged, errors: {self.errors[:3]}"
+                f"unacknowledged, errors: {self.errors[:3]}",
+                tuple(self.codes),
             )
         return self.last_offset
 

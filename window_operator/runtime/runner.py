@@ -109,11 +109,14 @@ class RecordTooLargeError(WindowOperatorError):
 
 
 def _too_large(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it was raised from) is Kafka refusing a record's size."""
+    """Whether ``exc`` (or what it was raised from) is Kafka refusing a record's size,
+    by the ``KafkaError`` codes the sink and the changelog writer keep."""
+    from confluent_kafka import KafkaError
+
+    too_large = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
     seen: BaseException | None = exc
     while seen is not None:
-        text = str(seen)
-        if "MSG_SIZE_TOO_LARGE" in text or "RECORD_LIST_TOO_LARGE" in text:
+        if too_large & set(getattr(seen, "kafka_codes", ())):
             return True
         seen = seen.__cause__
     return False
@@ -172,8 +175,8 @@ class TaskRunner(Generic[B, R]):
                         f"task {self.task}: Kafka refused a record of {inp.label} as too "
                         f"large ({exc}): a state value over the changelog's "
                         "max.message.bytes, or an output over its topic's or the "
-                        "producer's message.max.bytes (see output.max_record_bytes); "
-                        "nothing of it was committed"
+                        "producer's message.max.bytes (see output.max_record_bytes); the "
+                        "batch was not committed and runs again at the next start"
                     ) from exc
                 waited = time.monotonic() - started
                 if waited > self.settings.broker_timeout_s:

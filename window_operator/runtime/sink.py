@@ -40,13 +40,22 @@ class SinkTopics:
     errors: str
 
 
+def _codes(exc: BaseException) -> tuple[int, ...]:
+    """The ``KafkaError`` code a ``KafkaException`` carries (``()``: none)."""
+    error = exc.args[0] if exc.args else None
+    code = getattr(error, "code", None)
+    return (int(code()),) if callable(code) else ()
+
+
 @dataclass
 class _Deliveries:
     errors: list[str] = field(default_factory=list)
+    codes: list[int] = field(default_factory=list)
 
     def __call__(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self.errors.append(str(err))
+            self.codes.append(int(err.code()))
 
 
 @dataclass
@@ -86,7 +95,7 @@ class OutputSink:
             batch = [{"key": k, "value": v} for k, v in records]
             produce_many(self.producer, self.topics.results, batch, on_delivery=callback)
         except ProduceError as exc:
-            raise OutputSendError(str(exc)) from exc
+            raise OutputSendError(str(exc), exc.kafka_codes) from exc
         self.sent += len(records)
         return len(records)
 
@@ -132,7 +141,7 @@ class OutputSink:
                 self.producer.commit_transaction(self.timeout_s)
             except Exception as exc:  # noqa: BLE001 - KafkaException of any kind
                 raise OutputSendError(
-                    f"the transaction of the batch did not commit: {exc}"
+                    f"the transaction of the batch did not commit: {exc}", _codes(exc)
                 ) from exc
             self._check(0)
             return changelog.marker_offset(0)
@@ -144,5 +153,6 @@ class OutputSink:
         if unacknowledged or self._deliveries.errors:
             raise OutputSendError(
                 f"{unacknowledged} output records unacknowledged, "
-                f"errors: {self._deliveries.errors[:3]}"
+                f"errors: {self._deliveries.errors[:3]}",
+                tuple(self._deliveries.codes),
             )

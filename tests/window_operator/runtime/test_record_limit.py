@@ -47,3 +47,21 @@ def test_a_reason_that_quotes_a_large_value_is_cut() -> None:
     head, cut = fitted.reason.split("... (")
     assert len(head.encode()) <= MAX_REASON_BYTES and head.startswith("it raised éé")
     assert cut == f"{len(err.reason.encode()) - len(head.encode())} bytes cut)"
+
+
+def test_a_refusal_for_size_is_told_by_its_kafka_code_through_the_chain() -> None:
+    from confluent_kafka import KafkaError
+
+    from stores.errors import ProduceError
+    from window_operator.errors import OutputSendError
+    from window_operator.runtime.runner import _too_large
+
+    refused = ProduceError("producing failed", (KafkaError.MSG_SIZE_TOO_LARGE,))
+    try:
+        raise OutputSendError(str(refused), ()) from refused
+    except OutputSendError as wrapped:
+        assert _too_large(wrapped)
+    assert _too_large(OutputSendError("list", (KafkaError.RECORD_LIST_TOO_LARGE,)))
+    # a broker away, or a message that only names the code, is not a refusal for size
+    assert not _too_large(OutputSendError("x", (KafkaError._TRANSPORT,)))
+    assert not _too_large(OutputSendError("KafkaError{code=MSG_SIZE_TOO_LARGE}"))
