@@ -271,6 +271,21 @@ class KafkaAdmin:
                 raise TopicNotFoundError(topic, self.bootstrap_servers, hint, kind)
             time.sleep(_POLL_S)
 
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The settings of ``topic`` as the broker reports them (its defaults included);
+        ``{}`` when it does not answer in time or refuses (no permission, say)."""
+        import confluent_kafka.admin as kafka_admin
+        from confluent_kafka import KafkaException
+
+        config_resource: Any = getattr(kafka_admin, "ConfigResource")  # noqa: B009 - untyped
+        resource = config_resource("topic", topic)
+        try:
+            future = self._client.describe_configs([resource])[resource]
+            entries = future.result(timeout=self.request_timeout_s + METADATA_TIMEOUT_S)
+        except (KafkaException, TimeoutError, ValueError):
+            return {}
+        return {name: str(e.value) for name, e in entries.items() if e.value is not None}
+
     def list_offsets(
         self,
         partitions: Sequence[tuple[str, int]],

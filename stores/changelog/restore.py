@@ -47,8 +47,9 @@ class RestoreResult:
     #: The local store claims more than the changelog holds (the topic was recreated,
     #: or the store belongs to another run): it cannot be trusted.
     ahead: bool = False
-    #: The store was stale (see ``restore_from_changelog``) and the changelog holds
-    #: records after its position: it was not caught up, and must be rebuilt.
+    #: The changelog's first record after the store's position is older than
+    #: ``stale_after_ms`` (see ``restore_from_changelog``): the store was not caught up,
+    #: and must be rebuilt.
     stale: bool = False
     seconds: float = 0.0
 
@@ -93,6 +94,8 @@ class _Reader:
         self.timeout_s = timeout_s
         #: the offset the partition ended at (the last stable offset under read_committed)
         self.end = -1
+        #: the Kafka timestamp (epoch ms) of the first record read (0: none or unknown)
+        self.first_ts = 0
 
     def watermarks(self) -> tuple[int, int]:
         from confluent_kafka import TopicPartition
@@ -130,6 +133,8 @@ class _Reader:
                     raise ChangelogError(
                         f"{self.topic}[{self.partition}]: a record without offset or key"
                     )
+                if self.first_ts == 0:
+                    self.first_ts = max(0, int(msg.timestamp()[1]))
                 cf, key = split_changelog_key(raw_key)
                 yield offset, (cf, key, msg.value())
 
@@ -194,7 +199,7 @@ def restore_from_changelog(
     timeout_s: float = 60.0,
     on_progress: Callable[[RestoreProgress], None] | None = None,
     transactional: bool = True,
-    stale: bool = False,
+    stale_after_ms: int | None = None,
 ) -> RestoreResult:
     """Replay ``topic[partition]`` (``read_committed``) from the store's local position.
 
@@ -209,11 +214,12 @@ def restore_from_changelog(
     Kafka aborts it when it times out).
     ``on_progress`` is called every :data:`PROGRESS_EVERY` records read and once at the
     end of a non-empty restore.
-    ``stale``: the store was last committed longer ago than the changelog keeps its
-    tombstones (``delete.retention.ms``), so compaction may have removed deletes it
-    never applied; if records follow its position it is not caught up (``stale`` in
-    the result: the caller rebuilds it from scratch, as compaction keeps every live
-    key's latest value).
+    ``stale_after_ms``: when the first record after the store's position is older than
+    this (by its Kafka timestamp), compaction may have removed deletes (tombstones) after
+    it that the store never applied, once they were older than the topic's
+    ``delete.retention.ms``: the store is not caught up (``stale`` in the result), and
+    the caller rebuilds it from the whole changelog, which holds every live key's
+    latest value.
     """
     started = time.perf_counter()
     result = RestoreResult()
@@ -225,14 +231,13 @@ def restore_from_changelog(
         if high < start:
             result.ahead = True
             return result
-        if stale and start > 0 and high > start:
-            result.stale = True
-            return result
         tail: dict[tuple[ColumnFamily, bytes], None] = {}
         stable = start
         if high > start:
             applier = _Applier(store, result, chunk_records)
-            _catch_up(reader, applier, high, on_progress)
+            if not _catch_up(reader, applier, high, on_progress, stale_after_ms):
+                result.stale = True
+                return result
             tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
             stable = reader.end
         if transactional:
@@ -250,10 +255,17 @@ def _catch_up(
     applier: _Applier,
     high: int,
     on_progress: Callable[[RestoreProgress], None] | None,
-) -> None:
-    """Apply the whole batches from the store's position to the end of the partition."""
+    stale_after_ms: int | None,
+) -> bool:
+    """Apply the whole batches from the store's position to the end of the partition;
+    ``False`` (nothing applied) when the first record is older than ``stale_after_ms``
+    and the store has a position (from 0 the whole changelog is read anyway)."""
     topic, partition, start = reader.topic, reader.partition, applier.result.position
     for n, (offset, record) in enumerate(reader.records(start), 1):
+        if n == 1 and stale_after_ms is not None and start > 0:
+            age = time.time() * 1000 - reader.first_ts if reader.first_ts > 0 else 0
+            if age > stale_after_ms:
+                return False
         applier.add(offset, record)
         if on_progress is not None and n % PROGRESS_EVERY == 0:
             on_progress(RestoreProgress(topic, partition, start, offset + 1, high, n))
@@ -261,6 +273,7 @@ def _catch_up(
     if on_progress is not None:
         applied = applier.result.applied
         on_progress(RestoreProgress(topic, partition, start, high, high, applied, True))
+    return True
 
 
 def _open_transaction_keys(

@@ -18,7 +18,6 @@ and recognises the input as a replay.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,19 +39,16 @@ from window_operator.runtime.settings import TaskSettings
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-__all__ = ["COMMITTED_AT_KEY", "STALE_AFTER_MS", "WRITER_KEY", "TaskState"]
+__all__ = ["CHANGELOG_DELETE_RETENTION_MS", "WRITER_KEY", "TaskState"]
 
 #: Local-only key (checkpoint family, never logged): who committed the store last.
 WRITER_KEY = LOCAL_KEY_PREFIX + b"writer"
-#: Local-only key: when the store was last committed (wall clock, epoch ms).
-COMMITTED_AT_KEY = LOCAL_KEY_PREFIX + b"committed_at"
 #: The changelog keeps a delete (tombstone) at least this long (``delete.retention.ms``,
-#: set when the job creates the topic: Kafka's default, made explicit).
+#: set when the job creates the topic: Kafka's default, made explicit; a changelog made
+#: otherwise is asked for its own).
 CHANGELOG_DELETE_RETENTION_MS = 86_400_000
-#: A store last committed longer ago than this is rebuilt rather than caught up when
-#: its changelog moved on: a delete it missed may be compacted away (half the retention
-#: above, for clocks of two hosts that disagree and a slow catch-up).
-STALE_AFTER_MS = CHANGELOG_DELETE_RETENTION_MS // 2
+#: ``delete.retention.ms`` of each changelog topic, asked once per process.
+_DELETE_RETENTION: dict[tuple[str, str], int] = {}
 
 
 @dataclass
@@ -86,7 +82,8 @@ class TaskState:
         store = TaskStore(path, lock_wait_s=lock_wait_s)
         progress = progress or RestoreLog(task)
         try:
-            result = cls._restore(settings, task, store, progress, stale=_stale(store))
+            stale_after = _delete_retention_ms(settings) // 2
+            result = cls._restore(settings, task, store, progress, stale_after_ms=stale_after)
             if result.ahead or result.stale:
                 store.close()
                 shutil.rmtree(path, ignore_errors=True)
@@ -104,7 +101,7 @@ class TaskState:
         store: TaskStore,
         progress: Callable[[RestoreProgress], None],
         *,
-        stale: bool = False,
+        stale_after_ms: int | None = None,
     ) -> RestoreResult:
         return restore_from_changelog(
             store,
@@ -114,7 +111,7 @@ class TaskState:
             timeout_s=settings.broker_timeout_s,
             on_progress=progress,
             transactional=settings.exactly_once,
-            stale=stale,
+            stale_after_ms=stale_after_ms,
         )
 
     def compensation(self) -> list[tuple[ColumnFamily, bytes, bytes | None]]:
@@ -159,7 +156,6 @@ class TaskState:
         for one batch.
         """
         set_local_position(batch, marker + (2 if self.settings.exactly_once else 1))
-        batch.put(ColumnFamily.CHECKPOINT, COMMITTED_AT_KEY, b"%d" % (time.time() * 1000))
         if writer is not None:
             batch.put(ColumnFamily.CHECKPOINT, WRITER_KEY, writer.encode())
         self.store.commit(batch)
@@ -178,14 +174,22 @@ class TaskState:
         self.store.close()
 
 
-def _stale(store: TaskStore) -> bool:
-    """Whether the store's last commit is older than :data:`STALE_AFTER_MS` (a store
-    without the mark, from before it was kept or never committed, is not stale)."""
-    raw = store.get(ColumnFamily.CHECKPOINT, COMMITTED_AT_KEY)
-    if raw is None:
-        return False
-    try:
-        committed_at = int(raw)
-    except ValueError:
-        return True  # unreadable: take it for old, the rebuild is always right
-    return time.time() * 1000 - committed_at > STALE_AFTER_MS
+def _delete_retention_ms(settings: TaskSettings) -> int:
+    """How long the task's changelog keeps a delete (``delete.retention.ms``), asked once
+    per process; :data:`CHANGELOG_DELETE_RETENTION_MS` when the broker does not say.
+
+    A store whose catch-up would start at a record older than half of it is rebuilt
+    instead (:func:`~stores.changelog.restore_from_changelog`'s ``stale_after_ms``): a
+    delete after that record may have been compacted away (half: the broker's clock,
+    which stamps and compacts, may run ahead of this host's).
+    """
+    from window_operator.kafka_admin import KafkaAdmin
+
+    topic = settings.changelog_topic
+    key = (settings.bootstrap_servers, topic)
+    if key not in _DELETE_RETENTION:
+        admin = KafkaAdmin(settings.bootstrap_servers, client_config=settings.config.kafka.consumer)
+        text = admin.topic_config(topic).get("delete.retention.ms", "")
+        known = text.isdigit() and int(text) > 0
+        _DELETE_RETENTION[key] = int(text) if known else CHANGELOG_DELETE_RETENTION_MS
+    return _DELETE_RETENTION[key]

@@ -10,6 +10,8 @@ partitions, as are the output and error topics.
 
 from __future__ import annotations
 
+import logging
+
 from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig, OffsetsWindow
 from window_operator.errors import WindowOperatorError
@@ -27,6 +29,7 @@ __all__ = [
 ]
 
 AnyJobConfig = JobConfig | JoinJobConfig
+log = logging.getLogger(__name__)
 
 #: What to do about a missing input topic (the job does not create it).
 _INPUT_TOPIC_HINT = (
@@ -94,9 +97,25 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
             TopicSpec(config.output.errors_topic, tasks, _KEEP_FOREVER, rf),
         ]
     )
+    if existing is not None:
+        _check_changelog_limit(admin, changelog)
     if config.processing.exactly_once:
         _check_transactions(bootstrap, config.job, timeout_s)
     return tasks
+
+
+def _check_changelog_limit(admin: KafkaAdmin, changelog: str) -> None:
+    """Warn when a changelog made before the job asked for 32 MiB records takes less."""
+    text = admin.topic_config(changelog).get("max.message.bytes", "")
+    if text.isdigit() and int(text) < MAX_STATE_RECORD_BYTES:
+        log.warning(
+            "the changelog %s takes records up to %s bytes (max.message.bytes): a larger "
+            "state value stops the job (RecordTooLargeError); the job creates its changelog "
+            "with %d, which an administrator can set on this one",
+            changelog,
+            text,
+            MAX_STATE_RECORD_BYTES,
+        )
 
 
 def keeps_partitions(config: AnyJobConfig) -> bool:

@@ -13,7 +13,8 @@ from jobkit import create_topic
 
 from stores.changelog import local_position
 from stores.rocks import ColumnFamily, StoreBatch
-from window_operator.runtime.commit import COMMITTED_AT_KEY, STALE_AFTER_MS, TaskState
+from window_operator.runtime import commit
+from window_operator.runtime.commit import TaskState
 from window_operator.runtime.producers import plain_producer
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.topics import prepare_topics
@@ -85,39 +86,42 @@ def test_a_store_ahead_of_its_changelog_is_rebuilt(
         again.close()
 
 
-def test_a_store_last_committed_longer_ago_than_the_changelog_keeps_deletes_is_rebuilt(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+def test_a_store_whose_catch_up_starts_at_a_record_older_than_deletes_live_is_rebuilt(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Compaction may remove a delete (tombstone) once ``delete.retention.ms`` has passed:
-    a store behind its changelog for longer than that could miss it while catching up,
-    and keep a key the job deleted. Such a store is rebuilt from the whole changelog,
-    which holds every live key's latest value; a recent one is caught up."""
+    """Compaction may remove a delete (tombstone) once it is older than the changelog's
+    ``delete.retention.ms``: a store whose catch-up starts at a record older than half
+    of that could miss one, and keep a key the job deleted. Such a store is rebuilt from
+    the whole changelog, which holds every live key's latest value; a store behind by
+    young records (a task moved, a batch retried) is caught up."""
     s = settings(tmp_path, kafka_bootstrap, unique_name, "a")
+    retention = commit._delete_retention_ms(s)
+    assert retention == commit.CHANGELOG_DELETE_RETENTION_MS  # set when the job made it
     state = TaskState.open(s, 0)
     log_one(state, b"v1", 1)
-    committed_at = int(state.store.get(ColumnFamily.CHECKPOINT, COMMITTED_AT_KEY) or b"0")
-    assert abs(committed_at - time.time() * 1000) < 60_000
     state.close()
     # another host runs the task twice; the first store is left behind
     other = TaskState.open(TaskSettings(s.config, s.bootstrap_servers, str(tmp_path / "b"), 1), 0)
     log_one(other, b"v2", 2)
     log_one(other, b"v3", 3)
     other.close()
-
     recent = TaskState.open(s, 0)
     assert (recent.restored.batches, recent.store.get(ColumnFamily.WINDOW_META, b"k")) == (
         2,
         b"v3",
     )  # caught up: the two batches after its position
-    # as if that catch-up had been the last commit long ago, and the task moved on again
-    old = time.time() * 1000 - STALE_AFTER_MS - 60_000
-    mark = StoreBatch()
-    mark.put(ColumnFamily.CHECKPOINT, COMMITTED_AT_KEY, b"%d" % old)
-    recent.store.commit(mark)
     recent.close()
     other = TaskState.open(TaskSettings(s.config, s.bootstrap_servers, str(tmp_path / "b"), 1), 0)
     log_one(other, b"v4", 4)
     other.close()
+    # as if the changelog kept deletes 20 ms: batch 4, the first after the store's
+    # position, is older than half of that by now
+    key = (s.bootstrap_servers, s.changelog_topic)
+    monkeypatch.setitem(commit._DELETE_RETENTION, key, 20)
+    time.sleep(0.05)
     stale = TaskState.open(s, 0)
     try:
         assert stale.restored.batches == 4  # rebuilt: every batch of the changelog

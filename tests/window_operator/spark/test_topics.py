@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 from helpers import runtime_for
 from jobkit import add_partitions, create_topic
 
+from window_operator.kafka_admin import KafkaAdmin
 from window_operator.spark.topics import TaskCountError, prepare_topics
 
 pytestmark = [pytest.mark.kafka]
@@ -43,3 +45,22 @@ def test_offsets_windows_need_a_task_per_input_partition(
     add_partitions(kafka_bootstrap, topic, 4)
     with pytest.raises(TaskCountError, match="cannot take the new partitions. Start the job"):
         prepare_topics(job(topic, name, window=window).config, kafka_bootstrap)
+
+
+def test_the_changelog_takes_large_state_values_and_keeps_deletes_a_day(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job creates its changelog for state values up to 32 MiB (Kafka's default is
+    1 MB: a join's stored record or a ``collect`` over it stopped the job), with deletes
+    kept a day, which the restore's stale-store check reads back; a changelog made
+    before, with less, is named in a warning."""
+    topic, name = unique_name("in"), unique_name("job")
+    create_topic(kafka_bootstrap, topic, 1)
+    prepare_topics(job(topic, name).config, kafka_bootstrap)
+    made = KafkaAdmin(kafka_bootstrap).topic_config(f"{name}-state-changelog")
+    assert (made["max.message.bytes"], made["delete.retention.ms"]) == ("33554432", "86400000")
+    old = unique_name("old")
+    KafkaAdmin(kafka_bootstrap).create_topic(f"{old}-state-changelog", 1, {})
+    with caplog.at_level(logging.WARNING, logger="window_operator.spark.topics"):
+        prepare_topics(job(topic, old).config, kafka_bootstrap)
+    assert f"the changelog {old}-state-changelog takes records up to" in caplog.text
