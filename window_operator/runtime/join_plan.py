@@ -190,15 +190,20 @@ class JoinPlan:
     def arrange(self, parts: dict[int, list[pa.RecordBatch]]) -> list[JoinRows]:
         """Left rows, then right rows; for a rows join (where arrival order decides) the
         rows of both inputs by arrival time (Kafka timestamp), then input and position,
-        cut into runs of one input."""
+        cut into runs of one input. A self-join's record reaches the left input, then the
+        right, before the next record (by time, then position) does, as ``simulate``
+        takes a line."""
         tables = {s: pa.Table.from_batches(p) for s, p in parts.items() if p}
         if not tables:
             return []
         if self.runtime.spec.rows is None:
             return [self._rows(s, _ordered(t)) for s, t in sorted(tables.items())]
+        order = ("arrival", "source", "partition", "offset")
+        if self.runtime.self_join:
+            order = ("arrival", "partition", "offset", "source")
         both = pa.concat_tables(
             [t.append_column("source", pa.array(np.full(t.num_rows, s))) for s, t in tables.items()]
-        ).sort_by([(c, "ascending") for c in ("arrival", "source", "partition", "offset")])
+        ).sort_by([(c, "ascending") for c in order])
         source = both.column("source").to_numpy()
         cuts = np.flatnonzero(np.diff(source)) + 1
         bounds = [0, *cuts.tolist(), both.num_rows]
