@@ -360,7 +360,17 @@ class KafkaAdmin:
                 error = exc.args[0]
                 if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                     continue
-                raise TopicCreationError(name, str(error.str()), int(error.code())) from None
+                reason = str(error.str())
+                if error.code() in (
+                    KafkaError.INVALID_REPLICATION_FACTOR,
+                    KafkaError.UNSUPPORTED_VERSION,
+                ):
+                    reason += (
+                        " (kafka.replication_factor in the job config sets it, at most the "
+                        "number of brokers; without it the broker's default.replication."
+                        "factor is used, which brokers before Kafka 2.4 cannot)"
+                    )
+                raise TopicCreationError(name, reason, int(error.code())) from None
             created.append(name)
         return sorted(created)
 

@@ -160,3 +160,17 @@ def test_an_unreachable_broker_is_reported_in_bounded_time_and_silently(
     del admin
     # librdkafka's connection failures went to the Python logger, not to stderr
     assert capfd.readouterr().err == ""
+
+
+@kafka
+def test_a_replication_factor_the_cluster_cannot_have_names_the_setting(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Topics are created with the broker's default replication factor unless the job
+    sets one; a factor the cluster refuses (more than its brokers, or -1 on a broker
+    before Kafka 2.4) names ``kafka.replication_factor``."""
+    admin = KafkaAdmin(kafka_bootstrap)
+    assert admin.create_topic(unique_name("default"), 1)  # -1: the broker's default
+    with pytest.raises(TopicCreationError, match=r"kafka.replication_factor in the job config"):
+        admin.create_topic(unique_name("many"), 1, replication_factor=1000)  # > the brokers
+    assert admin.topic_config(unique_name("absent")) == {}
