@@ -39,7 +39,13 @@ from window_operator.join import JoinOperator, JoinResultBatch, JoinRuntime
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch
 from window_operator.runtime.guard import add_guarded, internal_error
-from window_operator.simulate_input import META_FIELDS, DecodedLines, LineDecoder, avro_lines
+from window_operator.simulate_input import (
+    META_FIELDS,
+    DecodedLines,
+    LineDecoder,
+    avro_lines,
+    first_partition,
+)
 from window_operator.simulate_join import run_join_chunk
 
 __all__ = ["FinishedStateError", "SimulationSummary", "simulate"]
@@ -122,7 +128,8 @@ def simulate(
         try:
             if running.op.watermark >= END_OF_TIME:
                 raise FinishedStateError(path)
-            step = _step(runtime, running, _arrival_clock(runtime, running.op), meta)
+            clock = _arrival_clock(runtime, running.op)
+            step = _step(runtime, running, clock, meta, _home(runtime, input_path, meta))
             with open(input_path, "rb") as stream:
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
@@ -140,6 +147,13 @@ def simulate(
         finally:
             running.op.close()
     return summary
+
+
+def _home(runtime: JobRuntime | JoinRuntime, path: Path, meta: Sequence[str]) -> int | None:
+    """The partition of an ``offsets`` job's lines that name none (``None``: another job)."""
+    if isinstance(runtime, JobRuntime) and isinstance(runtime.config.window, OffsetsWindow):
+        return first_partition(path, meta)
+    return None
 
 
 def _flush_each_batch(runtime: JobRuntime | JoinRuntime) -> bool:
@@ -164,9 +178,14 @@ Step = Callable[[list[bytes], SimulationSummary], list[ErrorRecord]]
 
 
 def _step(
-    runtime: JobRuntime | JoinRuntime, running: _Running, clock: ArrivalClock, meta: Sequence[str]
+    runtime: JobRuntime | JoinRuntime,
+    running: _Running,
+    clock: ArrivalClock,
+    meta: Sequence[str],
+    home: int | None,
 ) -> Step:
-    """How lines reach the job's operator: decoded by the job's decoder, or split by input."""
+    """How lines reach the job's operator: decoded by the job's decoder, or split by input
+    (``home``: the partition of an ``offsets`` job's lines that name none)."""
     if isinstance(runtime, JoinRuntime):
         join = running.op
         assert isinstance(join, JoinOperator)
@@ -180,9 +199,8 @@ def _step(
             return done.errors
 
         return join_step
-    one_partition = isinstance(runtime.config.window, OffsetsWindow)
     decoder = LineDecoder(
-        runtime.decoder, avro_lines(runtime.config.input), one_partition=one_partition, meta=meta
+        runtime.decoder, avro_lines(runtime.config.input), one_partition=home, meta=meta
     )
 
     def step(chunk: list[bytes], summary: SimulationSummary) -> list[ErrorRecord]:

@@ -29,6 +29,7 @@ __all__ = [
     "MAX_LINE_OFFSET",
     "MAX_LINE_PARTITION",
     "META_FIELDS",
+    "first_partition",
     "AvroLines",
     "AvroMisfit",
     "BadPosition",
@@ -141,8 +142,9 @@ class LineDecoder:
 
     ``one_partition``: the run holds one partition (``offsets`` windows), and a line
     that names none (one that is not a JSON object, too) is of the run's partition: the
-    one the state holds, else the first a line of the chunk names, else 0. ``meta``:
-    the fields that give a line's position (``()``: every field is the event's).
+    one the state holds, else this one (the first a line of the file names, see
+    :func:`first_partition`). ``meta``: the fields that give a line's position (``()``:
+    every field is the event's).
     """
 
     def __init__(
@@ -150,7 +152,7 @@ class LineDecoder:
         decoder: RecordDecoder,
         avro: AvroLines | None = None,
         *,
-        one_partition: bool = False,
+        one_partition: int | None = None,
         meta: Sequence[str] = META_FIELDS,
     ) -> None:
         self.decoder = decoder
@@ -161,7 +163,9 @@ class LineDecoder:
 
     def decode(self, lines: list[bytes], offsets: Mapping[int, int]) -> DecodedLines:
         """Decode ``lines``; ``offsets`` holds the last offset consumed per partition."""
-        home = _home_partition(lines, offsets, self.meta) if self.one_partition else 0
+        home = 0
+        if self.one_partition is not None:
+            home = next(iter(offsets)) if offsets else self.one_partition
         first = offsets.get(0, -1) + 1
         # partition 0 has room for every line (else they take the exact path, which says so)
         fits = first + len(lines) <= MAX_LINE_OFFSET and self.avro is None and home == 0
@@ -225,19 +229,19 @@ def _not_avro(err: ErrorRecord) -> ErrorRecord:
     return replace(err, code=ErrorCode.BAD_AVRO, reason=reason)
 
 
-def _home_partition(lines: list[bytes], offsets: Mapping[int, int], meta: Sequence[str]) -> int:
-    """The partition of a one-partition run (see :class:`LineDecoder`)."""
-    if offsets:
-        return next(iter(offsets))
+def first_partition(path: Path, meta: Sequence[str] = META_FIELDS) -> int:
+    """The first partition a line of the file at ``path`` names (0: none does), the
+    partition of a one-partition run (see :class:`LineDecoder`)."""
     if "partition" not in meta:
         return 0
-    for raw in lines:
-        try:
-            record = parse_json(raw)
-        except InvalidJsonError:
-            continue
-        if isinstance(record, dict) and _is_int(record.get("partition")):
-            return int(record["partition"])
+    with open(path, "rb") as lines:
+        for raw in lines:
+            try:
+                record = parse_json(raw.strip())
+            except InvalidJsonError:
+                continue
+            if isinstance(record, dict) and _is_int(record.get("partition")):
+                return int(record["partition"])
     return 0
 
 

@@ -126,3 +126,33 @@ def test_simulate_offsets_windows_take_unplaced_lines_into_the_runs_partition(
     results, errors = run("second", b'{"k": "a", "ts": 2}\n[1]\n', final=True)
     assert [(e["code"], e["partition"], e["offset"]) for e in errors] == [("NOT_AN_OBJECT", 3, 4)]
     assert [(r["partition"], r["window_start"], r["values"]["n"]) for r in results] == [(3, 2, 1)]
+
+
+def test_simulate_offsets_windows_place_a_broken_first_line_whatever_the_batch(
+    tmp_path: Path,
+) -> None:
+    """The run's partition is the first one the file names: a broken first line is of
+    it at every ``--batch-size`` (a review: per micro-batch, ``--batch-size 1`` put it
+    in partition 0 and the run stopped at the next line, of partition 3)."""
+    doc = {
+        "job": "x",
+        "input": {"key": "k", "timestamp": "ts"},
+        "window": {"type": "offsets", "size": 2},
+        "aggregations": [{"name": "n", "op": "count"}],
+    }
+    runtime = build_runtime(parse_config(doc, base_dir=tmp_path))
+    path = tmp_path / "in.jsonl"
+    lines = [
+        b'{"k":',
+        b'{"partition": 3, "k": "a", "ts": 1}',
+        b'{"partition": 3, "k": "a", "ts": 2}',
+    ]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    outputs = []
+    for batch in (1, 10):
+        out = io.BytesIO()
+        simulate_file(runtime, path, out, batch_size=batch)
+        outputs.append([orjson.loads(r) for r in out.getvalue().splitlines()])
+    assert outputs[0] == outputs[1]
+    got = [(r["partition"], r["window_start"], r["values"]["n"]) for r in outputs[0]]
+    assert got == [(3, 0, 1), (3, 2, 1)]
