@@ -86,7 +86,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if errors_out is not None:
             errors_out.close()
     _print_summary(summary, runtime, args.errors)
-    if summary.replayed and not args.no_meta:
+    if summary.replayed and not args.no_meta and not args.state_dir:  # not a rerun
         print(
             "simulate: a line's offset (and partition, wall_ms) fields say where it stands: "
             "a line at or below an offset already read is a replay; if these are fields of "

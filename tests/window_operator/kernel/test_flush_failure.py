@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from helpers import runtime_for
+from joinkit import join_runtime
 
 from window_operator.errors import OperatorFailedError
 
@@ -66,4 +67,34 @@ def test_a_close_whose_flush_fails_releases_the_store(tmp_path: Path) -> None:
         op.close()
     op = runtime.open_task(tmp_path)  # did not wait for a lock: nothing was committed
     assert op.offsets == {}
+    op.close()
+
+
+def test_a_join_whose_flush_failed_commits_nothing_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The case of the walkthrough: a join's flush takes its staged messages before it
+    writes; when the write fails (here the disk, injected), ``close`` must not commit the
+    offsets without them. The reopened task takes the record again and joins it."""
+    runtime = join_runtime({"rows": 1}, retention="1d")
+    op = runtime.open_task(tmp_path)
+    op.add_message("L", {"k": 1, "ts": BASE, "n": 0}, offset=0)
+    op.flush()
+    op.add_message("L", {"k": 1, "ts": BASE + S, "n": 1}, offset=1)
+
+    def disk_full(*_: object) -> None:
+        raise OSError("No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(op.kernel.store, "commit", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            op.flush()
+    with pytest.raises(OperatorFailedError):
+        op.flush()
+    op.close()
+    op = runtime.open_task(tmp_path)
+    assert list(op.offsets.values()) == [0]
+    assert op.add_message("L", {"k": 1, "ts": BASE + S, "n": 1}, offset=1).applied == 1
+    op.add_message("R", {"k": 1, "ts": BASE + 2 * S, "n": 9}, offset=0)
+    assert [(r.left["n"], r.right["n"]) for r in op.get_result() if r.left and r.right] == [(1, 9)]
     op.close()
