@@ -10,13 +10,30 @@ flush (RSS 320 MB where the live state needed ~110 with a ``percentile`` job).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-__all__ = ["json_bytes"]
+__all__ = ["json_bytes", "loads_as"]
+
+T = TypeVar("T")
+#: What JSON calls the Python types :func:`loads_as` checks for.
+_JSON_NAMES: dict[type, str] = {dict: "an object", list: "an array"}
 
 
 def json_bytes(value: Any, option: int = 0) -> bytes:
     """``orjson.dumps(value, option=option)`` in an exact-size ``bytes``."""
     return bytes(memoryview(orjson.dumps(value, option=option)))
+
+
+def loads_as(data: bytes, kind: type[T], what: str, error: type[Exception]) -> T:
+    """``data`` read as JSON of ``kind`` (``dict``, ``list``); else ``error`` naming it as
+    ``what`` (a stored value that must be one, a record a caller hands over)."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise error(f"{what} is not JSON: {exc}") from None
+    if not isinstance(value, kind):
+        name = _JSON_NAMES.get(kind, kind.__name__)
+        raise error(f"{what} is JSON but not {name}: {data[:60]!r}")
+    return value

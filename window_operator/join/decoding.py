@@ -21,7 +21,7 @@ from window_operator.events import (
     position_columns,
 )
 from window_operator.join.common import JoinKey
-from window_operator.jsonbytes import json_bytes
+from window_operator.jsonbytes import json_bytes, loads_as
 from window_operator.rejections import RecordRejected, raw_of
 from window_operator.results import ErrorCode, ErrorRecord
 
@@ -104,12 +104,7 @@ def _record_json(index: int, record: object) -> bytes:
             f"records[{index}] is a {type(record).__name__}, not the JSON of an object "
             "(bytes or str): pass dicts to add_records instead"
         )
-    try:
-        value = orjson.loads(record)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"records[{index}] is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"records[{index}] is JSON but not an object: {record[:60]!r}")
+    loads_as(record, dict, f"records[{index}]", ValueError)  # an object (a dict)
     return record
 
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import orjson
 
 from stores.errors import StateCorruptError
 from stores.keyspace import (
@@ -42,7 +41,7 @@ from stores.rocks import ColumnFamily
 from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet, PendingMessage
 from window_operator.arrays import BoolArray, FloatArray, IntArray
-from window_operator.jsonbytes import json_bytes
+from window_operator.jsonbytes import json_bytes, loads_as
 
 __all__ = [
     "FLAG_CLOSED",
@@ -337,13 +336,7 @@ class _TupleMessages:
 
 
 def _json_list(value: bytes) -> list[Any]:
-    try:
-        vals = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise StateCorruptError(f"session message does not decode: {exc}") from exc
-    if not isinstance(vals, list):
-        raise StateCorruptError(f"session message is not a JSON list: {value[:40]!r}")
-    return vals
+    return loads_as(value, list, "a stored session message", StateCorruptError)
 
 
 def message_layout(by_offsets: bool) -> MessageLayout:
