@@ -30,6 +30,8 @@ __all__ = [
 
 AnyJobConfig = JobConfig | JoinJobConfig
 log = logging.getLogger(__name__)
+#: Changelogs whose record bound was warned of in this process.
+_WARNED: set[str] = set()
 
 #: What to do about a missing input topic (the job does not create it).
 _INPUT_TOPIC_HINT = (
@@ -105,9 +107,13 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
 
 
 def _check_changelog_limit(admin: KafkaAdmin, changelog: str) -> None:
-    """Warn when a changelog made before the job asked for 32 MiB records takes less."""
+    """Warn (once per process: the command line and the driver both prepare the topics)
+    when a changelog made before the job asked for 32 MiB records takes less."""
+    if changelog in _WARNED:
+        return
     text = admin.topic_config(changelog).get("max.message.bytes", "")
     if text.isdigit() and int(text) < MAX_STATE_RECORD_BYTES:
+        _WARNED.add(changelog)
         log.warning(
             "the changelog %s takes records up to %s bytes (max.message.bytes): a larger "
             "state value stops the job (RecordTooLargeError); the job creates its changelog "

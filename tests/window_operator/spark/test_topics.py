@@ -63,4 +63,5 @@ def test_the_changelog_takes_large_state_values_and_keeps_deletes_a_day(
     KafkaAdmin(kafka_bootstrap).create_topic(f"{old}-state-changelog", 1, {})
     with caplog.at_level(logging.WARNING, logger="window_operator.spark.topics"):
         prepare_topics(job(topic, old).config, kafka_bootstrap)
-    assert f"the changelog {old}-state-changelog takes records up to" in caplog.text
+        prepare_topics(job(topic, old).config, kafka_bootstrap)  # the driver's, after run's
+    assert caplog.text.count(f"the changelog {old}-state-changelog takes records up to") == 1
