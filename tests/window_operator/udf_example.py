@@ -122,8 +122,8 @@ class FailsOnThirteenOp:
         return acc
 
 
-class FinishFailsOverTenOp:
-    """Duck-typed sum with a bug in ``finish``: it raises for a sum over 10."""
+class SumOp:
+    """Duck-typed sum of the values (the base of the sums with a bug below)."""
 
     numeric = True
 
@@ -135,6 +135,13 @@ class FinishFailsOverTenOp:
 
     def combine(self, a: float, b: float) -> float:
         return a + b
+
+    def finish(self, acc: float) -> float:
+        return acc
+
+
+class FinishFailsOverTenOp(SumOp):
+    """Duck-typed sum with a bug in ``finish``: it raises for a sum over 10."""
 
     def finish(self, acc: float) -> float:
         if acc > 10:
@@ -238,23 +245,9 @@ class EventCountOp:
         return acc
 
 
-class TextDumpsOverHundredOp:
+class TextDumpsOverHundredOp(SumOp):
     """Duck-typed sum with a bug in its codec: ``dumps`` returns text once the sum is over
     100, so the flush that writes such a window fails."""
-
-    numeric = True
-
-    def create(self) -> float:
-        return 0.0
-
-    def accumulate(self, acc: float, value: float) -> float:
-        return acc + value
-
-    def combine(self, a: float, b: float) -> float:
-        return a + b
-
-    def finish(self, acc: float) -> float:
-        return acc
 
     def dumps(self, acc: float) -> bytes:
         text = repr(acc)

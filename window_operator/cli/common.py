@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = [
-    "NO_META_HELP",
     "EXIT_CONFIG",
     "EXIT_FAILED",
     "EXIT_INPUT",
@@ -38,6 +37,7 @@ __all__ = [
     "CliError",
     "add_bootstrap_option",
     "add_config_option",
+    "add_no_meta_option",
     "add_state_dir_option",
     "bootstrap_servers",
     "file_progress",
@@ -53,13 +53,6 @@ __all__ = [
     "seconds",
     "task_settings",
 ]
-
-#: ``--no-meta`` of ``simulate`` and ``produce``.
-NO_META_HELP = (
-    "the lines' partition, offset and wall_ms fields are the events' own, not where "
-    "the lines stand (every line of partition 0 at the next offset, arriving at its "
-    "event time; produce routes it by its key)"
-)
 
 #: A bad config or a setup the job cannot start with (no broker, a missing topic).
 EXIT_CONFIG = 2
@@ -136,6 +129,17 @@ def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
     """``--bootstrap-servers`` (see :func:`bootstrap_servers`)."""
     parser.add_argument(
         "--bootstrap-servers", help="Kafka brokers (default: KAFKA_BOOTSTRAP_SERVERS)"
+    )
+
+
+def add_no_meta_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-meta`` of ``simulate`` and ``produce``: every field of a line is the event's."""
+    parser.add_argument(
+        "--no-meta",
+        action="store_true",
+        help="the lines' partition, offset and wall_ms fields are the events' own, not "
+        "where the lines stand (every line of partition 0 at the next offset, arriving at "
+        "its event time; produce routes it by its key)",
     )
 
 

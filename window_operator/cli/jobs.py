@@ -14,10 +14,10 @@ from window_operator.cli.common import (
     EXIT_CONFIG,
     EXIT_FAILED,
     EXIT_UNHEALTHY,
-    NO_META_HELP,
     CliError,
     add_bootstrap_option,
     add_config_option,
+    add_no_meta_option,
     add_state_dir_option,
     bootstrap_servers,
     file_progress,
@@ -318,7 +318,7 @@ def _add_simulate(sub: Subparsers) -> None:
         help="no final timer at +infinity: windows not yet passed by the watermark stay open, "
         "and another run with the same --state-dir continues the stream",
     )
-    sim.add_argument("--no-meta", action="store_true", help=NO_META_HELP)
+    add_no_meta_option(sim)
     sim.set_defaults(func=_cmd_simulate)
 
 

@@ -34,10 +34,10 @@ import orjson
 
 from window_operator.cli.common import (
     EXIT_FAILED,
-    NO_META_HELP,
     CliError,
     add_bootstrap_option,
     add_config_option,
+    add_no_meta_option,
     bootstrap_servers,
     file_progress,
     input_file,
@@ -328,6 +328,6 @@ def add_parsers(sub: Subparsers) -> None:
         help="load the file only into input topics this call creates: run again (as "
         "`docker compose up` runs a loader again), it loads nothing",
     )
-    prod.add_argument("--no-meta", action="store_true", help=NO_META_HELP)
+    add_no_meta_option(prod)
     add_bootstrap_option(prod)
     prod.set_defaults(func=_cmd_produce)

@@ -199,6 +199,32 @@ def test_a_join_line_beyond_the_positions_a_join_holds_is_a_wrong_type(tmp_path:
     assert [orjson.loads(r)["kind"] for r in out.getvalue().splitlines()] == ["MATCH"]
 
 
+#: Event times of the self-join tests.
+T0 = 1_795_560_000_000
+
+
+def _self_join(condition: dict[str, Any]) -> JoinRuntime:
+    """A join of inputs L and R that both read topic ``t``."""
+    return join_runtime(
+        {"left": {"name": "L", "topic": "t", "timestamp": "ts"},
+         "right": {"name": "R", "topic": "t", "timestamp": "ts"},
+         **condition},
+    )  # fmt: skip
+
+
+def _simulated_pairs(
+    runtime: JoinRuntime, path: Path, lines: list[bytes], batch: int
+) -> Counter[tuple[str, int, int]]:
+    """The ``(kind, left n, right n)`` results of simulating ``lines`` from ``path``."""
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    out = io.BytesIO()
+    simulate(runtime, path, out, batch_size=batch)
+    return Counter(
+        (r["kind"], r["left"]["n"], r["right"]["n"])
+        for r in map(orjson.loads, out.getvalue().splitlines())
+    )
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     events=st.lists(
@@ -213,25 +239,14 @@ def test_a_self_join_line_reaches_both_inputs_as_a_record_of_its_topic_does(
     ``produce`` loads (each line once) must simulate as the job runs it, whichever input
     a line names. Before, a line reached only the input it names: no pair of a record
     with itself, half the pairs of two records."""
-    runtime = join_runtime(
-        {"left": {"name": "L", "topic": "t", "timestamp": "ts"},
-         "right": {"name": "R", "topic": "t", "timestamp": "ts"},
-         "range": "1m"},
-    )  # fmt: skip
-    t0 = 1_795_560_000_000
-    evs = [Ev(0, key, "", t0 + dt, n) for n, (_, key, dt) in enumerate(events)]
+    runtime = _self_join({"range": "1m"})
+    evs = [Ev(0, key, "", T0 + dt, n) for n, (_, key, dt) in enumerate(events)]
     lines = [
         orjson.dumps({"source": "L" if left else "R", **e.record})
         for (left, _, _), e in zip(events, evs, strict=True)
     ]
     path = tmp_path_factory.mktemp("self-join") / "in.jsonl"
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    out = io.BytesIO()
-    simulate(runtime, path, out, batch_size=batch)
-    got = Counter(
-        (r["kind"], r["left"]["n"], r["right"]["n"])
-        for r in map(orjson.loads, out.getvalue().splitlines())
-    )
+    got = _simulated_pairs(runtime, path, lines, batch)
     both_sides = [Ev(side, e.k, e.k2, e.ts, e.n) for e in evs for side in (0, 1)]
     expected = nested_loop(both_sides, ["k"], 0, 60_000)  # RANGE 1m PRECEDING
     assert got == expected
@@ -255,21 +270,11 @@ def test_a_rows_self_join_takes_each_line_left_then_right_in_file_order(
     input, then the right, before the next line, as records of one topic with distinct
     timestamps do on Kafka. Before, a batch's lines all reached the left input first,
     so a right row saw left rows of later lines, and the pairs depended on the batch."""
-    runtime = join_runtime(
-        {"left": {"name": "L", "topic": "t", "timestamp": "ts"},
-         "right": {"name": "R", "topic": "t", "timestamp": "ts"},
-         "rows": n_rows},
-    )  # fmt: skip
-    t0 = 1_795_560_000_000
-    evs = [Ev(0, key, "", t0 + dt, n) for n, (key, dt) in enumerate(events)]
+    runtime = _self_join({"rows": n_rows})
+    evs = [Ev(0, key, "", T0 + dt, n) for n, (key, dt) in enumerate(events)]
+    lines = [orjson.dumps({"source": "L", **e.record}) for e in evs]
     path = tmp_path_factory.mktemp("rows-self-join") / "in.jsonl"
-    path.write_bytes(b"".join(orjson.dumps({"source": "L", **e.record}) + b"\n" for e in evs))
-    out = io.BytesIO()
-    simulate(runtime, path, out, batch_size=batch)
-    got = Counter(
-        (r["kind"], r["left"]["n"], r["right"]["n"])
-        for r in map(orjson.loads, out.getvalue().splitlines())
-    )
+    got = _simulated_pairs(runtime, path, lines, batch)
     arrival = [Ev(side, e.k, e.k2, e.ts, e.n) for e in evs for side in (0, 1)]
     assert got == rows_oracle(arrival, ["k"], n_rows)
 
