@@ -48,6 +48,13 @@ from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.events import RecordDecoder
 from window_operator.kafka_admin import KafkaAdmin
+from window_operator.kafka_range import (
+    EARLIEST,
+    KafkaRange,
+    KafkaSourceError,
+    range_consumer_config,
+    read_messages,
+)
 from window_operator.simulate_input import META_FIELDS
 
 if TYPE_CHECKING:
@@ -270,33 +277,95 @@ def _send(producer: Producer, routed: Routed, produced: Produced, line: int) -> 
         return
 
 
-def _cmd_produce(args: argparse.Namespace) -> int:
+def _holds_records(admin: KafkaAdmin, consumer: dict[str, Any], topics: dict[str, int]) -> bool:
+    """Whether any partition of ``topics`` (name: partitions) holds a committed record
+    (read ``read_committed`` from its start: an aborted load's records do not count)."""
+    ends = admin.list_offsets([(t, p) for t, n in topics.items() for p in range(n)], earliest=False)
+    for (topic, partition), end in sorted(ends.items()):
+        if end > 0:
+            settings = range_consumer_config({**consumer, "isolation.level": "read_committed"})
+            span = KafkaRange(topic, partition, EARLIEST, end, settings, poll_timeout_ms=30_000)
+            try:
+                if any(read_messages(span)):
+                    return True
+            except KafkaSourceError as exc:
+                raise CliError(f"could not read {topic}: {exc}", EXIT_FAILED) from None
+    return False
+
+
+def _load_once(
+    producer: Producer, admin: KafkaAdmin, consumer: dict[str, Any], partitions: dict[str, int]
+) -> bool:
+    """``--once``: ``True`` where the load goes on, in a transaction this call began (a
+    loader of the job that died in its own is fenced hereby: its records stay unread),
+    ``False`` where the input topics (name: partitions) hold records already."""
+    from confluent_kafka import KafkaException
+
+    try:
+        producer.init_transactions(60)
+    except KafkaException as exc:
+        raise CliError(f"produce --once: {exc.args[0].str()}", EXIT_FAILED) from None
+    if _holds_records(admin, consumer, partitions):
+        names = ", ".join(repr(t) for t in sorted(partitions))
+        print(f"produce: {names} held records already: nothing loaded (--once)", file=sys.stderr)
+        return False
+    producer.begin_transaction()
+    return True
+
+
+def _finish_once(producer: Producer, produced: Produced) -> bool:
+    """Commit the ``--once`` load (``True``), or abort it where a line was not written
+    (``False``): all or nothing, so that a second run loads the file whole."""
+    from confluent_kafka import KafkaException
+
+    complete = not (produced.failed or produced.too_large)
+    try:
+        if complete:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+    except KafkaException as exc:
+        reason = exc.args[0].str()
+        raise CliError(
+            f"produce --once: the load failed, nothing loaded: {reason}", EXIT_FAILED
+        ) from None
+    return complete
+
+
+def _producer(config: JobConfig | JoinJobConfig, bootstrap: str, once: bool) -> Producer:
+    """The loader's producer: the job's producer settings (a secured cluster's), as the
+    job's own producers; ``once``: transactional, one id per job (a second loader of the
+    job fences the first)."""
     from confluent_kafka import Producer
 
+    settings: dict[str, Any] = {"linger.ms": 20, **config.kafka.producer}
+    if once:
+        settings.setdefault("transaction.timeout.ms", 900_000)  # a large file: 15 min
+        settings["transactional.id"] = f"window-operator-produce-{config.job}"
+    return Producer({**settings, "bootstrap.servers": bootstrap})
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
     config = load_simulation_runtime(args.config).config
     input_path = input_file(args.input)
     bootstrap = bootstrap_servers(args, config)
     inputs = targets(config)
     admin = KafkaAdmin(bootstrap, client_config=config.kafka.consumer)
     partitions: dict[str, int] = {}
-    existed: list[str] = []
     for topic in sorted({t.topic for t in inputs.values()}):
         # retention.ms=-1: sample data carries historical event times
-        created = admin.create_topic(
+        admin.create_topic(
             topic,
             args.partitions,
             {"retention.ms": "-1"},
             replication_factor=config.kafka.replication_factor,
         )
-        existed += [] if created else [topic]
         partitions[topic] = admin.require_topic(topic, hint="create it", kind="input topic")
-    if args.once and existed:
-        names = ", ".join(repr(t) for t in existed)
-        print(f"produce: {names} existed already: nothing loaded (--once)", file=sys.stderr)
-        return 0
     inputs = {name: replace(t, partitions=partitions[t.topic]) for name, t in inputs.items()}
-    # the job's producer settings (a secured cluster's), as the job's own producers
-    producer = Producer({"linger.ms": 20, **config.kafka.producer, "bootstrap.servers": bootstrap})
+    producer = _producer(config, bootstrap, args.once)
+    consumer = {**config.kafka.consumer, "bootstrap.servers": bootstrap}
+    if args.once and not _load_once(producer, admin, consumer, partitions):
+        return 0
     produced = Produced()
     meta = () if args.no_meta else META_FIELDS
     bar = file_progress(input_path, "produce")
@@ -310,6 +379,10 @@ def _cmd_produce(args: argparse.Namespace) -> int:
                 _send(producer, routed, produced, number)
     if producer.flush(60):
         raise CliError("some records were not acknowledged by the broker", EXIT_FAILED)
+    if args.once and not _finish_once(producer, produced):
+        summary = produced.summary().replace("produced", "written", 1)
+        print(f"produce --once: nothing loaded (all or nothing): {summary}", file=sys.stderr)
+        return EXIT_FAILED
     print(produced.summary(), file=sys.stderr)
     return EXIT_FAILED if produced.failed else 0
 
@@ -325,8 +398,9 @@ def add_parsers(sub: Subparsers) -> None:
     prod.add_argument(
         "--once",
         action="store_true",
-        help="load the file only into input topics this call creates: run again (as "
-        "`docker compose up` runs a loader again), it loads nothing",
+        help="load the file only where its input topics hold no record yet, in one "
+        "transaction: run again (as `docker compose up` runs a loader again), it loads "
+        "nothing; after a loader that died mid-load, it loads the file whole",
     )
     add_no_meta_option(prod)
     add_bootstrap_option(prod)

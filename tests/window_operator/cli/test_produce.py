@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from confluent_kafka import Producer
 from jobkit import read_topic
 
 from window_operator.cli.produce import Produced, Routed, Target, kafka_key, route, targets
@@ -211,9 +212,87 @@ def test_once_loads_a_file_only_into_a_topic_it_creates(
     first, again = produce(), produce()
     assert (first.returncode, again.returncode) == (0, 0), first.stderr + again.stderr
     assert again.stderr.strip().splitlines()[-1] == (
-        f"produce: {topic!r} existed already: nothing loaded (--once)"
+        f"produce: {topic!r} held records already: nothing loaded (--once)"
     )
     assert len(read_topic(kafka_bootstrap, topic)) == 2
+
+
+@pytest.mark.parametrize("ended", ["aborted", "open"])
+def test_once_loads_the_whole_file_after_a_loader_that_died_mid_load(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    local_broker: bool,
+    unique_name: Callable[[str], str],
+    ended: str,
+) -> None:
+    """A loader killed mid-load (``docker compose down`` during the first start) left a
+    half-loaded topic, and every later ``--once`` loaded nothing. The load is now one
+    transaction, whose records stay unread when it ends without a commit: Kafka aborts
+    it at its timeout (``aborted``), or the next loader fences it (``open``). That
+    loader then loads the file whole."""
+    if ended == "open" and local_broker:
+        pytest.xfail("noida-db 0.2.2 defect: a transactional id initialised again does not abort")
+    topic = unique_name("in")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp: ts}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    lines = tmp_path / "in.jsonl"
+    lines.write_bytes(b'{"page": "/a", "ts": 1}\n{"page": "/b", "ts": 2}\n')
+    KafkaAdmin(kafka_bootstrap).create_topic(topic, 2)
+    dead = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"window-operator-produce-{topic}",
+        }
+    )
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    for partition in (0, 1):
+        dead.produce(topic, key=b"/a", value=b'{"page": "/a", "ts": 1}', partition=partition)
+    assert dead.flush(30) == 0  # written, never committed: the loader died here
+    if ended == "aborted":
+        dead.abort_transaction(30)
+
+    loaded = subprocess.run(
+        [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
+         "--input", str(lines), "--bootstrap-servers", kafka_bootstrap, "--once"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stderr.strip().splitlines()[-1] == f"produced 2 records (2 to {topic})"
+    assert sorted(m.value() for m in read_topic(kafka_bootstrap, topic)) == sorted(
+        lines.read_bytes().splitlines()
+    )
+
+
+def test_once_loads_nothing_where_a_line_was_not_written(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """``--once`` loads all or nothing: a line over ``message.max.bytes`` aborts the
+    load (exit status 1), so that the run after the fix loads the file whole."""
+    topic = unique_name("in")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp: ts}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+        "kafka: {producer: {message.max.bytes: 1000}}\n"
+    )
+    lines = tmp_path / "in.jsonl"
+    big = b'{"page": "/b", "ts": 2, "pad": "' + b"x" * 2000 + b'"}'
+    lines.write_bytes(b'{"page": "/a", "ts": 1}\n' + big + b"\n")
+    command = [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
+               "--input", str(lines), "--bootstrap-servers", kafka_bootstrap, "--once"]  # fmt: skip
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.strip().startswith("produce --once: nothing loaded (all or nothing)")
+    assert "1 lines are larger than the producer's message.max.bytes" in refused.stderr
+    assert read_topic(kafka_bootstrap, topic) == []
+    lines.write_bytes(b'{"page": "/a", "ts": 1}\n')
+    loaded = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert [m.value() for m in read_topic(kafka_bootstrap, topic)] == [b'{"page": "/a", "ts": 1}']
 
 
 def test_no_meta_keeps_a_lines_position_fields_in_the_record() -> None:
