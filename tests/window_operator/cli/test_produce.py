@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -187,91 +187,33 @@ def test_a_line_too_large_or_refused_is_counted_never_reported_produced(
     assert len(read_topic(kafka_bootstrap, small)) == count
 
 
-def test_once_loads_a_file_only_into_a_topic_it_creates(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
-) -> None:
-    """``docker compose up`` runs the sample loader again on a second start: with
-    ``--once`` it loads nothing into the topic the first run created, where the job
-    would have counted the samples twice."""
-    topic = unique_name("in")
-    job = tmp_path / "job.yaml"
-    job.write_text(
-        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp: ts}}\n"
-        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
-    )
-    lines = tmp_path / "in.jsonl"
-    lines.write_bytes(b'{"page": "/a", "ts": 1}\n{"page": "/b", "ts": 2}\n')
+LINE_A, LINE_B = b'{"page": "/a", "ts": 1}', b'{"page": "/b", "ts": 2}'
 
-    def produce() -> subprocess.CompletedProcess[str]:
+
+@dataclass(frozen=True)
+class OnceLoader:
+    """A one-topic job, its JSONL file, and ``produce --once`` of the file."""
+
+    topic: str
+    job: Path
+    lines: Path
+    bootstrap: str
+
+    def run(self) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
-             "--input", str(lines), "--bootstrap-servers", kafka_bootstrap, "--once"],
+            [sys.executable, "-m", "window_operator", "produce", "--config", str(self.job),
+             "--input", str(self.lines), "--bootstrap-servers", self.bootstrap, "--once"],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
 
-    first, again = produce(), produce()
-    assert (first.returncode, again.returncode) == (0, 0), first.stderr + again.stderr
-    assert again.stderr.strip().splitlines()[-1] == (
-        f"produce: {topic!r} held records already: nothing loaded (--once)"
-    )
-    assert len(read_topic(kafka_bootstrap, topic)) == 2
+    def loaded(self) -> list[bytes]:
+        """The records a ``read_committed`` reader of the topic reads, in order."""
+        return sorted(m.value() for m in read_topic(self.bootstrap, self.topic))
 
 
-@pytest.mark.parametrize("ended", ["aborted", "open"])
-def test_once_loads_the_whole_file_after_a_loader_that_died_mid_load(
-    tmp_path: Path,
-    kafka_bootstrap: str,
-    local_broker: bool,
-    unique_name: Callable[[str], str],
-    ended: str,
-) -> None:
-    """A loader killed mid-load (``docker compose down`` during the first start) left a
-    half-loaded topic, and every later ``--once`` loaded nothing. The load is now one
-    transaction, whose records stay unread when it ends without a commit: Kafka aborts
-    it at its timeout (``aborted``), or the next loader fences it (``open``). That
-    loader then loads the file whole."""
-    if ended == "open" and local_broker:
-        pytest.xfail("noida-db 0.2.2 defect: a transactional id initialised again does not abort")
-    topic = unique_name("in")
-    job = tmp_path / "job.yaml"
-    job.write_text(
-        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp: ts}}\n"
-        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
-    )
-    lines = tmp_path / "in.jsonl"
-    lines.write_bytes(b'{"page": "/a", "ts": 1}\n{"page": "/b", "ts": 2}\n')
-    KafkaAdmin(kafka_bootstrap).create_topic(topic, 2)
-    dead = Producer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "transactional.id": f"window-operator-produce-{topic}",
-        }
-    )
-    dead.init_transactions(30)
-    dead.begin_transaction()
-    for partition in (0, 1):
-        dead.produce(topic, key=b"/a", value=b'{"page": "/a", "ts": 1}', partition=partition)
-    assert dead.flush(30) == 0  # written, never committed: the loader died here
-    if ended == "aborted":
-        dead.abort_transaction(30)
-
-    loaded = subprocess.run(
-        [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
-         "--input", str(lines), "--bootstrap-servers", kafka_bootstrap, "--once"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert loaded.returncode == 0, loaded.stderr
-    assert loaded.stderr.strip().splitlines()[-1] == f"produced 2 records (2 to {topic})"
-    assert sorted(m.value() for m in read_topic(kafka_bootstrap, topic)) == sorted(
-        lines.read_bytes().splitlines()
-    )
-
-
-def test_once_loads_nothing_where_a_line_was_not_written(
-    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
-) -> None:
-    """``--once`` loads all or nothing: a line over ``message.max.bytes`` aborts the
-    load (exit status 1), so that the run after the fix loads the file whole."""
+@pytest.fixture
+def loader(tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> OnceLoader:
+    """Two lines (``/a`` then ``/b``) to load into a new topic."""
     topic = unique_name("in")
     job = tmp_path / "job.yaml"
     job.write_text(
@@ -280,19 +222,65 @@ def test_once_loads_nothing_where_a_line_was_not_written(
         "kafka: {producer: {message.max.bytes: 1000}}\n"
     )
     lines = tmp_path / "in.jsonl"
+    lines.write_bytes(LINE_A + b"\n" + LINE_B + b"\n")
+    return OnceLoader(topic, job, lines, kafka_bootstrap)
+
+
+def test_once_loads_a_file_only_where_its_topic_holds_no_record(loader: OnceLoader) -> None:
+    """``docker compose up`` runs the sample loader again on a second start: with
+    ``--once`` it loads nothing into the topic the first run loaded, where the job
+    would have counted the samples twice."""
+    first, again = loader.run(), loader.run()
+    assert (first.returncode, again.returncode) == (0, 0), first.stderr + again.stderr
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"produce: {loader.topic!r} held records already: nothing loaded (--once)"
+    )
+    assert loader.loaded() == [LINE_A, LINE_B]
+
+
+@pytest.mark.parametrize("ended", ["aborted", "open"])
+def test_once_loads_the_whole_file_after_a_loader_that_died_mid_load(
+    loader: OnceLoader, local_broker: bool, ended: str
+) -> None:
+    """A loader killed mid-load (``docker compose down`` during the first start) left a
+    half-loaded topic, and every later ``--once`` loaded nothing. The load is now one
+    transaction, whose records stay unread when it ends without a commit: Kafka aborts
+    it at its timeout (``aborted``), or the next loader fences it (``open``). That
+    loader then loads the file whole."""
+    if ended == "open" and local_broker:
+        pytest.xfail("noida-db 0.2.2 defect: a transactional id initialised again does not abort")
+    KafkaAdmin(loader.bootstrap).create_topic(loader.topic, 2)
+    txn_id = f"window-operator-produce-{loader.topic}"
+    dead = Producer({"bootstrap.servers": loader.bootstrap, "transactional.id": txn_id})
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    for partition in (0, 1):
+        dead.produce(loader.topic, key=b"/a", value=LINE_A, partition=partition)
+    assert dead.flush(30) == 0  # written, never committed: the loader died here
+    if ended == "aborted":
+        dead.abort_transaction(30)
+
+    loaded = loader.run()
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stderr.strip().splitlines()[-1] == f"produced 2 records (2 to {loader.topic})"
+    assert loader.loaded() == [LINE_A, LINE_B]
+
+
+def test_once_loads_nothing_where_a_line_was_not_written(loader: OnceLoader) -> None:
+    """``--once`` loads all or nothing: a line over ``message.max.bytes`` (1000 in the
+    job) aborts the load (exit status 1), so that the run after the fix loads the file
+    whole."""
     big = b'{"page": "/b", "ts": 2, "pad": "' + b"x" * 2000 + b'"}'
-    lines.write_bytes(b'{"page": "/a", "ts": 1}\n' + big + b"\n")
-    command = [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
-               "--input", str(lines), "--bootstrap-servers", kafka_bootstrap, "--once"]  # fmt: skip
-    refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    loader.lines.write_bytes(LINE_A + b"\n" + big + b"\n")
+    refused = loader.run()
     assert refused.returncode == 1, refused.stderr
     assert refused.stderr.strip().startswith("produce --once: nothing loaded (all or nothing)")
     assert "1 lines are larger than the producer's message.max.bytes" in refused.stderr
-    assert read_topic(kafka_bootstrap, topic) == []
-    lines.write_bytes(b'{"page": "/a", "ts": 1}\n')
-    loaded = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert loader.loaded() == []
+    loader.lines.write_bytes(LINE_A + b"\n")
+    loaded = loader.run()
     assert loaded.returncode == 0, loaded.stderr
-    assert [m.value() for m in read_topic(kafka_bootstrap, topic)] == [b'{"page": "/a", "ts": 1}']
+    assert loader.loaded() == [LINE_A]
 
 
 def test_no_meta_keeps_a_lines_position_fields_in_the_record() -> None:
