@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 
 from window_operator.arrival import ArrivalClock, future_errors
+from window_operator.codecs.json_input import JSON_WHITESPACE
 from window_operator.codecs.result_errors import encode_checked
 from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
 from window_operator.config import OffsetsWindow
@@ -75,7 +76,7 @@ class SimulationSummary:
 def _chunks(stream: IO[bytes], size: int) -> Iterator[list[bytes]]:
     chunk: list[bytes] = []
     for line in stream:
-        line = line.strip()
+        line = line.strip(JSON_WHITESPACE)  # a line the job would read as a value
         if not line:
             continue
         chunk.append(line)

@@ -20,7 +20,7 @@ import numpy as np
 from window_operator.codecs.avro_input import AvroPayloadDecoder, AvroWire, avro_payload_encoder
 from window_operator.codecs.avro_schema import has_binary_fields, load_schema_file
 from window_operator.codecs.fastjson import ColumnarJsonDecoder
-from window_operator.codecs.json_input import InvalidJsonError, parse_json
+from window_operator.codecs.json_input import JSON_WHITESPACE, InvalidJsonError, parse_json
 from window_operator.config import InputConfig, JoinInputConfig
 from window_operator.events import EventBatch, IntArray, RecordDecoder
 from window_operator.results import ErrorCode, ErrorRecord
@@ -237,7 +237,7 @@ def first_partition(path: Path, meta: Sequence[str] = META_FIELDS) -> int:
     with open(path, "rb") as lines:
         for raw in lines:
             try:
-                record = parse_json(raw.strip())
+                record = parse_json(raw.strip(JSON_WHITESPACE))
             except InvalidJsonError:
                 continue
             if isinstance(record, dict) and _is_int(record.get("partition")):

@@ -17,6 +17,7 @@ from helpers import runtime_for
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.config import parse_any_config
 from window_operator.errors import UserCodeExitError
 from window_operator.join import build_join_runtime
@@ -82,6 +83,21 @@ def test_bad_lines_get_one_verdict_whatever_the_batch(tmp_path: Path, batch_size
         ("a", BASE): {"n": 20, "s": 20.0},
         ("a", BASE + 10 * S): {"n": 20, "s": 20.0},
     }
+
+
+def test_a_line_gets_the_verdict_of_its_bytes_as_a_kafka_value(tmp_path: Path) -> None:
+    """Only JSON's white space is taken from the ends of a line: a form feed or a
+    vertical tab makes a Kafka value ``BAD_JSON``, and made the line of ``simulate``
+    applied (or, alone, skipped as blank). Lines of spaces, tabs and CRs are blank."""
+    good = orjson.dumps(events(1)[0])
+    odd = [good + b"\x0c", b"\x0b" + good, b"\x0c", b"\x0b \x0c"]
+    for value in odd:
+        with pytest.raises(InvalidJsonError):
+            parse_json(value)  # as the job reads the value
+    results, errors, summary = run([good, *odd, b" \t\r", b""], tmp_path, 10_000)
+    assert [(e["code"], e["offset"]) for e in errors] == [("BAD_JSON", i) for i in (1, 2, 3, 4)]
+    assert (summary.applied, summary.rejected) == (1, 4)
+    assert final_windows(results) == {("a", BASE): {"n": 1, "s": 1.0}}
 
 
 @pytest.mark.parametrize("batch_size", [1, 7, 10_000])

@@ -25,11 +25,14 @@ from window_operator.codecs.decoding import DECODE_FAILED, NULL_PAYLOAD
 from window_operator.errors import WindowOperatorError
 from window_operator.results import ErrorCode
 
-__all__ = ["InvalidJsonError", "JsonPayloadDecoder", "parse_json"]
+__all__ = ["JSON_WHITESPACE", "InvalidJsonError", "JsonPayloadDecoder", "parse_json"]
 
 # A JSON string (skipped as a whole) or a non-finite literal outside strings (group 1).
 _STRING_OR_NON_FINITE: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?Infinity|NaN)', re.DOTALL)
 _INT64_MIN: Final = -(2**63)
+#: What JSON takes as white space around a document (``bytes.strip()`` would also take
+#: the form feed and the vertical tab, which make a Kafka value ``BAD_JSON``).
+JSON_WHITESPACE: Final = b" \t\r\n"
 _UINT64_END: Final = 2**64
 
 
@@ -88,7 +91,7 @@ def _orjson_int(text: str) -> int | float:
 
 
 def _reason(payload: bytes, error: orjson.JSONDecodeError) -> str:
-    if not payload.strip(b" \t\r\n"):
+    if not payload.strip(JSON_WHITESPACE):
         return "invalid JSON: the payload is empty (no document)"
     try:
         payload.decode()

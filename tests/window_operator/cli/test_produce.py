@@ -149,7 +149,9 @@ def test_a_line_too_large_or_refused_is_counted_never_reported_produced(
 ) -> None:
     """A line over the job's ``kafka.producer`` ``message.max.bytes`` was a traceback;
     a record the broker refused (over the topic's ``max.message.bytes``) was counted as
-    produced, with exit status 0, and was not in the topic."""
+    produced, with exit status 0, and was not in the topic. Either ends with exit
+    status 1 (the skipped line's too: the job never sees it, where ``simulate`` reads
+    it)."""
     small, big = unique_name("small"), unique_name("big")
     KafkaAdmin(kafka_bootstrap).create_topic(small, 1, {"max.message.bytes": "500"})
     lines = tmp_path / "in.jsonl"
@@ -171,7 +173,7 @@ def test_a_line_too_large_or_refused_is_counted_never_reported_produced(
         )  # fmt: skip
 
     proc = produce(big, 'kafka: {producer: {"message.max.bytes": "1000"}}\n')
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"produced 1 records (1 to {big}); 1 lines are larger than the producer's "
         "message.max.bytes (kafka.producer): skipped (line 1)"
