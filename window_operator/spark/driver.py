@@ -248,9 +248,9 @@ class StreamingJob(SparkJob):
         if self._stopping.is_set():
             self.refused_batch = batch_id
             raise BatchRefusedError(f"micro-batch {batch_id} not started: the job is stopping")
-        started = time.perf_counter()
         self._check_inputs()
         with self._lock:
+            started = time.perf_counter()  # not the wait for a timer pass that runs
             starts = starts_after(self._ends)
             clock = self.clocks.begin(
                 batch_id, _now_ms(), lambda state, now: self._advance(state, now, batch_id), starts
@@ -302,29 +302,46 @@ class StreamingJob(SparkJob):
     def tick(self, *, final: bool = False) -> BatchReport:
         """Run the timers of every state task now (what the timer thread does when idle);
         ``final``: the run ends, batched LATE updates go out."""
-        started = time.perf_counter()
         with self._lock:
-            clock = self.timer_clock(_now_ms())
-            ends, history = tuple(self._ends.values()), self.clocks.history(None, HISTORY)
-            ctx = BatchContext(self.settings, -1, clock, self._origin, ends, history, final)
-            n = self.settings.tasks
-            self._describe("timer pass")
-            try:
-                tasks: list[TaskReport] = (
-                    self.spark.sparkContext.parallelize(range(n), n)
-                    .mapPartitionsWithIndex(lambda i, rows: timer_pass(ctx, i, rows))
-                    .collect()
-                )
-            except Exception as exc:  # Spark's failure: screenfuls of Java and Python stack
-                raise TimerPassError(f"a timer pass failed: {root_cause(exc)}") from exc
-            self._clock = clock
-            self.clocks.prepare(self._next_batch, clock)
-            self._last_activity = time.monotonic()
-        self._late_pending.update((t.task, t.late_pending) for t in tasks)
-        report = BatchReport(-1, tasks, [], clock, time.perf_counter() - started)
+            report = self._timer_pass(final)
+        self._publish_tick(report)
+        return report
+
+    def _tick_if_idle(self, idle_s: float) -> None:
+        """The timer thread's pass, where no micro-batch ran for ``idle_s`` (also after
+        waiting for the one that runs: it was not idle, and the pass would have been
+        timed with the batch it waited for)."""
+        with self._lock:
+            if time.monotonic() - self._last_activity < idle_s:
+                return
+            report = self._timer_pass(final=False)
+        self._publish_tick(report)
+
+    def _timer_pass(self, final: bool) -> BatchReport:
+        """One timer pass over every state task (the caller holds the lock)."""
+        started = time.perf_counter()
+        clock = self.timer_clock(_now_ms())
+        ends, history = tuple(self._ends.values()), self.clocks.history(None, HISTORY)
+        ctx = BatchContext(self.settings, -1, clock, self._origin, ends, history, final)
+        n = self.settings.tasks
+        self._describe("timer pass")
+        try:
+            tasks: list[TaskReport] = (
+                self.spark.sparkContext.parallelize(range(n), n)
+                .mapPartitionsWithIndex(lambda i, rows: timer_pass(ctx, i, rows))
+                .collect()
+            )
+        except Exception as exc:  # Spark's failure: screenfuls of Java and Python stack
+            raise TimerPassError(f"a timer pass failed: {root_cause(exc)}") from exc
+        self._clock = clock
+        self.clocks.prepare(self._next_batch, clock)
+        self._last_activity = time.monotonic()
+        return BatchReport(-1, tasks, [], clock, time.perf_counter() - started)
+
+    def _publish_tick(self, report: BatchReport) -> None:
+        self._late_pending.update((t.task, t.late_pending) for t in report.tasks)
         self.run_totals.ticks += 1
         self.reports.publish(report)
-        return report
 
     def _describe(self, what: str) -> None:
         """Name the Spark job that follows in Spark's UI (jobs page, event log)."""
@@ -335,7 +352,7 @@ class StreamingJob(SparkJob):
         while not self._stop.wait(interval / 2):
             if time.monotonic() - self._last_activity >= interval:
                 try:
-                    self.tick()
+                    self._tick_if_idle(interval)
                 except Exception as exc:  # noqa: BLE001 - a failed tick is retried next interval
                     if self._stop.is_set():
                         return

@@ -227,6 +227,47 @@ def test_timers_fire_without_new_input(
         job.stop()
 
 
+def test_a_timer_pass_that_waited_for_a_long_micro_batch_does_not_run(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """The timer thread's pass blocked behind a micro-batch longer than the trigger, then
+    ran right after it (the job was not idle: one more Spark job before the next batch),
+    and was timed with the batch it had waited for (7-12 s passes in ``batch_seconds``
+    that took under one)."""
+    topic = unique_name("clicks-busy")
+    create_topic(kafka_bootstrap, topic, 1)
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        spark={"trigger": "4s", "max_offsets_per_trigger": None},
+    )
+    job = StreamingJob(config, bootstrap_servers=kafka_bootstrap, spark=spark)
+    reports: list[BatchReport] = []
+    job.reports.observers.append(reports.append)
+    job.start()
+
+    def passes() -> list[BatchReport]:
+        return [r for r in reports if r.batch_id == -1]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.2)  # the query's first (empty) micro-batch
+        with job._lock:  # a micro-batch of 9 s: the timer thread finds the job idle meanwhile
+            time.sleep(9)
+            job._last_activity = time.monotonic()  # as the batch does as it ends
+            before = len(passes())
+        time.sleep(2.5)  # the old code's pass ran at once, and took about a second
+        assert len(passes()) == before
+        while len(passes()) == before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(passes()) > before  # the next idle pass, a trigger after the batch
+        assert passes()[-1].seconds < 4
+    finally:
+        job.stop()
+
+
 @pytest.mark.parametrize("mode", ["micro_batch", "long_running"])
 def test_an_available_now_run_sends_its_batched_late_updates_before_it_ends(
     tmp_path: Path,
