@@ -19,8 +19,10 @@ its source position, and processes the rest:
 Both searches are deterministic, so a replay of the batch gives the same verdicts and
 state. Failures that are not about a record propagate: ``MemoryError``, ``OSError``, a
 store failure, a :class:`~window_operator.errors.JobSetupError` (e.g. an offsets window
-given a second partition), and a batch of several rows in which every row fails on its
-own (the operator fails whatever it is given).
+given a second partition). A batch of several rows in which every row fails on its own
+is no exception: each row is rejected, with a warning. Failing the task there made a
+batch of two bad records, and no good one, fail at every retry and every restart (a
+verdict depends on the record alone, never on the rest of its batch).
 """
 
 from __future__ import annotations
@@ -142,11 +144,16 @@ def add_guarded(
         return Applied(operator, operator.add_batch(batch))
     except FATAL_ERRORS:
         raise
-    except USER_CODE_ERRORS as exc:  # narrowed down to rows below
-        first = exc
+    except USER_CODE_ERRORS:  # narrowed down to rows below
+        pass
     result = _bisect(open_operator, batch, take, rows)
     if rows > 1 and len(result.failed) == rows:
-        raise first  # not about the records: every row fails on its own
+        _log.warning(
+            "every record of a batch of %d made the operator raise (%s): all are rejected "
+            "as INTERNAL_ERROR; does the operation fail whatever it is given?",
+            rows,
+            exception_text(result.failed[0][1]),
+        )
     return result
 
 

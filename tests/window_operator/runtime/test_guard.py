@@ -69,21 +69,22 @@ def test_rows_that_make_the_operator_raise_are_isolated(tmp_path: Path) -> None:
         store.close()
 
 
-def test_an_operator_that_fails_on_everything_is_not_blamed_on_the_records(
-    tmp_path: Path,
+def test_a_batch_whose_every_row_fails_rejects_each_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Two rows that each make the operation raise, and no other, were taken for an
+    operator that fails whatever it is given: the task failed, at every retry and
+    every restart, where either row alone (or beside a good one) was rejected."""
     runtime = runtime_for(aggregations=[{"name": "n", "op": "count"}, FAILING_SUM])
     store = TaskStore(task_state_dir(tmp_path, "test", 0))
     batch = EventBatch.from_columns(["a", "b"], [BASE, BASE], numeric={"v": [13.0, 13.0]})
     try:
-        with pytest.raises(ValueError, match="13"):
-            add_guarded(
-                lambda: runtime.operator(store),
-                runtime.operator(store),
-                batch,
-                EventBatch.take,
-                len(batch),
-            )
+        applied = add_guarded(
+            lambda: runtime.operator(store), runtime.operator(store), batch, EventBatch.take, 2
+        )
+        assert [row for row, _ in applied.failed] == [0, 1] and applied.applied == 0
+        assert all(isinstance(exc, ValueError) for _, exc in applied.failed)
+        assert "every record of a batch of 2 made the operator raise (ValueError" in caplog.text
     finally:
         store.close()
 
