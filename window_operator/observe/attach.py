@@ -124,6 +124,7 @@ def attach(
         client_config=config.kafka.consumer,
     )
     metrics = JobMetrics(config, lag=lag)
+    metrics.resume(job.last_batch_id, job.clock)
     job.add_observer(metrics)
     job.add_observer(BatchLog(metrics))
     report = ReportFile(report_path) if report_path else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -24,10 +25,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_LOGGER",
     "KAFKA_LOGGER",
+    "LOG_FORMAT",
     "BatchLog",
     "KafkaNoiseFilter",
     "kafka_logger",
     "setup_logging",
+    "utc_formatter",
 ]
 
 #: The logger of the per-batch line.
@@ -35,7 +38,7 @@ BATCH_LOGGER = "window_operator.batches"
 #: The logger librdkafka's messages go to (``logger`` in the client settings).
 KAFKA_LOGGER = "window_operator.kafka"
 _OURS = "_window_operator_handler"
-_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: librdkafka's messages about a broker connection going away: expected when a client or
 #: the broker shuts down, and retried by librdkafka when not; an outage that matters
 #: surfaces as an error of the request that needed the broker.
@@ -82,11 +85,19 @@ def kafka_logger() -> logging.Logger:
     return _KAFKA
 
 
+def utc_formatter(fmt: str) -> logging.Formatter:
+    """A formatter whose ``%(asctime)s`` is the UTC time of day, as every other time the
+    job prints (watermarks, ``status``, ``inspect``); before, the machine's local time."""
+    formatter = logging.Formatter(fmt, datefmt="%H:%M:%S")
+    formatter.converter = time.gmtime
+    return formatter
+
+
 def setup_logging(*, quiet: bool = False, secrets: list[str] | None = None) -> RedactingFilter:
     """Configure logging for a command; returns the redaction filter (add secrets to it)."""
     redact = RedactingFilter(secrets or [])
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
+    handler.setFormatter(utc_formatter(LOG_FORMAT))
     handler.addFilter(redact)
     root = logging.getLogger()
     for old in list(root.handlers):

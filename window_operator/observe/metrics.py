@@ -30,6 +30,7 @@ from window_operator.runtime.exchange import kafka_reads
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from window_operator.kernel.clock import ClockState
     from window_operator.spark.driver import BatchReport
 
 __all__ = ["PREFIX", "JobMetrics", "MetricsPortError", "MetricsSummary"]
@@ -137,7 +138,8 @@ class JobMetrics:
         for unset in (self.watermark, self.last_batch, self.last_time, self.lag_time):
             unset.set(math.nan)
         self.batch_seconds = Histogram(
-            f"{PREFIX}_batch_seconds", "Duration of a micro-batch on the driver", ["type"],
+            f"{PREFIX}_batch_seconds", "Duration of a micro-batch or timer pass on the driver",
+            ["type"],
             buckets=BUCKETS, registry=self.registry,
         )  # fmt: skip
         self.phase_seconds = Histogram(
@@ -163,7 +165,7 @@ class JobMetrics:
             self._ranges(report)
             for task in report.tasks:
                 self._task(task)
-            self._clock(report)
+            self._clock(report.clock)
             self._lag(report)
 
     def _ranges(self, report: BatchReport) -> None:
@@ -201,12 +203,20 @@ class JobMetrics:
         for name, n in t.held_messages.items():
             self.messages.labels(task, name).set(n)
 
-    def _clock(self, report: BatchReport) -> None:
+    def resume(self, last_batch_id: int | None, clock: ClockState) -> None:
+        """Show where a restarted job stands before its first batch: the last batch id
+        and the clock its checkpoint holds (before, NaN until a batch ran: all of an
+        idle job's run)."""
+        with self._lock:
+            if last_batch_id is not None:
+                self.last_batch.set(last_batch_id)
+            self._clock(clock)
+
+    def _clock(self, clock: ClockState) -> None:
         # Event-time figures only move forward, whatever a report carries (the drivers
         # publish clocks that do not go back; an observer does not depend on it).
-        clock = report.clock
         seen = self._seen
-        if clock.watermark > seen.get(None, -(2**62)):
+        if clock.watermark > seen.get(None, NO_WATERMARK):
             seen[None] = clock.watermark
             self.watermark.set(clock.watermark)
         lateness = self.config.watermark.allowed_lateness

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from stores.changelog import RestoreProgress
+from window_operator.observe.logs import LOG_FORMAT, utc_formatter
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -54,7 +55,7 @@ def _ensure_handler() -> None:
     """A Spark Python worker configures no logging: give these lines a way to stderr."""
     if not logging.getLogger().handlers and not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(utc_formatter(LOG_FORMAT))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False

@@ -237,6 +237,17 @@ class StreamingJob(SparkJob):
 
     # -- micro-batches -------------------------------------------------------------------
 
+    @property
+    def last_batch_id(self) -> int | None:
+        """The id of the last micro-batch that ran, in this run or before (``None``:
+        none yet): what the metrics show from the start."""
+        return self._next_batch - 1 if self._next_batch > 0 else None
+
+    @property
+    def clock(self) -> ClockState:
+        """The job's clock as the last batch or pass left it (the checkpoint's at start)."""
+        return self._clock
+
     def stop_before_next_batch(self) -> None:
         """Let the running micro-batch finish, and start no other: the next one ends the
         query with :class:`BatchRefusedError` before any task of it runs (its offsets

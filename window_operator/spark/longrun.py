@@ -175,6 +175,17 @@ class LongRunningJob(SparkJob):
         self._clock = ClockState(dict(progress.max_ts), watermark=wm)
         self._group = f"window-operator-{config.job}"
 
+    @property
+    def last_batch_id(self) -> int | None:
+        """The number of the last epoch reported, in this run or before (``None``: none
+        yet): what the metrics show from the start."""
+        return self._epochs - 1 if self._epochs > 0 else None
+
+    @property
+    def clock(self) -> ClockState:
+        """The job's clock: the workers' reports joined (the last run's at start)."""
+        return self._clock
+
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:

@@ -7,7 +7,13 @@ import logging
 import pytest
 
 from window_operator.kernel import ClockState
-from window_operator.observe.logs import BATCH_LOGGER, BatchLog, KafkaNoiseFilter
+from window_operator.observe.logs import (
+    BATCH_LOGGER,
+    LOG_FORMAT,
+    BatchLog,
+    KafkaNoiseFilter,
+    utc_formatter,
+)
 from window_operator.runtime.exchange import InputPartition, MapReport
 from window_operator.runtime.report import TaskReport
 from window_operator.spark.driver import BatchReport
@@ -75,3 +81,22 @@ def test_a_host_that_does_not_resolve_is_said_once_by_a_running_job() -> None:
     for noise in ("Connection refused", "1/1 brokers are down", "Disconnected"):
         assert not running.filter(_record(f"FAIL [rdkafka#producer-1]: {noise}"))
     assert running.filter(_record("Commit failed: the transaction was fenced"))
+
+
+def test_the_time_of_a_log_line_is_utc_as_every_other_time_the_job_prints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The line's time was the machine's local time, beside a watermark (and `status`,
+    `inspect`) in UTC."""
+    import time
+
+    monkeypatch.setenv("TZ", "Etc/GMT-9")  # UTC+9 (the POSIX sign is inverted)
+    time.tzset()
+    try:
+        record = logging.LogRecord(BATCH_LOGGER, logging.INFO, __file__, 1, "x", None, None)
+        record.created = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+        assert utc_formatter(LOG_FORMAT).format(record) == f"22:13:20 INFO {BATCH_LOGGER}: x"
+        assert logging.Formatter(LOG_FORMAT, "%H:%M:%S").format(record).startswith("07:13:20")
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

@@ -50,6 +50,19 @@ def test_event_time_gauges_only_move_forward() -> None:
     assert sample("window_operator_partition_max_event_time_ms", unread) is None
 
 
+def test_a_restarted_job_shows_its_last_batch_and_clock_before_a_batch_runs() -> None:
+    metrics = JobMetrics(runtime_for().config)
+    sample = metrics.registry.get_sample_value
+    metrics.resume(None, ClockState())  # a first start: nothing yet
+    assert math.isnan(sample("window_operator_last_batch_id") or 0.0)
+    assert math.isnan(sample("window_operator_watermark_ms") or 0.0)
+    metrics.resume(22, ClockState(max_ts={InputPosition(0, 0): 9_000}, watermark=4_000))
+    assert sample("window_operator_last_batch_id") == 22
+    assert sample("window_operator_watermark_ms") == 4_000
+    labels = {"topic": runtime_for().config.input.topic, "partition": "0"}
+    assert sample("window_operator_partition_max_event_time_ms", labels) == 9_000
+
+
 def test_a_join_task_reports_the_messages_each_input_holds() -> None:
     """``state_messages`` per task and input; a join tells no live keys or windows, so
     those gauges stay unset for its tasks."""

@@ -26,6 +26,7 @@ from obskit import (
     write_job,
 )
 
+from window_operator.observe.attach import attach
 from window_operator.observe.lag import InputLag
 from window_operator.observe.metrics import JobMetrics
 from window_operator.spark.driver import StreamingJob
@@ -105,5 +106,16 @@ def test_metrics_count_what_was_produced_and_lag_ends_at_zero(
     assert total(final, f"{P}state_store_bytes") > 0
     assert total(final, f"{P}state_windows") > 0  # the newest windows are still open
     assert by_label(final, f"{P}batches_total", "type")["micro_batch"] >= 2
+    # a restarted job shows its last batch and watermark before its first batch runs
+    # (before: NaN, all of an idle job's run)
+    restarted = attach(
+        StreamingJob(config, bootstrap_servers=kafka_bootstrap, spark=spark), listen=False
+    )
+    try:
+        sample = restarted.metrics.registry.get_sample_value
+        assert sample(f"{P}last_batch_id") == final[f"{P}last_batch_id"][()] > 0
+        assert sample(f"{P}watermark_ms") == final[f"{P}watermark_ms"][()]
+    finally:
+        restarted.close()
     phases = by_label(final, f"{P}phase_seconds_count", "phase")
     assert set(phases) == {"read", "restore", "operator", "outputs", "changelog", "commit"}
