@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from window_operator.errors import TimerPassError, WindowOperatorError
+from window_operator.errors import TimerPassError, WindowOperatorError, exception_text
 from window_operator.observe.heartbeat import Heartbeat
 from window_operator.observe.lag import InputLag
 from window_operator.observe.logs import BatchLog
@@ -172,6 +172,7 @@ def run_observed(
     # job at once, in the middle of a batch
     interrupted = threading.Event()
     previous = catch_interrupts(interrupted)
+    failure: str | None = None  # why the job failed, for `status`
     try:
         job.start()
         while not job.await_termination(1):
@@ -180,15 +181,20 @@ def run_observed(
                     stop_between_batches(job)
                 break
     except StreamingQueryException as exc:
-        raise QueryFailedError(f"the streaming query stopped: {root_cause(exc)}") from None
+        failure = f"the streaming query stopped: {root_cause(exc)}"
+        raise QueryFailedError(failure) from None
     except (WorkersFailedError, TaskCountError, TimerPassError) as exc:
         # TaskCountError: the inputs outgrew the job
-        raise QueryFailedError(str(exc)) from None
+        failure = str(exc)
+        raise QueryFailedError(failure) from None
+    except Exception as exc:
+        failure = exception_text(exc)
+        raise
     finally:
         release_interrupts(previous)
         mute_cancel_warnings(job.spark)
         job.stop()
-        heartbeat.stop()
+        heartbeat.stop(failure)
         observers.close()
         job.spark.stop()
 

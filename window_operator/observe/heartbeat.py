@@ -34,12 +34,14 @@ STALE_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class Beat:
-    """The last heartbeat: when, from which driver, and whether the job had stopped."""
+    """The last heartbeat: when, from which driver, whether the job had stopped, and
+    why it failed where it did (``None``: it stopped as asked, or finished)."""
 
     at_ms: int
     host: str
     pid: int
     stopped: bool = False
+    failure: str | None = None
 
 
 class Heartbeat:
@@ -58,25 +60,27 @@ class Heartbeat:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
-        """Stop beating and write that the job stopped (a second call does nothing)."""
+    def stop(self, failure: str | None = None) -> None:
+        """Stop beating and write that the job stopped, and ``failure``: why it failed
+        (``None``: as asked, or finished). A second call does nothing."""
         if self._thread is None:
             return
         self._stop.set()
         self._thread.join()
         self._thread = None
-        self._write(stopped=True)
+        self._write(stopped=True, failure=failure)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.every_s):
             self._write(stopped=False)
 
-    def _write(self, *, stopped: bool) -> None:
+    def _write(self, *, stopped: bool, failure: str | None = None) -> None:
         doc = {
             "at_ms": int(time.time() * 1000),
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "stopped": stopped,
+            "failure": failure,
         }
         try:
             write_atomically(self.path, json.dumps(doc).encode())
@@ -88,6 +92,13 @@ def read_heartbeat(directory: str | Path) -> Beat | None:
     """The last heartbeat written into ``directory`` (``None``: none, or unreadable)."""
     try:
         doc = json.loads((Path(directory) / HEARTBEAT_FILE).read_text())
-        return Beat(int(doc["at_ms"]), str(doc["host"]), int(doc["pid"]), bool(doc["stopped"]))
+        failure = doc.get("failure")  # (not written before the job said why it failed)
+        return Beat(
+            int(doc["at_ms"]),
+            str(doc["host"]),
+            int(doc["pid"]),
+            bool(doc["stopped"]),
+            None if failure is None else str(failure),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -251,9 +251,16 @@ def _check_idle(config: AnyJobConfig, status: JobStatus, max_idle_triggers: int)
 
 
 def _check_alive(config: AnyJobConfig, status: JobStatus, beat: Beat | None) -> None:
-    """A streaming job (not ``available_now``, which stops by itself) whose ``run`` ended,
-    or whose heartbeat is older than :data:`STALE_S` (killed, or its host gone), is not
-    running. Without a heartbeat (a job run by other means) this is not judged."""
+    """A job whose ``run`` failed, and a streaming job (not ``available_now``, which
+    stops by itself) whose ``run`` ended, or whose heartbeat is older than
+    :data:`STALE_S` (killed, or its host gone), is not running. Without a heartbeat (a
+    job run by other means) this is not judged."""
+    if beat is not None and beat.stopped and beat.failure is not None:  # either way
+        status.problems.append(
+            f"not running: the job failed at {_time(beat.at_ms)} UTC: {beat.failure} (start "
+            "it again with `window-operator run` once that is mended)"
+        )
+        return
     if beat is None or config.spark.trigger_ms is None:
         return
     if beat.stopped:

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from window_operator.observe.heartbeat import HEARTBEAT_FILE, Heartbeat, read_heartbeat
+from window_operator.observe.heartbeat import HEARTBEAT_FILE, Beat, Heartbeat, read_heartbeat
 
 
 def test_a_heartbeat_beats_while_it_runs_and_says_when_it_stopped(tmp_path: Path) -> None:
@@ -22,6 +22,18 @@ def test_a_heartbeat_beats_while_it_runs_and_says_when_it_stopped(tmp_path: Path
     heartbeat.stop()  # a second stop does nothing
     last = read_heartbeat(directory)
     assert last is not None and last.stopped and last.at_ms >= later.at_ms
+    assert last.failure is None
+
+
+def test_a_heartbeat_says_why_the_job_failed(tmp_path: Path) -> None:
+    heartbeat = Heartbeat(tmp_path, every_s=0.05).start()
+    heartbeat.stop("the streaming query stopped: ValueError: too big")
+    last = read_heartbeat(tmp_path)
+    assert last is not None and last.stopped
+    assert last.failure == "the streaming query stopped: ValueError: too big"
+    # one an older version wrote, without the field
+    (tmp_path / HEARTBEAT_FILE).write_text('{"at_ms": 5, "host": "h", "pid": 1, "stopped": true}')
+    assert read_heartbeat(tmp_path) == Beat(5, "h", 1, stopped=True, failure=None)
 
 
 def test_an_unreadable_heartbeat_is_none(tmp_path: Path) -> None:

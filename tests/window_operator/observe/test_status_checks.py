@@ -136,3 +136,10 @@ def test_a_streaming_job_whose_run_ended_or_whose_heartbeat_is_old_is_not_runnin
     assert problems(streaming, None) == []  # not run by `run`: not judged
     available_now = job_config(tmp_path, "clicks", "beat")  # stops by itself
     assert problems(available_now, Beat(at, "h1", 42, stopped=True)) == []
+    # a failed run said the same as one stopped with Ctrl-C: now it says why
+    failed = Beat(at, "h1", 42, stopped=True, failure="the streaming query stopped: OSError")
+    for config in (streaming, available_now):
+        assert problems(config, failed) == [
+            "not running: the job failed at 2027-01-15 07:59:00 UTC: the streaming query "
+            "stopped: OSError (start it again with `window-operator run` once that is mended)"
+        ]
