@@ -28,6 +28,7 @@ __all__ = [
     "LOG_FORMAT",
     "BatchLog",
     "KafkaNoiseFilter",
+    "ensure_worker_handler",
     "kafka_logger",
     "setup_logging",
     "utc_formatter",
@@ -91,6 +92,18 @@ def utc_formatter(fmt: str) -> logging.Formatter:
     formatter = logging.Formatter(fmt, datefmt="%H:%M:%S")
     formatter.converter = time.gmtime
     return formatter
+
+
+def ensure_worker_handler(logger: logging.Logger) -> None:
+    """Give ``logger``'s lines a way to stderr, as :func:`setup_logging` formats them,
+    in a process that configured no logging (a Spark Python worker: else Python's last
+    resort prints the bare message, without time or level)."""
+    if not logging.getLogger().handlers and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(utc_formatter(LOG_FORMAT))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def setup_logging(*, quiet: bool = False, secrets: list[str] | None = None) -> RedactingFilter:

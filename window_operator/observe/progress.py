@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from stores.changelog import RestoreProgress
-from window_operator.observe.logs import LOG_FORMAT, utc_formatter
+from window_operator.observe.logs import ensure_worker_handler
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -51,16 +51,6 @@ def progress_bar(
     )
 
 
-def _ensure_handler() -> None:
-    """A Spark Python worker configures no logging: give these lines a way to stderr."""
-    if not logging.getLogger().handlers and not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(utc_formatter(LOG_FORMAT))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
-
-
 class RestoreLog:
     """Logs the progress of one task's changelog catch-up (executor side).
 
@@ -87,7 +77,7 @@ class RestoreLog:
             return
         if elapsed < QUIET_SECONDS or now - self.last_line < LOG_EVERY_SECONDS:
             return
-        _ensure_handler()
+        ensure_worker_handler(log)
         self.logged, self.last_line = True, now
         done = p.position - p.start
         todo = max(1, p.end - p.start)

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from window_operator.kafka_admin import KafkaAdmin
+from window_operator.kafka_admin import BrokerUnreachableError, KafkaAdmin
+from window_operator.observe.logs import ensure_worker_handler
 from window_operator.spark.kafka_source.options import SourceOptions
 from window_operator.spark.kafka_source.schema import (
     KafkaSourceError,
@@ -61,7 +62,10 @@ class BrokerQueries:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - KafkaAdminError, KafkaException, timeouts
                 last = exc
-                log.warning("Kafka source: %s failed (attempt %d): %s", what, attempt + 1, exc)
+                ensure_worker_handler(log)  # Spark's Python worker of the source
+                log.warning(
+                    "Kafka source: %s failed (attempt %d): %s", what, attempt + 1, _reason(exc)
+                )
                 if attempt + 1 < attempts:
                     time.sleep(self.options.fetch_retry_interval_ms / 1000.0)
         raise KafkaSourceError(
@@ -103,3 +107,11 @@ class BrokerQueries:
     def latest(self) -> OffsetMap:
         """The latest offsets of every subscribed partition."""
         return self.list_offsets(self.partitions(), earliest=False)
+
+
+def _reason(exc: Exception) -> str:
+    """A failed query's reason: a running job's broker that went away is not told to
+    start a local one, as a command that never reached one is."""
+    if isinstance(exc, BrokerUnreachableError):
+        return f"no Kafka broker answered within {exc.timeout_s:g}s ({exc.cause})"
+    return str(exc)
