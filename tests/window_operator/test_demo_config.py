@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ def test_what_of_the_clicks_a_job_cannot_read(
         doc[section] = {**doc[section], **values} if isinstance(values, dict) else values
     if doc["input"].get("format") == "avro":
         schema = tmp_path / "s.avsc"
-        schema.write_text('{"type": "record", "name": "c", "fields": []}')
+        fields = [{"name": "page", "type": "string"}, {"name": "ts", "type": "long"},
+                  {"name": "latency_ms", "type": "double"}]  # fmt: skip
+        schema.write_text(json.dumps({"type": "record", "name": "c", "fields": fields}))
         doc["input"]["avro_schema"] = str(schema)
     assert clicks_unread(parse_config(doc, base_dir=tmp_path)) == unread

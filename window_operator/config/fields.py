@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, ClassVar
 
@@ -45,6 +45,8 @@ __all__ = [
     "StrictPositiveInt",
     "TopicName",
     "check_avro_schema",
+    "check_in_schema",
+    "schema_lacks",
     "check_topic_name",
     "duration_ms_or",
     "is_valid_job_name",
@@ -266,18 +268,55 @@ def _timestamp_logical_type(schema_path: Path, field: str) -> str | None:
     """The timestamp logical type of record field ``field`` in the Avro schema (a union
     member's included); ``None`` when it has none, or the schema does not read (the
     decoder reports that)."""
+    for kind in (_record_fields(schema_path) or {}).get(field, ()):
+        if isinstance(kind, Mapping) and kind.get("logicalType") in _TIMESTAMP_LOGICAL:
+            return str(kind["logicalType"])
+    return None
+
+
+def _record_fields(schema_path: Path) -> dict[str, list[object]] | None:
+    """The record fields of the Avro schema (name: its types, a union's members without
+    ``null``); ``None`` where the schema does not read (the decoder reports that)."""
     try:
         schema = orjson.loads(schema_path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
     fields = schema.get("fields") if isinstance(schema, Mapping) else None
+    found: dict[str, list[object]] = {}
     for fld in fields if isinstance(fields, list) else ():
-        if isinstance(fld, Mapping) and fld.get("name") == field:
+        if isinstance(fld, Mapping) and isinstance(fld.get("name"), str):
             kinds = fld.get("type")
-            for kind in kinds if isinstance(kinds, list) else [kinds]:
-                if isinstance(kind, Mapping) and kind.get("logicalType") in _TIMESTAMP_LOGICAL:
-                    return str(kind["logicalType"])
-    return None
+            members = kinds if isinstance(kinds, list) else [kinds]
+            found[fld["name"]] = [k for k in members if k != "null"]
+    return found
+
+
+def schema_lacks(schema_path: Path | None, name: str) -> str | None:
+    """Why field ``name`` cannot be read from records of the Avro schema (``None``: it
+    can, or there is no schema, or it does not read): a job reading a field the schema
+    lacks would reject every record."""
+    fields = None if schema_path is None else _record_fields(schema_path)
+    if fields is None or name in fields:
+        return None
+    return (
+        f"the Avro schema {schema_path} has no field {name!r} (it has "
+        f"{', '.join(map(repr, fields)) or 'none'}): every record would lack it"
+    )
+
+
+def check_in_schema(info: ValidationInfo, names: Sequence[str]) -> None:
+    """Every field of ``names`` is a field of the input's Avro schema, where it has one."""
+    for name in names:
+        if (problem := schema_lacks(info.data.get("avro_schema"), name)) is not None:
+            raise ValueError(problem)
+
+
+#: The Avro types a timestamp of each unit is read from (a logical type's long too).
+_NUMBERS = {"int", "long", "float", "double"}
+
+
+def _base_type(kind: object) -> object:
+    return kind.get("type") if isinstance(kind, Mapping) else kind
 
 
 class InputModel(FrozenModel):
@@ -300,13 +339,30 @@ class InputModel(FrozenModel):
             _check_record_schema(path)
         return path
 
+    @field_validator("key", "timestamp", "fields", check_fields=False)
+    @classmethod
+    def _in_schema(cls, value: str | tuple[str, ...] | None, info: ValidationInfo) -> object:
+        """The fields the job reads are the Avro schema's."""
+        check_in_schema(info, (value,) if isinstance(value, str) else value or ())
+        return value
+
     @field_validator("timestamp_unit", check_fields=False)
     @classmethod
     def _timestamp_unit(cls, value: str, info: ValidationInfo) -> str:
-        """An Avro timestamp logical type fixes the unit its values are read in."""
+        """An Avro timestamp logical type fixes the unit its values are read in, and the
+        field's type must hold the unit's values (a number, or an ISO-8601 string)."""
         path, field = info.data.get("avro_schema"), info.data.get("timestamp")
         if path is None or field is None:
             return value
+        kinds = {str(_base_type(k)) for k in (_record_fields(path) or {}).get(field, ())}
+        wanted = {"string"} if value == "iso8601" else _NUMBERS
+        if kinds and not kinds & wanted:
+            raise ValueError(
+                f"the Avro schema {path} gives the timestamp field {field!r} the type "
+                f"{' | '.join(sorted(kinds))}, which holds no "
+                f"{'ISO-8601 string' if value == 'iso8601' else 'number'} for timestamp_unit "
+                f"{value}: every record would be rejected as BAD_TIMESTAMP"
+            )
         logical = _timestamp_logical_type(path, field)
         if logical is None or _TIMESTAMP_LOGICAL[logical] == value:
             return value

@@ -15,6 +15,7 @@ from window_operator.config.fields import (
     NonEmptyStr,
     TopicName,
     none_to_empty_mapping,
+    schema_lacks,
 )
 from window_operator.config.sections import JobSections
 from window_operator.config.windows import (
@@ -76,7 +77,9 @@ class InputConfig(InputModel):
         None
     )
     timestamp: NonEmptyStr
-    timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = "ms"
+    timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = Field(
+        default="ms", validate_default=True
+    )
     fields: tuple[NonEmptyStr, ...] | None = None
 
     section: ClassVar[str] = "input"
@@ -148,19 +151,20 @@ class JobConfig(JobSections):
 
     @model_validator(mode="after")
     def _fields_cover_aggregations(self) -> Self:
+        """The fields the aggregations read are in ``input.fields`` where it is given,
+        and in the Avro schema of an Avro input."""
         declared = self.input.fields
-        if declared is None:
-            return self
         problems: list[tuple[Location, str]] = []
         for index, agg in enumerate(self.aggregations):
             for loc, name in _referenced_fields(agg):
-                if name not in declared:
-                    problems.append(
-                        (
-                            ("aggregations", index, *loc),
-                            f"{name!r} is not one of input.fields ({', '.join(declared)})",
-                        )
-                    )
+                where: Location = ("aggregations", index, *loc)
+                if not name:
+                    problems.append((where, "must not be empty: a field name"))
+                elif declared is not None and name not in declared:
+                    listed = ", ".join(declared)
+                    problems.append((where, f"{name!r} is not one of input.fields ({listed})"))
+                elif (lacks := schema_lacks(self.input.avro_schema, name)) is not None:
+                    problems.append((where, lacks))
         if problems:
             raise FieldProblems(problems)
         return self

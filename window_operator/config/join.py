@@ -57,7 +57,9 @@ class JoinInputConfig(InputModel):
     avro_schema: FilePath | None = Field(default=None, validate_default=True)
     avro_wire: Literal["schemaless", "confluent"] = "schemaless"
     timestamp: NonEmptyStr
-    timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = "ms"
+    timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = Field(
+        default="ms", validate_default=True
+    )
     fields: tuple[NonEmptyStr, ...] | None = None
 
     section: ClassVar[str] = "join"

@@ -177,3 +177,72 @@ def test_an_input_avro_schema_must_be_a_record_schema(
     assert problem.message.startswith(f"{tmp_path / 'e.avsc'}: {reason}")
     (tmp_path / "e.avsc").write_bytes(orjson.dumps(_RECORD))
     assert parse_any_config(doc, base_dir=tmp_path) is not None
+
+
+_CLICK = {
+    "type": "record",
+    "name": "Click",
+    "fields": [
+        {"name": "page", "type": "string"},
+        {"name": "ts", "type": ["null", "long"]},
+        {"name": "at", "type": "string"},
+        {"name": "latency_ms", "type": "double"},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "message"),
+    [
+        ({"key": "pagee"}, "key", "no field 'pagee'"),
+        ({"key": ["page", "region"]}, "key", "no field 'region'"),
+        ({"timestamp": "tss"}, "timestamp", "no field 'tss'"),
+        ({"fields": ["page", "ts", "cost"]}, "fields", "no field 'cost'"),
+        ({"timestamp": "at"}, "timestamp_unit", "the type string, which holds no number"),
+        (
+            {"timestamp": "latency_ms", "timestamp_unit": "iso8601"},
+            "timestamp_unit",
+            "the type double, which holds no ISO-8601 string",
+        ),
+    ],
+)
+def test_an_avro_input_reads_only_fields_its_schema_has(
+    tmp_path: Path, change: dict[str, object], where: str, message: str
+) -> None:
+    """A key, timestamp or field the schema lacks (or a timestamp of a type that holds
+    no value of its unit) was accepted, and then every record was rejected."""
+    (tmp_path / "click.avsc").write_bytes(orjson.dumps(_CLICK))
+    doc = minimal()
+    doc["input"] |= {"format": "avro", "avro_schema": "click.avsc", "key": "page"}
+    assert parse_config(doc, base_dir=tmp_path).input.key == "page"  # as it is: valid
+    doc["input"] |= change
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, base_dir=tmp_path)
+    (problem,) = info.value.problems
+    assert problem.path == f"input.{where}"
+    assert message in problem.message, problem.message
+    assert problem.message.startswith(f"the Avro schema {tmp_path / 'click.avsc'} ")
+
+
+def test_the_fields_aggregations_read_are_in_the_avro_schema_and_named(tmp_path: Path) -> None:
+    """An aggregation's field the schema lacks, and ``linreg``'s ``params.x: ''``, were
+    accepted, and every record was then rejected as MISSING_FIELD."""
+    (tmp_path / "click.avsc").write_bytes(orjson.dumps(_CLICK))
+    doc = minimal()
+    doc["input"] |= {"format": "avro", "avro_schema": "click.avsc"}
+    doc["aggregations"] = [
+        {"name": "s", "op": "sum", "field": "latency"},
+        {"name": "fit", "op": "linreg", "field": "latency_ms", "params": {"x": ""}},
+    ]
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, base_dir=tmp_path)
+    assert [(p.path, p.message.split(" (it has")[0]) for p in info.value.problems] == [
+        (
+            "aggregations.0.field",
+            f"the Avro schema {tmp_path / 'click.avsc'} has no field 'latency'",
+        ),
+        ("aggregations.1.params.x", "must not be empty: a field name"),
+    ]
+    doc["aggregations"][0]["field"] = "latency_ms"
+    doc["aggregations"][1]["params"]["x"] = "ts"
+    assert parse_config(doc, base_dir=tmp_path).value_fields() == ("latency_ms", "ts")
