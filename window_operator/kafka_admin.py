@@ -130,6 +130,10 @@ class _LastError:
             self.text, self._summary = str(error.str()), summary
 
 
+#: How confluent-kafka writes the zero topic id: a broker that keeps no ids.
+_ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
 class KafkaAdmin:
     """Topic administration against one cluster, over one confluent-kafka AdminClient.
 
@@ -270,6 +274,33 @@ class KafkaAdmin:
             if time.monotonic() >= deadline:
                 raise TopicNotFoundError(topic, self.bootstrap_servers, hint, kind)
             time.sleep(_POLL_S)
+
+    def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        """Kafka's id of each of ``topics`` (a topic deleted and created again has a new
+        one), as text; a topic is left out where the broker keeps no ids (Kafka before
+        2.8 answers the zero id), or the request fails or is not answered in time."""
+        from confluent_kafka import KafkaException, TopicCollection
+
+        if not topics:
+            return {}
+        try:
+            futures = self._client.describe_topics(
+                TopicCollection(list(topics)), request_timeout=self.request_timeout_s
+            )
+        except (KafkaException, ValueError, TypeError):
+            return {}
+        found: dict[str, str] = {}
+        for name, future in futures.items():
+            try:
+                topic_id = future.result(
+                    timeout=self.request_timeout_s + METADATA_TIMEOUT_S
+                ).topic_id
+            except (KafkaException, TimeoutError, ValueError):
+                continue
+            text = "" if topic_id is None else str(topic_id)
+            if text.strip("A=") and text != _ZERO_UUID:
+                found[name] = text
+        return found
 
     def topic_config(self, topic: str) -> dict[str, str]:
         """The settings of ``topic`` as the broker reports them (its defaults included);

@@ -23,6 +23,7 @@ from window_operator.observe.checkpoint import CheckpointState, TopicPartition, 
 from window_operator.observe.heartbeat import STALE_S, Beat, read_heartbeat
 from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.settings import task_state_dir
+from window_operator.runtime.starts import recreated_topics
 from window_operator.spark.topics import input_topics
 
 __all__ = ["JobStatus", "PartitionStatus", "TaskStatus", "format_status", "job_status"]
@@ -184,6 +185,7 @@ def job_status(
     _check_alive(config, status, read_heartbeat(str(config.spark.checkpoint_dir)))
     _check_unread(config, status)
     _check_truncated(status)
+    _check_recreated(config, status, admin.topic_ids(input_topics(config)))
     return status
 
 
@@ -213,6 +215,17 @@ def _check_truncated(status: JobStatus) -> None:
             f"input behind the job: the checkpoint's positions are past the end of {names} "
             "(the topic was deleted and created again); the job stops with InputGapError "
             "there: see the README's Gaps"
+        )
+
+
+def _check_recreated(config: AnyJobConfig, status: JobStatus, ids: dict[str, str]) -> None:
+    """An input topic whose Kafka id (``ids``) is not the one the job kept: it was
+    deleted and created again, and the job refuses to start over it."""
+    if changed := recreated_topics(Path(str(config.spark.checkpoint_dir)), ids):
+        status.problems.append(
+            f"input topic {', '.join(map(repr, changed))} was deleted and created again "
+            "since the job last ran (its Kafka topic id changed): the job refuses to start "
+            "over it (InputRecreatedError); start it afresh"
         )
 
 

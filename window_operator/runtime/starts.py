@@ -10,6 +10,10 @@ added to an input topic later starts at its earliest offset (as in Spark's Kafka
 
 A job that ran as micro-batches before the file was kept has its first offsets in its
 clock log (the origin): they seed the file.
+
+Beside it the input topics' Kafka ids are kept (:data:`TOPIC_IDS_FILE`): a topic deleted
+and created again has a new id, and the job refuses to start over it, where it would
+read the new topic from its old positions.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from window_operator.errors import StartingOffsetsError
+from window_operator.errors import JobSetupError, StartingOffsetsError
 from window_operator.files import write_atomically
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import InputPosition
@@ -28,7 +32,11 @@ from window_operator.runtime.settings import TaskSettings
 
 __all__ = [
     "START_FILE",
+    "TOPIC_IDS_FILE",
+    "InputRecreatedError",
     "StartingOffsetsError",
+    "check_input_topics",
+    "recreated_topics",
     "first_offsets",
     "input_partitions",
     "offsets_json",
@@ -37,6 +45,43 @@ __all__ = [
 
 #: The file in the checkpoint directory that keeps the resolved starting offsets.
 START_FILE = "window-operator-start.json"
+#: The file in the checkpoint directory that keeps the input topics' Kafka ids.
+TOPIC_IDS_FILE = "window-operator-topic-ids.json"
+
+
+class InputRecreatedError(JobSetupError):
+    """An input topic was deleted and created again since the job last ran: the job's
+    positions (its checkpoint, its stores) are offsets of the old topic's records."""
+
+
+def recreated_topics(checkpoint_dir: Path, ids: Mapping[str, str]) -> list[str]:
+    """The topics of ``ids`` whose Kafka id is not the one the job kept (see
+    :func:`check_input_topics`), sorted."""
+    path = checkpoint_dir / TOPIC_IDS_FILE
+    kept: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    return sorted(t for t, now in ids.items() if kept.get(t, now) != now)
+
+
+def check_input_topics(checkpoint_dir: Path, ids: Mapping[str, str]) -> None:
+    """Compare the input topics' Kafka ids now (``ids``, from
+    :meth:`~window_operator.kafka_admin.KafkaAdmin.topic_ids`) with those the job kept,
+    and keep the new ones. Raises :class:`InputRecreatedError` for a topic whose id
+    changed: its new records from offset 0 up to the old positions would be skipped
+    without a word, and its partitions gone hold the watermark back."""
+    path = checkpoint_dir / TOPIC_IDS_FILE
+    kept: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    if changed := recreated_topics(checkpoint_dir, ids):
+        names = ", ".join(repr(t) for t in changed)
+        raise InputRecreatedError(
+            f"input topic {names} was deleted and created again since the job last ran "
+            f"(its Kafka topic id changed): the job's positions are offsets of the old "
+            f"topic's records, so the new ones below them would be skipped. Start the job "
+            f"afresh (another state.dir and spark.checkpoint_dir, or another job name)"
+        )
+    if {**kept, **ids} != kept:
+        write_atomically(path, json.dumps({**kept, **ids}, sort_keys=True).encode())
+
+
 _EARLIEST, _LATEST = -2, -1
 
 
@@ -58,7 +103,10 @@ def first_offsets(
     origin: Mapping[InputPosition, int] | None = None,
 ) -> dict[InputPosition, int]:
     """The job's first offset of every partition of ``partitions`` (see module doc):
-    kept ones from the start file (or ``origin``), the others resolved now."""
+    kept ones from the start file (or ``origin``), the others resolved now. First the
+    input topics are checked to be those the job's positions are of
+    (:func:`check_input_topics`)."""
+    check_input_topics(checkpoint_dir, admin.topic_ids(sorted({p.topic for p in partitions})))
     path = checkpoint_dir / START_FILE
     kept: dict[str, dict[str, int]] = {}
     if path.exists():

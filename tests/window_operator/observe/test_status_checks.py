@@ -16,11 +16,13 @@ from window_operator.observe.status import (
     JobStatus,
     PartitionStatus,
     _check_alive,
+    _check_recreated,
     _check_topics,
     _check_truncated,
     _check_unread,
     format_status,
 )
+from window_operator.runtime.starts import check_input_topics
 
 
 @pytest.mark.parametrize("discovery", [None, "1m"])
@@ -143,3 +145,22 @@ def test_a_streaming_job_whose_run_ended_or_whose_heartbeat_is_old_is_not_runnin
             "not running: the job failed at 2027-01-15 07:59:00 UTC: the streaming query "
             "stopped: OSError (start it again with `window-operator run` once that is mended)"
         ]
+
+
+def test_an_input_topic_created_again_is_a_problem(tmp_path: Path) -> None:
+    """The job refuses to start over it (``runtime.starts.check_input_topics``)."""
+    config = job_config(tmp_path, "clicks", "ids")
+    check_input_topics(Path(str(config.spark.checkpoint_dir)), {"clicks": "id-1"})
+    checkpoint = CheckpointState(tmp_path, last_planned=3, last_committed=3)
+
+    def problems(ids: dict[str, str]) -> list[str]:
+        status = JobStatus("ids", checkpoint, now_ms=0)
+        _check_recreated(config, status, ids)
+        return status.problems
+
+    assert problems({"clicks": "id-1"}) == problems({}) == []
+    assert problems({"clicks": "id-2"}) == [
+        "input topic 'clicks' was deleted and created again since the job last ran (its "
+        "Kafka topic id changed): the job refuses to start over it (InputRecreatedError); "
+        "start it afresh"
+    ]
