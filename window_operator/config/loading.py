@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -32,9 +33,16 @@ class _LimitError(yaml.MarkedYAMLError):
     """YAML the loader refuses to take although it is well-formed: too deep, too long."""
 
 
+#: The integers a job file writes: decimal (YAML 1.1 also reads ``1:30``, ``010``, ``0x10``).
+_DECIMAL = re.compile(r"[-+]?(?:0|[1-9][0-9_]*)")
+_BOOL = "tag:yaml.org,2002:bool"
+
+
 class _JobYamlLoader(yaml.SafeLoader):
     """The safe loader, except that a key repeated in one mapping is an error, and so are
-    nodes nested more than :data:`_MAX_DEPTH` deep and integers too long to convert."""
+    nodes nested more than :data:`_MAX_DEPTH` deep and integers too long to convert; a
+    key YAML 1.1 reads as a boolean (``on``, ``yes``) is its text, and an integer that is
+    not decimal is its text too (the field it is given refuses it)."""
 
     _depth = 0
 
@@ -48,7 +56,11 @@ class _JobYamlLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | str:  # type: ignore[override]
+        if not _DECIMAL.fullmatch(str(node.value)):
+            # YAML 1.1's other integers (``1:30`` base 60, ``010`` octal, ``0x10``): as
+            # written, for the field to refuse (``size: 1:30`` was 90 ms without a word)
+            return str(node.value)
         try:
             return super().construct_yaml_int(node)
         except ValueError:  # more digits than int() converts
@@ -66,6 +78,10 @@ class _JobYamlLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
+            if key_node.tag == _BOOL and isinstance(key_node, yaml.ScalarNode):
+                # a key is a name: ``on:`` is "on" (YAML 1.1 reads the boolean true, so
+                # ``yes:`` and ``true:`` were taken for a join's ``on`` too)
+                key_node.tag = "tag:yaml.org,2002:str"
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, Hashable):
                 continue  # the base class reports unhashable keys

@@ -102,6 +102,45 @@ def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
     )
 
 
+_JOB = """\
+job: j
+input: {{topic: clicks, key: page, timestamp: ts}}
+window: {{type: tumbling, size: {size}}}
+aggregations: [{{name: n, op: count}}]
+"""
+
+
+@pytest.mark.parametrize("size", ["1:30", "0x10", "0o10", "0b10"])
+def test_a_yaml_1_1_integer_that_is_not_decimal_is_refused(tmp_path: Path, size: str) -> None:
+    """YAML 1.1 reads ``1:30`` as 90 (base 60), ``010`` as 8, ``0x10`` as 16: a window of
+    90 ms where 1 min 30 s was meant, without a word. (``010`` is now the text "010",
+    which a duration reads as 10 ms, as the string "010" was.)"""
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, _JOB.format(size=size)))
+    (problem,) = info.value.problems
+    assert problem.path == "window.size"
+    assert problem.message.startswith(f"{size!r} is not a duration")
+    for decimal, ms in (("90000", 90_000), ("1_000", 1_000), ("+5", 5), ("010", 10)):
+        assert load_config(write(tmp_path, _JOB.format(size=decimal))).window.size_ms == ms
+
+
+def test_a_key_yaml_1_1_reads_as_a_boolean_is_its_text(tmp_path: Path) -> None:
+    """A join's ``on:`` is the boolean true to YAML 1.1, and was taken as ``on``: so were
+    ``yes:`` and ``true:``, and ``on:`` beside ``'on':`` gave ``join.true: keys should be
+    strings``."""
+    text = (CONFIG_DIR / "orders-shipments.yaml").read_text()
+    assert "\n  on: " in text
+    assert load_any_config(write(tmp_path, text)) is not None
+    for other in ("yes", "true", "On"):
+        with pytest.raises(ConfigError) as info:
+            load_any_config(write(tmp_path, text.replace("\n  on: ", f"\n  {other}: ")))
+        assert [p.path for p in info.value.problems] == [f"join.{other}"]
+        assert info.value.problems[0].message.startswith("unknown key")
+    both = text.replace("\n  on: [id]", "\n  on: [id]\n  'on': [id]")
+    with pytest.raises(ConfigError, match="found duplicate key 'on'"):
+        load_any_config(write(tmp_path, both))
+
+
 def test_yaml_merge_keys_may_be_overridden(tmp_path: Path) -> None:
     path = write(
         tmp_path,
