@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import orjson
 from pydantic import (
@@ -330,6 +330,8 @@ class InputModel(FrozenModel):
 
     #: The config section named in ``avro_schema`` problems.
     section: ClassVar[str]
+    if TYPE_CHECKING:  # declared by each model, in its own key order
+        format: Literal["json", "avro"]
 
     @field_validator("avro_schema", check_fields=False)
     @classmethod

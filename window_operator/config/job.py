@@ -191,17 +191,24 @@ class JobConfig(JobSections):
         move and guard the job's watermark.)"""
         shape = self._held_by_arrival()
         if shape is None:
-            return []
+            return super().ignored_settings()
         given = [
             ("watermark", "allowed_lateness", self.watermark.model_fields_set),
             ("emit", "late", self.emit.model_fields_set),
             ("retention", "time", self.retention.model_fields_set),
         ]
         return [
-            f"{section}.{name} does not apply to {shape}"
-            for section, name, fields_set in given
-            if name in fields_set
+            *super().ignored_settings(),
+            *(
+                f"{section}.{name} does not apply to {shape}"
+                for section, name, fields_set in given
+                if name in fields_set
+            ),
         ]
+
+    def input_models(self) -> list[tuple[str, InputModel]]:
+        """``input``."""
+        return [("input", self.input)]
 
     def _held_by_arrival(self) -> str | None:
         """The window shape, and what its windows hold, when that is messages in arrival

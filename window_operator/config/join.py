@@ -169,10 +169,17 @@ class JoinJobConfig(JobSections):
     def ignored_settings(self) -> list[str]:
         """The ``emit`` section, given for a join: it emits as soon as results are known."""
         return [
-            f"emit.{name} does not apply to joins (a match is written as soon as both its "
-            "rows are there, a late one as it arrives)"
-            for name in sorted(self.emit.model_fields_set)
+            *super().ignored_settings(),
+            *(
+                f"emit.{name} does not apply to joins (a match is written as soon as both "
+                "its rows are there, a late one as it arrives)"
+                for name in sorted(self.emit.model_fields_set)
+            ),
         ]
+
+    def input_models(self) -> list[tuple[str, InputModel]]:
+        """The two sides."""
+        return [("join.left", self.join.left), ("join.right", self.join.right)]
 
     @model_validator(mode="after")
     def _no_retention_size(self) -> Self:

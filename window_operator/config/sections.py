@@ -28,6 +28,7 @@ from window_operator.config.fields import (
     OFF,
     FilePath,
     FrozenModel,
+    InputModel,
     JobName,
     NonEmptyStr,
     OptionalPositiveDuration,
@@ -406,7 +407,25 @@ class JobSections(FrozenModel):
 
     def ignored_settings(self) -> list[str]:
         """The settings the file gives that do not apply to this job, each with why: a
-        warning, not an error (a file written for another window shape still runs)."""
+        warning, not an error (a file written for another window shape still runs).
+        Here those of every job: long-running settings of a micro-batch job, and an
+        ``avro_wire`` of a JSON input; each root adds its own."""
+        out = []
+        if not self.spark.long_running:
+            out += [
+                f"spark.{name} applies to spark.mode long_running only (this job runs "
+                "micro-batches)"
+                for name in ("workers", "partition_discovery")
+                if name in self.spark.model_fields_set
+            ]
+        for where, section in self.input_models():
+            if section.format != "avro" and "avro_wire" in section.model_fields_set:
+                out.append(f"{where}.avro_wire applies to format avro only (this input is json)")
+        return out
+
+    def input_models(self) -> list[tuple[str, InputModel]]:
+        """The job's input sections, each with its place in the file (each root lists
+        its own)."""
         return []
 
     @model_validator(mode="after")

@@ -16,6 +16,7 @@ from window_operator.config import (
     JobConfig,
     TumblingWindow,
     load_config,
+    parse_any_config,
     parse_config,
 )
 from window_operator.job import build_runtime
@@ -230,3 +231,27 @@ def test_time_settings_given_for_tuple_sessions_are_named_as_ignored() -> None:
     )
     time_sessions = {**given, "window": {"type": "session", "gap": "10s"}}
     assert parse_config({**minimal(), **time_sessions}, base_dir=ROOT).ignored_settings() == []
+
+
+def test_long_running_settings_and_a_json_inputs_avro_wire_are_named_as_ignored() -> None:
+    """``spark.workers`` and ``spark.partition_discovery`` of a micro-batch job, and
+    ``avro_wire`` of a JSON input, changed nothing without a word (a join's sides too)."""
+    given = {
+        "spark": {"workers": 2, "partition_discovery": "10s"},
+        "input": {"timestamp": "ts", "avro_wire": "confluent"},
+    }
+    ignored = parse_config({**minimal(), **given}, base_dir=ROOT).ignored_settings()
+    assert [line.split(" ", 1)[0] for line in ignored] == [
+        "spark.workers",
+        "spark.partition_discovery",
+        "input.avro_wire",
+    ]
+    long_running = {**given, "spark": {**given["spark"], "mode": "long_running"}}
+    ignored = parse_config({**minimal(), **long_running}, base_dir=ROOT).ignored_settings()
+    assert ignored == ["input.avro_wire applies to format avro only (this input is json)"]
+    sides = {"left": {"name": "a", "timestamp": "t", "avro_wire": "confluent"}}
+    sides["right"] = {"name": "b", "timestamp": "t"}
+    join = {"job": "oj", "join": {**sides, "on": ["id"], "range": "1m"}}
+    assert [
+        line.split(" ", 1)[0] for line in parse_any_config(join, base_dir=ROOT).ignored_settings()
+    ] == ["join.left.avro_wire"]
