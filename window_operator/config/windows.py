@@ -11,7 +11,6 @@ from window_operator.config.errors import FieldProblems
 from window_operator.config.fields import (
     MAX_CONFIG_INT,
     FrozenModel,
-    OptionalPositiveDuration,
     StrictPositiveInt,
 )
 from window_operator.durations import PositiveDuration, format_duration_ms
@@ -120,7 +119,7 @@ class SessionWindow(FrozenModel):
     """
 
     type: Literal["session"] = "session"
-    gap: OptionalPositiveDuration = None
+    gap: PositiveDuration | None = None  # (not "off": a gap is never turned off)
     max_idle_messages: StrictPositiveInt | None = None
 
     @model_validator(mode="after")
