@@ -263,7 +263,7 @@ def _split_line(
         found = {f: record.pop(f) for f in meta if f in record}
     part = found.get("partition", home)
     off = found.get("offset", last.get(part, -1) + 1 if _is_int(part) else 0)
-    bad = bad_position(part, off, MAX_LINE_PARTITION, MAX_LINE_OFFSET)
+    bad = bad_position(part, off, MAX_LINE_PARTITION, MAX_LINE_OFFSET, named="offset" in found)
     if bad is not None:
         return bad.error(raw)
     assert _is_int(part) and _is_int(off)  # checked by bad_position
@@ -289,14 +289,21 @@ class BadPosition:
 
 
 def bad_position(
-    part: object, off: object, max_partition: int, max_offset: int
+    part: object, off: object, max_partition: int, max_offset: int, *, named: bool = True
 ) -> BadPosition | None:
-    """Whether ``part`` and ``off`` are out of the ranges a line may take (``None``: not)."""
+    """Whether ``part`` and ``off`` are out of the ranges a line may take (``None``: not);
+    ``named``: the line names ``off`` (else it is the one after the partition's last)."""
     if not _is_int(part) or not 0 <= part <= max_partition:
         return BadPosition(
             f"the line's partition must be an integer from 0 to {max_partition}, got "
             f"{part!r}{_META_HINT}",
             None,
+        )
+    if not named and _is_int(off) and off > max_offset:  # one after the last
+        return BadPosition(
+            f"the line names no offset, and partition {part} has none left after "
+            f"{max_offset} (the largest a line may take)",
+            part,
         )
     if not _is_int(off) or not 0 <= off <= max_offset:
         return BadPosition(

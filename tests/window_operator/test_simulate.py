@@ -314,6 +314,11 @@ def test_a_partition_offset_or_arrival_beyond_kafkas_ranges_is_no_crash(tmp_path
         _, errors, summary = run(lines, tmp_path, batch_size)
         assert [(e["code"], e["offset"]) for e in errors] == [("WRONG_TYPE", None)] * 4, errors
         assert "offset must be an integer from 0 to 9223372036854775806" in errors[1]["reason"]
+        # the line after the largest names no offset: its reason does not say it named one
+        assert errors[3]["reason"] == (
+            "the line names no offset, and partition 0 has none left after "
+            "9223372036854775806 (the largest a line may take)"
+        )
         assert summary.applied == 2  # an arrival no clock can show: the event time stands in
 
 
