@@ -115,9 +115,12 @@ def _print_summary(
         where = f" (see {errors})" if errors else " (use --errors FILE for details)"
         print(f"simulate: error records by code: {detail}{where}", file=sys.stderr)
     if summary.rejected and not summary.applied:
+        codes = set(summary.errors) - {"RESULT_ERROR"}
         check = (
             "is the input a JSON Lines file (a JSON object per line, UTF-8, not compressed)?"
-            if set(summary.errors) == {"BAD_JSON"}
+            if codes == {"BAD_JSON"}
+            else "a user-defined operation raised on each (see the tracebacks)"
+            if codes == {"INTERNAL_ERROR"}
             else "check the field names the config reads (key, timestamp, values) against "
             "the input's"
         )

@@ -19,10 +19,12 @@ its source position, and processes the rest:
 Both searches are deterministic, so a replay of the batch gives the same verdicts and
 state. Failures that are not about a record propagate: ``MemoryError``, ``OSError``, a
 store failure, a :class:`~window_operator.errors.JobSetupError` (e.g. an offsets window
-given a second partition). A batch of several rows in which every row fails on its own
-is no exception: each row is rejected, with a warning. Failing the task there made a
-batch of two bad records, and no good one, fail at every retry and every restart (a
-verdict depends on the record alone, never on the rest of its batch).
+given a second partition), and a batch of more than :data:`ALL_FAILED_ROWS` rows in
+which every row fails on its own: the operation fails whatever it is given (a bug), and
+the job stops rather than send all its input to the error topic (Kafka Streams and
+Flink fail alike). A smaller batch whose rows all fail has each rejected, with a
+warning: failing the task there made a batch of two bad records, and no good one, fail
+at every retry and every restart.
 """
 
 from __future__ import annotations
@@ -42,9 +44,20 @@ from window_operator.events import DecodeResult, EventBatch
 from window_operator.kernel import StepStats, WindowOperator
 from window_operator.results import ErrorCode, ErrorRecord
 
-__all__ = ["FATAL_ERRORS", "Applied", "add_guarded", "decode_guarded", "internal_error"]
+__all__ = [
+    "ALL_FAILED_ROWS",
+    "FATAL_ERRORS",
+    "Applied",
+    "add_guarded",
+    "decode_guarded",
+    "internal_error",
+]
 
 _log = logging.getLogger(__name__)
+
+#: The most rows of a batch that may all fail on their own and be rejected: beyond,
+#: the operation is taken to fail whatever it is given, and the task fails.
+ALL_FAILED_ROWS = 16
 
 #: Exceptions never blamed on a record: the task fails and Spark retries it.
 FATAL_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, StoreError, JobSetupError)
@@ -144,15 +157,18 @@ def add_guarded(
         return Applied(operator, operator.add_batch(batch))
     except FATAL_ERRORS:
         raise
-    except USER_CODE_ERRORS:  # narrowed down to rows below
-        pass
+    except USER_CODE_ERRORS as exc:  # narrowed down to rows below
+        first = exc
     result = _bisect(open_operator, batch, take, rows)
+    if rows > ALL_FAILED_ROWS and len(result.failed) == rows:
+        raise first  # not about the records: the operation fails whatever it is given
     if rows > 1 and len(result.failed) == rows:
         _log.warning(
-            "every record of a batch of %d made the operator raise (%s): all are rejected "
-            "as INTERNAL_ERROR; does the operation fail whatever it is given?",
+            "every record of a batch of %d made the operator raise (%s): each is rejected "
+            "as INTERNAL_ERROR (a batch of more than %d would fail the task)",
             rows,
             exception_text(result.failed[0][1]),
+            ALL_FAILED_ROWS,
         )
     return result
 

@@ -20,7 +20,7 @@ from window_operator.errors import UserCodeExitError
 from window_operator.events import EventBatch
 from window_operator.results import ErrorCode
 from window_operator.runtime.batch import LocalJob
-from window_operator.runtime.guard import add_guarded, decode_guarded
+from window_operator.runtime.guard import ALL_FAILED_ROWS, add_guarded, decode_guarded
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.settings import TaskSettings, task_state_dir
 from window_operator.spark.topics import prepare_topics
@@ -69,7 +69,7 @@ def test_rows_that_make_the_operator_raise_are_isolated(tmp_path: Path) -> None:
         store.close()
 
 
-def test_a_batch_whose_every_row_fails_rejects_each_row(
+def test_a_small_batch_whose_every_row_fails_rejects_each_row(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two rows that each make the operation raise, and no other, were taken for an
@@ -85,6 +85,24 @@ def test_a_batch_whose_every_row_fails_rejects_each_row(
         assert [row for row, _ in applied.failed] == [0, 1] and applied.applied == 0
         assert all(isinstance(exc, ValueError) for _, exc in applied.failed)
         assert "every record of a batch of 2 made the operator raise (ValueError" in caplog.text
+    finally:
+        store.close()
+
+
+def test_an_operator_that_fails_on_everything_is_not_blamed_on_the_records(
+    tmp_path: Path,
+) -> None:
+    """More than ALL_FAILED_ROWS rows that all fail: the operation fails whatever it is
+    given (a bug), and the task fails rather than send all its input to the errors."""
+    runtime = runtime_for(aggregations=[{"name": "n", "op": "count"}, FAILING_SUM])
+    store = TaskStore(task_state_dir(tmp_path, "test", 0))
+    n = ALL_FAILED_ROWS + 1
+    batch = EventBatch.from_columns(["a"] * n, [BASE] * n, numeric={"v": [13.0] * n})
+    try:
+        with pytest.raises(ValueError, match="13"):
+            add_guarded(
+                lambda: runtime.operator(store), runtime.operator(store), batch, EventBatch.take, n
+            )
     finally:
         store.close()
 
