@@ -311,12 +311,37 @@ def check_in_schema(info: ValidationInfo, names: Sequence[str]) -> None:
             raise ValueError(problem)
 
 
-#: The Avro types a timestamp of each unit is read from (a logical type's long too).
 _NUMBERS = {"int", "long", "float", "double"}
+#: Logical types the decoder turns into numbers, and into strings (ISO-8601 text).
+_NUMBER_LOGICAL = {"decimal", *_TIMESTAMP_LOGICAL}
+_STRING_LOGICAL = {"date", "time-millis", "time-micros", "uuid"}
 
 
-def _base_type(kind: object) -> object:
-    return kind.get("type") if isinstance(kind, Mapping) else kind
+def _value_kind(kind: object) -> str | None:
+    """What the decoder makes of an Avro type: ``"number"``, ``"string"``, ``"other"``
+    (a record, array, map, boolean...), or ``None`` where it cannot tell here (a named
+    type defined elsewhere in the schema)."""
+    if isinstance(kind, Mapping):
+        logical = kind.get("logicalType")
+        if logical in _NUMBER_LOGICAL:
+            return "number"
+        if logical in _STRING_LOGICAL:
+            return "string"
+        kind = kind.get("type")
+    if kind in _NUMBERS:
+        return "number"
+    if kind == "string":
+        return "string"
+    primitive_or_complex = {"boolean", "bytes", "null", "record", "array", "map", "enum", "fixed"}
+    return "other" if kind in primitive_or_complex else None
+
+
+def _type_text(kind: object) -> str:
+    """An Avro type as a message names it: ``long``, ``int (date)``, ``record``."""
+    if not isinstance(kind, Mapping):
+        return str(kind)
+    logical = kind.get("logicalType")
+    return f"{kind.get('type')} ({logical})" if logical else str(kind.get("type"))
 
 
 class InputModel(FrozenModel):
@@ -344,7 +369,10 @@ class InputModel(FrozenModel):
     @field_validator("key", "timestamp", "fields", check_fields=False)
     @classmethod
     def _in_schema(cls, value: str | tuple[str, ...] | None, info: ValidationInfo) -> object:
-        """The fields the job reads are the Avro schema's."""
+        """The fields the job reads are the Avro schema's (a join's ``fields`` are
+        carried as null where a record lacks them: not checked)."""
+        if info.field_name == "fields" and cls.section.startswith("join"):
+            return value
         check_in_schema(info, (value,) if isinstance(value, str) else value or ())
         return value
 
@@ -356,14 +384,16 @@ class InputModel(FrozenModel):
         path, field = info.data.get("avro_schema"), info.data.get("timestamp")
         if path is None or field is None:
             return value
-        kinds = {str(_base_type(k)) for k in (_record_fields(path) or {}).get(field, ())}
-        wanted = {"string"} if value == "iso8601" else _NUMBERS
-        if kinds and not kinds & wanted:
+        members = (_record_fields(path) or {}).get(field, [])
+        kinds = {_value_kind(k) for k in members}
+        wanted = "string" if value == "iso8601" else "number"
+        if members and kinds <= {"number", "string", "other"} and wanted not in kinds:
             raise ValueError(
-                f"the Avro schema {path} gives the timestamp field {field!r} the type "
-                f"{' | '.join(sorted(kinds))}, which holds no "
-                f"{'ISO-8601 string' if value == 'iso8601' else 'number'} for timestamp_unit "
-                f"{value}: every record would be rejected as BAD_TIMESTAMP"
+                f"the Avro schema {path} gives the timestamp field {field!r} no type that "
+                f"is read as {'an ISO-8601 string' if wanted == 'string' else 'a number'}, "
+                f"as timestamp_unit {value} reads it (it has "
+                f"{' | '.join(sorted(_type_text(k) for k in members))}): every record would be "
+                "rejected as BAD_TIMESTAMP"
             )
         logical = _timestamp_logical_type(path, field)
         if logical is None or _TIMESTAMP_LOGICAL[logical] == value:

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from window_operator.config.errors import FieldProblems
 from window_operator.config.fields import (
     MAX_CONFIG_INT,
+    OFF,
     FrozenModel,
     StrictPositiveInt,
+    positive_duration_ms,
 )
 from window_operator.durations import PositiveDuration, format_duration_ms
 
@@ -109,6 +111,18 @@ class HoppingWindow(FrozenModel):
         return self
 
 
+def _session_gap(value: object) -> object:
+    """``window.gap``: a positive duration; left out, null or off (YAML 1.1's false) for
+    tuple sessions, which set ``max_idle_messages`` instead."""
+    if value is None or value is False or value == OFF:
+        return None
+    return positive_duration_ms(
+        value,
+        otherwise="or leave gap out for tuple sessions (max_idle_messages)",
+        zero_hint="a session's gap must be longer than 0",
+    )
+
+
 class SessionWindow(FrozenModel):
     """``window: {type: session, gap}`` or ``{type: session, max_idle_messages}``.
 
@@ -119,7 +133,7 @@ class SessionWindow(FrozenModel):
     """
 
     type: Literal["session"] = "session"
-    gap: PositiveDuration | None = None  # (not "off": a gap is never turned off)
+    gap: Annotated[int | None, BeforeValidator(_session_gap)] = None
     max_idle_messages: StrictPositiveInt | None = None
 
     @model_validator(mode="after")

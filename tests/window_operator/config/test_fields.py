@@ -187,6 +187,10 @@ _CLICK = {
         {"name": "ts", "type": ["null", "long"]},
         {"name": "at", "type": "string"},
         {"name": "latency_ms", "type": "double"},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "secs", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12}},
+        {"name": "named", "type": {"type": "fixed", "name": "Dec", "size": 8}},
+        {"name": "again", "type": ["null", "Dec"]},
     ],
 }
 
@@ -198,11 +202,17 @@ _CLICK = {
         ({"key": ["page", "region"]}, "key", "no field 'region'"),
         ({"timestamp": "tss"}, "timestamp", "no field 'tss'"),
         ({"fields": ["page", "ts", "cost"]}, "fields", "no field 'cost'"),
-        ({"timestamp": "at"}, "timestamp_unit", "the type string, which holds no number"),
+        ({"timestamp": "at"}, "timestamp_unit", "no type that is read as a number"),
+        (
+            {"timestamp": "day"},
+            "timestamp_unit",
+            "as timestamp_unit ms reads it (it has int (date))",
+        ),
         (
             {"timestamp": "latency_ms", "timestamp_unit": "iso8601"},
             "timestamp_unit",
-            "the type double, which holds no ISO-8601 string",
+            "no type that is read as an ISO-8601 string, as timestamp_unit iso8601 reads it (it "
+            "has double)",
         ),
     ],
 )
@@ -222,6 +232,34 @@ def test_an_avro_input_reads_only_fields_its_schema_has(
     assert problem.path == f"input.{where}"
     assert message in problem.message, problem.message
     assert problem.message.startswith(f"the Avro schema {tmp_path / 'click.avsc'} ")
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "unit"), [("secs", "s"), ("again", "ms"), ("ts", "ms"), ("at", "iso8601")]
+)
+def test_an_avro_timestamp_the_decoder_reads_as_its_unit_is_taken(
+    tmp_path: Path, timestamp: str, unit: str
+) -> None:
+    """A decimal is read as a double, and a named type (defined elsewhere in the schema)
+    is not judged: the review found the first check refused both."""
+    (tmp_path / "click.avsc").write_bytes(orjson.dumps(_CLICK))
+    doc = minimal()
+    doc["input"] |= {"format": "avro", "avro_schema": "click.avsc", "timestamp": timestamp}
+    doc["input"]["timestamp_unit"] = unit
+    assert parse_config(doc, base_dir=tmp_path).input.timestamp == timestamp
+
+
+def test_a_join_sides_fields_are_not_checked_against_its_schema(tmp_path: Path) -> None:
+    """A join carries a field a record lacks as null: the record is not rejected."""
+    (tmp_path / "click.avsc").write_bytes(orjson.dumps(_CLICK))
+    avro = {"format": "avro", "avro_schema": "click.avsc", "timestamp": "ts"}
+    sides = {"left": {"name": "a", **avro, "fields": ["page", "gone"]}}
+    sides["right"] = {"name": "b", "timestamp": "t"}
+    doc = {"job": "j", "join": {**sides, "on": ["page"], "range": "1m"}}
+    assert parse_any_config(doc, base_dir=tmp_path) is not None
+    sides["left"]["timestamp"] = "tss"  # what it reads of each record is checked
+    with pytest.raises(ConfigError, match="has no field 'tss'"):
+        parse_any_config(doc, base_dir=tmp_path)
 
 
 def test_the_fields_aggregations_read_are_in_the_avro_schema_and_named(tmp_path: Path) -> None:

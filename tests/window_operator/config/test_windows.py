@@ -71,8 +71,9 @@ MAX = 2**53  # the largest count, size or duration (ms) of a job
         (
             {"type": "session", "gap": "10000000000000000000d"},
             "window.gap",
-            # (no "or null/off to disable": a session's gap is never turned off)
-            f"'10000000000000000000d' is too long a duration (at most {MAX}ms)",
+            # (not "or null/off to disable": tuple sessions leave the gap out)
+            f"'10000000000000000000d' is too long a duration (at most {MAX}ms); or leave gap"
+            " out for tuple sessions (max_idle_messages)",
         ),
     ],
 )
