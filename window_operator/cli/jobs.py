@@ -198,12 +198,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from window_operator.spark.session import build_session
 
     config = load_checked_config(args.config)
-    warn_ignored(config, args.config)
     starting = _starting_offsets(args.starting_offsets)
     if args.mode is not None:
         config = config.model_copy(
             update={"spark": config.spark.model_copy(update={"mode": args.mode})}
         )
+    warn_ignored(config, args.config)  # as the job runs: --mode decides what applies
     conf = {**config.spark.conf, **_spark_conf(args.conf)}
     metrics = config.metrics
     metrics_port = args.metrics_port if args.metrics_port is not None else metrics.port

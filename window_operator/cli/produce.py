@@ -58,6 +58,8 @@ from window_operator.kafka_range import (
 from window_operator.simulate_input import META_FIELDS
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from confluent_kafka import Producer
 
     from window_operator.cli.common import Subparsers
@@ -112,10 +114,10 @@ class Produced:
             self.records[msg.topic()] -= 1
             self.failed.setdefault(err.str(), []).append(line)
 
-    def summary(self) -> str:
-        """The closing line."""
+    def summary(self, verb: str = "produced") -> str:
+        """The closing line (``verb``: what was done with the records counted)."""
         topics = ", ".join(f"{n} to {t}" for t, n in sorted(self.records.items())) or "none"
-        out = f"produced {sum(self.records.values())} records ({topics})"
+        out = f"{verb} {sum(self.records.values())} records ({topics})"
         if self.unfit:
             out += f"; {self.unfit} lines did not fit the Avro schema: produced as they are"
         if self.not_json:
@@ -280,7 +282,10 @@ def _send(producer: Producer, routed: Routed, produced: Produced, line: int) -> 
 def _holds_records(admin: KafkaAdmin, consumer: dict[str, Any], topics: dict[str, int]) -> bool:
     """Whether any partition of ``topics`` (name: partitions) holds a committed record
     (read ``read_committed`` from its start: an aborted load's records do not count)."""
-    ends = admin.list_offsets([(t, p) for t, n in topics.items() for p in range(n)], earliest=False)
+    every = [(t, p) for t, n in topics.items() for p in range(n)]
+    if any(start > 0 for start in admin.list_offsets(every, earliest=True).values()):
+        return True  # records were there, deleted since (retention): loaded before
+    ends = admin.list_offsets(every, earliest=False)
     for (topic, partition), end in sorted(ends.items()):
         if end > 0:
             settings = range_consumer_config({**consumer, "isolation.level": "read_committed"})
@@ -341,8 +346,30 @@ def _producer(config: JobConfig | JoinJobConfig, bootstrap: str, once: bool) -> 
     settings: dict[str, Any] = {"linger.ms": 20, **config.kafka.producer}
     if once:
         settings.setdefault("transaction.timeout.ms", 900_000)  # a large file: 15 min
-        settings["transactional.id"] = f"window-operator-produce-{config.job}"
+        settings["transactional.id"] = f"{config.job}-produce"  # as the job's: "<job>-..."
     return Producer({**settings, "bootstrap.servers": bootstrap})
+
+
+def _load(
+    path: Path,
+    inputs: dict[str | None, Target],
+    producer: Producer,
+    produced: Produced,
+    meta: Sequence[str],
+) -> None:
+    """Send every line of the file at ``path`` where it goes, and wait for the broker's
+    acknowledgements (counted in ``produced``)."""
+    bar = file_progress(path, "produce")
+    with open(path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
+        for number, line in enumerate(lines, 1):
+            if bar is not None:
+                bar.update(len(line))
+            text = line.strip(JSON_WHITESPACE)  # the form feed goes on: the job rejects it
+            routed = route(text, inputs, produced, meta) if text else None
+            if routed is not None:
+                _send(producer, routed, produced, number)
+    if producer.flush(60):
+        raise CliError("some records were not acknowledged by the broker", EXIT_FAILED)
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
@@ -367,20 +394,15 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     if args.once and not _load_once(producer, admin, consumer, partitions):
         return 0
     produced = Produced()
-    meta = () if args.no_meta else META_FIELDS
-    bar = file_progress(input_path, "produce")
-    with open(input_path, "rb") as lines, bar if bar is not None else contextlib.nullcontext():
-        for number, line in enumerate(lines, 1):
-            if bar is not None:
-                bar.update(len(line))
-            text = line.strip(JSON_WHITESPACE)  # the form feed goes on: the job rejects it
-            routed = route(text, inputs, produced, meta) if text else None
-            if routed is not None:
-                _send(producer, routed, produced, number)
-    if producer.flush(60):
-        raise CliError("some records were not acknowledged by the broker", EXIT_FAILED)
+    try:
+        _load(input_path, inputs, producer, produced, () if args.no_meta else META_FIELDS)
+    except BaseException:  # Ctrl-C too: the records stay unread, the next --once loads all
+        if args.once:
+            with contextlib.suppress(Exception):
+                producer.abort_transaction(10)
+        raise
     if args.once and not _finish_once(producer, produced):
-        summary = produced.summary().replace("produced", "written", 1)
+        summary = produced.summary(verb="written")
         print(f"produce --once: nothing loaded (all or nothing): {summary}", file=sys.stderr)
         return EXIT_FAILED
     print(produced.summary(), file=sys.stderr)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from jobkit import read_topic
 
 from window_operator.cli.produce import Produced, Routed, Target, kafka_key, route, targets
@@ -247,12 +248,12 @@ def test_once_loads_the_whole_file_after_a_loader_that_died_mid_load(
     """A loader killed mid-load (``docker compose down`` during the first start) left a
     half-loaded topic, and every later ``--once`` loaded nothing. The load is now one
     transaction, whose records stay unread when it ends without a commit: Kafka aborts
-    it at its timeout (``aborted``), or the next loader fences it (``open``). That
-    loader then loads the file whole."""
+    it at its timeout (``aborted``: here aborted at once, as the timeout would), or the
+    next loader fences it (``open``). That loader then loads the file whole."""
     if ended == "open" and local_broker:
         pytest.xfail("noida-db 0.2.2 defect: a transactional id initialised again does not abort")
     KafkaAdmin(loader.bootstrap).create_topic(loader.topic, 2)
-    txn_id = f"window-operator-produce-{loader.topic}"
+    txn_id = f"{loader.topic}-produce"  # the job is named as its topic
     dead = Producer({"bootstrap.servers": loader.bootstrap, "transactional.id": txn_id})
     dead.init_transactions(30)
     dead.begin_transaction()
@@ -266,6 +267,26 @@ def test_once_loads_the_whole_file_after_a_loader_that_died_mid_load(
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stderr.strip().splitlines()[-1] == f"produced 2 records (2 to {loader.topic})"
     assert loader.loaded() == [LINE_A, LINE_B]
+
+
+def test_once_loads_nothing_where_the_records_were_deleted_since(loader: OnceLoader) -> None:
+    """A topic whose records retention deleted held the samples once: loaded again,
+    they would reach a running job a second time (the review found it)."""
+    first = loader.run()
+    assert first.returncode == 0, first.stderr
+    count = KafkaAdmin(loader.bootstrap).partition_count(loader.topic) or 0
+    ends = KafkaAdmin(loader.bootstrap).list_offsets(
+        [(loader.topic, p) for p in range(count)], earliest=False
+    )
+    admin = AdminClient({"bootstrap.servers": loader.bootstrap})
+    deleted = [TopicPartition(t, p, end) for (t, p), end in ends.items() if end > 0]
+    for future in admin.delete_records(deleted).values():
+        future.result(30)
+    assert loader.loaded() == []  # nothing left to read
+    again = loader.run()
+    assert again.returncode == 0, again.stderr
+    assert "held records already: nothing loaded (--once)" in again.stderr
+    assert loader.loaded() == []
 
 
 def test_once_loads_nothing_where_a_line_was_not_written(loader: OnceLoader) -> None:
