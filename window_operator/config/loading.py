@@ -33,16 +33,16 @@ class _LimitError(yaml.MarkedYAMLError):
     """YAML the loader refuses to take although it is well-formed: too deep, too long."""
 
 
-#: The integers a job file writes: decimal (YAML 1.1 also reads ``1:30``, ``010``, ``0x10``).
+#: The integers a job file may write: decimal (YAML 1.1 also reads ``1:30``, ``010``, ``0x10``).
 _DECIMAL = re.compile(r"[-+]?(?:0|[1-9][0-9_]*)")
 _BOOL = "tag:yaml.org,2002:bool"
 
 
 class _JobYamlLoader(yaml.SafeLoader):
     """The safe loader, except that a key repeated in one mapping is an error, and so are
-    nodes nested more than :data:`_MAX_DEPTH` deep and integers too long to convert; a
-    key YAML 1.1 reads as a boolean (``on``, ``yes``) is its text, and an integer that is
-    not decimal is its text too (the field it is given refuses it)."""
+    nodes nested more than :data:`_MAX_DEPTH` deep, integers too long to convert and
+    numbers in another base than ten; a key YAML 1.1 reads as a boolean (``on``,
+    ``yes``) is its text."""
 
     _depth = 0
 
@@ -56,11 +56,9 @@ class _JobYamlLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | str:  # type: ignore[override]
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         if not _DECIMAL.fullmatch(str(node.value)):
-            # YAML 1.1's other integers (``1:30`` base 60, ``010`` octal, ``0x10``): as
-            # written, for the field to refuse (``size: 1:30`` was 90 ms without a word)
-            return str(node.value)
+            _not_decimal(node)  # ``size: 1:30`` was 90 ms without a word
         try:
             return super().construct_yaml_int(node)
         except ValueError:  # more digits than int() converts
@@ -72,6 +70,11 @@ class _JobYamlLoader(yaml.SafeLoader):
                 f"(at most {sys.get_int_max_str_digits()})",
                 node.start_mark,
             ) from None
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        if ":" in str(node.value):
+            _not_decimal(node)  # base 60: ``1:30.5`` is 90.5
+        return super().construct_yaml_float(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         seen: dict[Hashable, yaml.Node] = {}
@@ -97,6 +100,19 @@ class _JobYamlLoader(yaml.SafeLoader):
 
 
 _JobYamlLoader.add_constructor("tag:yaml.org,2002:int", _JobYamlLoader.construct_yaml_int)
+_JobYamlLoader.add_constructor("tag:yaml.org,2002:float", _JobYamlLoader.construct_yaml_float)
+
+
+def _not_decimal(node: yaml.ScalarNode) -> None:
+    """Refuse a number YAML 1.1 reads in another base than ten (base 60 ``1:30``, octal
+    ``010``, hex ``0x10``, binary ``0b10``): what was meant is anyone's guess."""
+    raise _LimitError(
+        None,
+        None,
+        f"{node.value} is a YAML 1.1 number in another base than ten (1:30 is 90, 010 is "
+        "8): write it in decimal digits, with a unit for a duration (1m30s), or quote it",
+        node.start_mark,
+    )
 
 
 @dataclass(frozen=True, slots=True)
