@@ -224,7 +224,7 @@ def _check_recreated(config: AnyJobConfig, status: JobStatus, ids: dict[str, str
     if changed := recreated_topics(Path(str(config.spark.checkpoint_dir)), ids):
         status.problems.append(
             f"input topic {', '.join(map(repr, changed))} was deleted and created again "
-            "since the job last ran (its Kafka topic id changed): the job refuses to start "
+            "(its Kafka topic id is not the one the job kept): the job refuses to start "
             "over it (InputRecreatedError); start it afresh"
         )
 

@@ -54,11 +54,20 @@ class InputRecreatedError(JobSetupError):
     positions (its checkpoint, its stores) are offsets of the old topic's records."""
 
 
+def _kept_ids(path: Path) -> dict[str, str]:
+    """The topic ids kept in ``path`` (none: no file, or one that does not read, which
+    the next start writes again)."""
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(t): str(i) for t, i in kept.items()} if isinstance(kept, dict) else {}
+
+
 def recreated_topics(checkpoint_dir: Path, ids: Mapping[str, str]) -> list[str]:
     """The topics of ``ids`` whose Kafka id is not the one the job kept (see
     :func:`check_input_topics`), sorted."""
-    path = checkpoint_dir / TOPIC_IDS_FILE
-    kept: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    kept = _kept_ids(checkpoint_dir / TOPIC_IDS_FILE)
     return sorted(t for t, now in ids.items() if kept.get(t, now) != now)
 
 
@@ -69,14 +78,16 @@ def check_input_topics(checkpoint_dir: Path, ids: Mapping[str, str]) -> None:
     changed: its new records from offset 0 up to the old positions would be skipped
     without a word, and its partitions gone hold the watermark back."""
     path = checkpoint_dir / TOPIC_IDS_FILE
-    kept: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    kept = _kept_ids(path)
     if changed := recreated_topics(checkpoint_dir, ids):
         names = ", ".join(repr(t) for t in changed)
         raise InputRecreatedError(
             f"input topic {names} was deleted and created again since the job last ran "
             f"(its Kafka topic id changed): the job's positions are offsets of the old "
             f"topic's records, so the new ones below them would be skipped. Start the job "
-            f"afresh (another state.dir and spark.checkpoint_dir, or another job name)"
+            f"afresh (another state.dir and spark.checkpoint_dir, or another job name); "
+            f"if the new topic holds the old one's records at the same offsets (a cluster "
+            f"migrated with its offsets), delete {path} to take it as it is"
         )
     if {**kept, **ids} != kept:
         write_atomically(path, json.dumps({**kept, **ids}, sort_keys=True).encode())

@@ -160,7 +160,7 @@ def test_an_input_topic_created_again_is_a_problem(tmp_path: Path) -> None:
 
     assert problems({"clicks": "id-1"}) == problems({}) == []
     assert problems({"clicks": "id-2"}) == [
-        "input topic 'clicks' was deleted and created again since the job last ran (its "
-        "Kafka topic id changed): the job refuses to start over it (InputRecreatedError); "
-        "start it afresh"
+        "input topic 'clicks' was deleted and created again (its Kafka topic id is not the "
+        "one the job kept): the job refuses to start over it (InputRecreatedError); start "
+        "it afresh"
     ]

@@ -35,3 +35,14 @@ def test_ids_the_broker_does_not_give_are_not_judged(tmp_path: Path) -> None:
     check_input_topics(tmp_path, {"views": "id-2"})  # clicks not answered this time
     with pytest.raises(InputRecreatedError, match="'clicks'"):
         check_input_topics(tmp_path, {"clicks": "id-3", "views": "id-2"})
+
+
+def test_an_ids_file_that_does_not_read_is_written_again(tmp_path: Path) -> None:
+    """(A raw JSONDecodeError stopped the start and ``status``.) The file can be deleted
+    to take a new topic as it is, which the refusal says."""
+    (tmp_path / TOPIC_IDS_FILE).write_text("{not json")
+    check_input_topics(tmp_path, {"clicks": "id-1"})
+    with pytest.raises(InputRecreatedError, match=rf"delete {tmp_path / TOPIC_IDS_FILE} to take"):
+        check_input_topics(tmp_path, {"clicks": "id-2"})
+    (tmp_path / TOPIC_IDS_FILE).unlink()
+    check_input_topics(tmp_path, {"clicks": "id-2"})
