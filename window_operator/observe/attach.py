@@ -22,10 +22,12 @@ from window_operator.observe.heartbeat import Heartbeat
 from window_operator.observe.lag import InputLag
 from window_operator.observe.logs import BatchLog
 from window_operator.observe.metrics import JobMetrics
+from window_operator.observe.redact import RedactingFilter, secret_values
 from window_operator.runtime.plans import plan_for
 from window_operator.spark.failures import root_cause
 
 if TYPE_CHECKING:
+    from window_operator.config import JobConfig, JoinJobConfig
     from window_operator.spark.driver import BatchReport, StreamingJob
     from window_operator.spark.longrun import LongRunningJob
 
@@ -194,9 +196,16 @@ def run_observed(
         release_interrupts(previous)
         mute_cancel_warnings(job.spark)
         job.stop()
-        heartbeat.stop(failure)
+        heartbeat.stop(None if failure is None else _scrubbed(failure, job.config))
         observers.close()
         job.spark.stop()
+
+
+def _scrubbed(text: str, config: JobConfig | JoinJobConfig) -> str:
+    """``text`` without the secrets of the job's Kafka settings (as the log has them):
+    the heartbeat file is read by ``status``, anyone's."""
+    kafka = config.kafka
+    return RedactingFilter(secret_values(kafka.producer, kafka.consumer)).scrub(text)
 
 
 def catch_interrupts(interrupted: threading.Event) -> dict[int, Any]:

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+from jobkit import job_config
+
+from window_operator.observe.attach import _scrubbed
 
 #: A process that installs the handler, then waits as a start-up pass does (the first
 #: signal only sets the flag the job looks at between batches).
@@ -48,3 +53,15 @@ def test_a_second_signal_stops_at_once() -> None:
     assert (done.returncode, done.stdout) == (130, ""), done.stderr
     assert "interrupted again: stopping now" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_failure_kept_for_status_has_no_secret_of_the_kafka_settings(tmp_path: Path) -> None:
+    """The heartbeat file is anyone's to read (``status``): a failure quoting a SASL
+    password is kept without it, as the log has it."""
+    config = job_config(
+        tmp_path, "clicks", "s", kafka={"producer": {"sasl.password": "hunter2-secret"}}
+    )
+    failed = "the streaming query stopped: KafkaError: auth with hunter2-secret refused"
+    assert _scrubbed(failed, config) == (
+        "the streaming query stopped: KafkaError: auth with *** refused"
+    )
