@@ -117,7 +117,9 @@ class JoinConfig(FrozenModel):
     @model_validator(mode="before")
     @classmethod
     def _yaml_on_key(cls, data: object) -> object:
-        # YAML 1.1 reads a bare ``on:`` key as the boolean true: take it as ``on``.
+        # YAML 1.1 reads a bare ``on:`` key as the boolean true: take it as ``on``. (The
+        # job file's loader keeps such keys as their text; this serves a document a
+        # library user loaded with PyYAML.)
         if isinstance(data, Mapping) and True in data and "on" not in data:
             return {("on" if k is True else k): v for k, v in data.items()}
         return data

@@ -259,9 +259,11 @@ class StreamingJob(SparkJob):
         if self._stopping.is_set():
             self.refused_batch = batch_id
             raise BatchRefusedError(f"micro-batch {batch_id} not started: the job is stopping")
+        started = time.perf_counter()
         self._check_inputs()
+        waiting = time.perf_counter()
         with self._lock:
-            started = time.perf_counter()  # not the wait for a timer pass that runs
+            started += time.perf_counter() - waiting  # not the wait for a running timer pass
             starts = starts_after(self._ends)
             clock = self.clocks.begin(
                 batch_id, _now_ms(), lambda state, now: self._advance(state, now, batch_id), starts

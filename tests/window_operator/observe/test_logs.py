@@ -98,5 +98,5 @@ def test_the_time_of_a_log_line_is_utc_as_every_other_time_the_job_prints(
         assert utc_formatter(LOG_FORMAT).format(record) == f"22:13:20 INFO {BATCH_LOGGER}: x"
         assert logging.Formatter(LOG_FORMAT, "%H:%M:%S").format(record).startswith("07:13:20")
     finally:
-        monkeypatch.delenv("TZ")
+        monkeypatch.undo()  # the TZ the process had, then the C library told of it
         time.tzset()
