@@ -130,10 +130,6 @@ class _LastError:
             self.text, self._summary = str(error.str()), summary
 
 
-#: How confluent-kafka writes the zero topic id: a broker that keeps no ids.
-_ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
-
-
 class KafkaAdmin:
     """Topic administration against one cluster, over one confluent-kafka AdminClient.
 
@@ -298,7 +294,7 @@ class KafkaAdmin:
             except (KafkaException, TimeoutError, ValueError):
                 continue
             text = "" if topic_id is None else str(topic_id)
-            if text.strip("A=") and text != _ZERO_UUID:
+            if text.strip("A="):  # not the zero id ("AAAA..." in base 64): none kept
                 found[name] = text
         return found
 

@@ -47,6 +47,7 @@ __all__ = [
 START_FILE = "window-operator-start.json"
 #: The file in the checkpoint directory that keeps the input topics' Kafka ids.
 TOPIC_IDS_FILE = "window-operator-topic-ids.json"
+_EARLIEST, _LATEST = -2, -1
 
 
 class InputRecreatedError(JobSetupError):
@@ -91,9 +92,6 @@ def check_input_topics(checkpoint_dir: Path, ids: Mapping[str, str]) -> None:
         )
     if {**kept, **ids} != kept:
         write_atomically(path, json.dumps({**kept, **ids}, sort_keys=True).encode())
-
-
-_EARLIEST, _LATEST = -2, -1
 
 
 def input_partitions(settings: TaskSettings, admin: KafkaAdmin) -> list[InputPartition]:
