@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator
 
-from window_operator.errors import WindowOperatorError
+from window_operator.errors import WindowOperatorError, show
 
 __all__ = [
     "MAX_DURATION_MS",
@@ -59,12 +59,12 @@ def parse_duration_ms(value: int | float | str) -> int:
     negative durations and for fractions of a millisecond.
     """
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise DurationError(f"{value!r} is not a duration: {_HINT}")
+        raise DurationError(f"{show(value)} is not a duration: {_HINT}")
     if isinstance(value, int):
         return _checked(value, value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise DurationError(f"{value!r} is not a duration: {_HINT}")
+            raise DurationError(f"{show(value)} is not a duration: {_HINT}")
         return _checked(value, Fraction(value))
     if _DIGITS.fullmatch(value):
         return _checked(value, int(value))
@@ -134,7 +134,7 @@ def format_duration_ms(ms: int) -> str:
 
 def _duration(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise DurationError(f"{value!r} is not a duration: {_HINT}")
+        raise DurationError(f"{show(value)} is not a duration: {_HINT}")
     return parse_duration_ms(value)
 
 

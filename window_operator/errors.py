@@ -16,6 +16,7 @@ record, never one of these.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Mapping
 
 __all__ = [
     "BatchRefusedError",
@@ -30,6 +31,7 @@ __all__ = [
     "UserCodeExitError",
     "WindowOperatorError",
     "exception_text",
+    "show",
 ]
 
 
@@ -110,3 +112,26 @@ def exception_text(exc: BaseException) -> str:
     except Exception:  # noqa: BLE001 - user code's exception may fail to print itself
         detail = "<its message could not be printed>"
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def show(value: object) -> str:
+    """A short YAML-flavoured rendering of an input value for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        try:
+            text = str(value)
+        except ValueError:  # an int of more digits than str() converts
+            return f"an integer of about {int(abs(int(value)).bit_length() * 0.30103)} digits"
+        digits = len(text.lstrip("-"))
+        return text if len(text) <= 60 else f"{text[:20]}... ({digits} digits)"
+    if isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "...'"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__

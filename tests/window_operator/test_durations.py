@@ -17,6 +17,7 @@ from window_operator.durations import (
     format_duration_ms,
     parse_duration_ms,
 )
+from window_operator.errors import show
 
 
 @pytest.mark.parametrize(
@@ -75,7 +76,8 @@ def test_parse_duration_rejects(value: Any, reason: str) -> None:
     with pytest.raises(DurationError) as info:
         parse_duration_ms(value)
     assert reason in str(info.value)
-    assert str(info.value).startswith(repr(value))
+    # the value as YAML writes it (``true``, ``a list``), where Python's spelling was shown
+    assert str(info.value).startswith(show(value))
     assert isinstance(info.value, ValueError)
 
 

@@ -8,10 +8,10 @@ problem belongs to one of its fields.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from window_operator.errors import WindowOperatorError
+from window_operator.errors import WindowOperatorError, show
 
 __all__ = ["ConfigError", "ConfigProblem", "FieldProblems", "Location", "dotted", "show"]
 
@@ -68,26 +68,3 @@ def dotted(loc: Sequence[str | int]) -> str:
 QUOTE_BOOLEAN = (
     "YAML reads an unquoted yes, no, on, off, true or false as a boolean; write it in quotes"
 )
-
-
-def show(value: object) -> str:
-    """A short YAML-flavoured rendering of an input value for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        try:
-            text = str(value)
-        except ValueError:  # an int of more digits than str() converts
-            return f"an integer of about {int(abs(int(value)).bit_length() * 0.30103)} digits"
-        digits = len(text.lstrip("-"))
-        return text if len(text) <= 60 else f"{text[:20]}... ({digits} digits)"
-    if isinstance(value, str):
-        text = repr(value)
-        return text if len(text) <= 60 else text[:57] + "...'"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
