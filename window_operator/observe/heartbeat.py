@@ -42,6 +42,8 @@ class Beat:
     pid: int
     stopped: bool = False
     failure: str | None = None
+    #: when the beating run started (``None``: a heartbeat of an older version)
+    started_ms: int | None = None
 
 
 class Heartbeat:
@@ -50,11 +52,13 @@ class Heartbeat:
     def __init__(self, directory: str | Path, every_s: float = EVERY_S) -> None:
         self.path = Path(directory) / HEARTBEAT_FILE
         self.every_s = every_s
+        self._started_ms = int(time.time() * 1000)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> Heartbeat:
         """Write the first beat and keep beating until :meth:`stop`."""
+        self._started_ms = int(time.time() * 1000)
         self._write(stopped=False)
         self._thread = threading.Thread(target=self._beat, name="window-heartbeat", daemon=True)
         self._thread.start()
@@ -81,6 +85,7 @@ class Heartbeat:
             "pid": os.getpid(),
             "stopped": stopped,
             "failure": failure,
+            "started_ms": self._started_ms,
         }
         try:
             write_atomically(self.path, json.dumps(doc).encode())
@@ -92,13 +97,15 @@ def read_heartbeat(directory: str | Path) -> Beat | None:
     """The last heartbeat written into ``directory`` (``None``: none, or unreadable)."""
     try:
         doc = json.loads((Path(directory) / HEARTBEAT_FILE).read_text())
-        failure = doc.get("failure")  # (not written before the job said why it failed)
+        # (failure and started_ms: not written by older versions)
+        failure, started = doc.get("failure"), doc.get("started_ms")
         return Beat(
             int(doc["at_ms"]),
             str(doc["host"]),
             int(doc["pid"]),
             bool(doc["stopped"]),
             None if failure is None else str(failure),
+            None if started is None else int(started),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -181,8 +181,9 @@ def job_status(
         status.now_ms = int(time.time() * 1000)
         if status.lag > before:
             status.problems.append(f"lag growing: {before} -> {status.lag} in {interval_s:g} s")
-    _check_idle(config, status, max_idle_triggers)  # on the last reading, as printed
-    _check_alive(config, status, read_heartbeat(str(config.spark.checkpoint_dir)))
+    beat = read_heartbeat(str(config.spark.checkpoint_dir))
+    _check_idle(config, status, max_idle_triggers, beat)  # on the last reading, as printed
+    _check_alive(config, status, beat)
     _check_unread(config, status)
     _check_truncated(status)
     _check_recreated(config, status, admin.topic_ids(input_topics(config)))
@@ -245,7 +246,12 @@ def _check_unread(config: AnyJobConfig, status: JobStatus) -> None:
         )
 
 
-def _check_idle(config: AnyJobConfig, status: JobStatus, max_idle_triggers: int) -> None:
+def _check_idle(
+    config: AnyJobConfig, status: JobStatus, max_idle_triggers: int, beat: Beat | None = None
+) -> None:
+    """Input waits and no batch ran for ``max_idle_triggers`` triggers. A job whose run
+    (its heartbeat fresh) started after its last batch is said to be starting: it
+    restores its stores and plans its first batch (before, asked whether it runs)."""
     lag = status.lag
     if lag == 0:
         return
@@ -255,12 +261,22 @@ def _check_idle(config: AnyJobConfig, status: JobStatus, max_idle_triggers: int)
         return
     last = status.checkpoint.last_activity_ms or 0
     idle_s = (status.now_ms - last) / 1000.0
-    if idle_s > max_idle_triggers * trigger / 1000.0:
+    if idle_s <= max_idle_triggers * trigger / 1000.0:
+        return
+    started = None if beat is None or beat.stopped else beat.started_ms
+    fresh = beat is not None and status.now_ms - beat.at_ms <= STALE_S * 1000
+    if fresh and started is not None and started > last:
         status.problems.append(
-            f"behind: {lag} input records wait, but no batch ran for {idle_s:.0f} s "
-            f"({max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} of "
-            f"{trigger / 1000:g} s): is the job running?"
+            f"behind: {lag} input records wait; the job started "
+            f"{(status.now_ms - started) / 1000:.0f} s ago and has run no batch yet "
+            "(restoring its stores, or planning its first batch: see its log)"
         )
+        return
+    status.problems.append(
+        f"behind: {lag} input records wait, but no batch ran for {idle_s:.0f} s "
+        f"({max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} of "
+        f"{trigger / 1000:g} s): is the job running?"
+    )
 
 
 def _check_alive(config: AnyJobConfig, status: JobStatus, beat: Beat | None) -> None:

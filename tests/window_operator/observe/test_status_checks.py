@@ -16,6 +16,7 @@ from window_operator.observe.status import (
     JobStatus,
     PartitionStatus,
     _check_alive,
+    _check_idle,
     _check_recreated,
     _check_topics,
     _check_truncated,
@@ -164,3 +165,33 @@ def test_an_input_topic_created_again_is_a_problem(tmp_path: Path) -> None:
         "one the job kept): the job refuses to start over it (InputRecreatedError); start "
         "it afresh"
     ]
+
+
+def test_a_job_that_started_after_its_last_batch_is_said_to_be_starting(tmp_path: Path) -> None:
+    """A restarted job restoring its stores, its heartbeat fresh, was asked 'is the job
+    running?' (the observability review saw it 25 s into a restore)."""
+    config = job_config(tmp_path, "clicks", "idle", spark={"trigger": "5s"})
+    now = 1_800_000_000_000
+    checkpoint = CheckpointState(  # its last batch ran before the restart
+        tmp_path, last_planned=3, last_committed=3, last_activity_ms=now - 600_000
+    )
+
+    def problems(beat: Beat | None) -> list[str]:
+        status = JobStatus("idle", checkpoint, now_ms=now)
+        status.partitions = [PartitionStatus("clicks", 0, 100, 900, None, None)]
+        _check_idle(config, status, 3, beat)
+        return status.problems
+
+    starting = Beat(now - 1_000, "h1", 42, started_ms=now - 25_000)
+    assert problems(starting) == [
+        "behind: 800 input records wait; the job started 25 s ago and has run no batch yet "
+        "(restoring its stores, or planning its first batch: see its log)"
+    ]
+    asked = "behind: 800 input records wait, but no batch ran for 600 s (3 triggers of 5 s): "
+    for beat in (
+        None,  # not run by `run`
+        Beat(now - 1_000, "h1", 42),  # an older version's heartbeat
+        Beat(now - 60_000, "h1", 42, started_ms=now - 70_000),  # its heartbeat is old
+        Beat(now - 1_000, "h1", 42, stopped=True, started_ms=now - 25_000),
+    ):
+        assert problems(beat) == [asked + "is the job running?"]
