@@ -315,6 +315,8 @@ _NUMBERS = {"int", "long", "float", "double"}
 #: Logical types the decoder turns into numbers, and into strings (ISO-8601 text).
 _NUMBER_LOGICAL = {"decimal", *_TIMESTAMP_LOGICAL}
 _STRING_LOGICAL = {"date", "time-millis", "time-micros", "uuid"}
+#: The Avro types the decoder makes neither a number nor a string of.
+_OTHER_TYPES = {"boolean", "bytes", "null", "record", "array", "map", "enum", "fixed"}
 
 
 def _value_kind(kind: object) -> str | None:
@@ -332,8 +334,7 @@ def _value_kind(kind: object) -> str | None:
         return "number"
     if kind == "string":
         return "string"
-    primitive_or_complex = {"boolean", "bytes", "null", "record", "array", "map", "enum", "fixed"}
-    return "other" if kind in primitive_or_complex else None
+    return "other" if kind in _OTHER_TYPES else None
 
 
 def _type_text(kind: object) -> str:

@@ -52,7 +52,7 @@ class Heartbeat:
     def __init__(self, directory: str | Path, every_s: float = EVERY_S) -> None:
         self.path = Path(directory) / HEARTBEAT_FILE
         self.every_s = every_s
-        self._started_ms = int(time.time() * 1000)
+        self._started_ms: int | None = None  # set by start
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -68,7 +68,10 @@ def _kept_ids(path: Path) -> dict[str, str]:
 def recreated_topics(checkpoint_dir: Path, ids: Mapping[str, str]) -> list[str]:
     """The topics of ``ids`` whose Kafka id is not the one the job kept (see
     :func:`check_input_topics`), sorted."""
-    kept = _kept_ids(checkpoint_dir / TOPIC_IDS_FILE)
+    return _changed(_kept_ids(checkpoint_dir / TOPIC_IDS_FILE), ids)
+
+
+def _changed(kept: Mapping[str, str], ids: Mapping[str, str]) -> list[str]:
     return sorted(t for t, now in ids.items() if kept.get(t, now) != now)
 
 
@@ -80,7 +83,7 @@ def check_input_topics(checkpoint_dir: Path, ids: Mapping[str, str]) -> None:
     without a word, and its partitions gone hold the watermark back."""
     path = checkpoint_dir / TOPIC_IDS_FILE
     kept = _kept_ids(path)
-    if changed := recreated_topics(checkpoint_dir, ids):
+    if changed := _changed(kept, ids):
         names = ", ".join(repr(t) for t in changed)
         raise InputRecreatedError(
             f"input topic {names} was deleted and created again since the job last ran "
