@@ -273,6 +273,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from window_operator.demo import DEFAULT_CONFIG, clicks_unread, run_demo
 
     config_path = Path(args.config) if args.config else DEFAULT_CONFIG
+    if not args.config and not DEFAULT_CONFIG.exists():
+        raise CliError(
+            "the demo's job, config/clicks.yaml, comes with the project's source tree, "
+            "which this install (not an editable one) does not have: give a job over "
+            "clicks with --config, or install from a clone (pip install -e .)",
+            EXIT_CONFIG,
+        )
     if not isinstance(load_any_config(config_path), JobConfig):
         raise CliError(
             f"{config_path} is a join: the demo streams clicks into an aggregation job "

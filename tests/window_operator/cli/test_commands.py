@@ -848,6 +848,21 @@ def test_the_demo_of_a_join_config_says_it_runs_aggregations() -> None:
     assert "is a join: the demo streams clicks into an aggregation job" in proc.stderr
 
 
+def test_the_demo_installed_without_the_source_tree_asks_for_a_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wheel holds the package, not ``config/``: the demo's default job is missing
+    there (before: ``invalid job config .../site-packages/config/clicks.yaml``)."""
+    import window_operator.demo
+    from window_operator.cli import main
+
+    monkeypatch.setattr(window_operator.demo, "DEFAULT_CONFIG", tmp_path / "clicks.yaml")
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert "config/clicks.yaml, comes with the project's source tree" in err
+    assert "--config" in err
+
+
 def test_the_demo_of_a_job_that_cannot_read_clicks_says_so_before_it_starts() -> None:
     """Before, it started a broker and Spark, streamed clicks the job rejected (302 of
     303 MISSING_TIMESTAMP) and ended with exit 1, never saying why."""
