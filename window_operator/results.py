@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,12 +186,20 @@ class ErrorRecord:
     source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (raw bytes decoded as UTF-8 with replacement)."""
-        return {
+        """JSON form: ``raw`` is the raw bytes read as UTF-8, with replacement
+        characters where they are not UTF-8; then ``raw_base64`` holds them exactly."""
+        doc: dict[str, Any] = {
             "code": self.code.value,
             "reason": self.reason,
             "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
-            "raw": None if self.raw is None else self.raw.decode("utf-8", "replace"),
+            "raw": None,
         }
+        if self.raw is not None:
+            try:
+                doc["raw"] = self.raw.decode("utf-8")
+            except UnicodeDecodeError:
+                doc["raw"] = self.raw.decode("utf-8", "replace")
+                doc["raw_base64"] = base64.b64encode(self.raw).decode("ascii")
+        return doc

@@ -3,6 +3,7 @@ far-future guard (a year-3000 event must not block its partition)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import random
 import sys
@@ -83,6 +84,18 @@ def test_bad_lines_get_one_verdict_whatever_the_batch(tmp_path: Path, batch_size
         ("a", BASE): {"n": 20, "s": 20.0},
         ("a", BASE + 10 * S): {"n": 20, "s": 20.0},
     }
+
+
+def test_an_error_line_keeps_bytes_that_are_not_utf8_exactly(tmp_path: Path) -> None:
+    """``raw`` reads the line as UTF-8 with replacement characters; where that loses
+    bytes, ``raw_base64`` holds them (before: only U+FFFD was left of them)."""
+    odd = b'{"k":"bad-\xff\xfe","ts":1700000000000,"v":1}'
+    utf8 = '{"k":"caf\u00e9","ts":1700000000000,"v":NaN}'.encode()
+    _, errors, _ = run([odd, utf8], tmp_path, 10_000)
+    assert [e["code"] for e in errors] == ["BAD_JSON", "NON_FINITE_VALUE"]
+    assert errors[0]["raw"] == odd.decode("utf-8", "replace")
+    assert base64.b64decode(errors[0]["raw_base64"]) == odd
+    assert errors[1]["raw"] == utf8.decode() and "raw_base64" not in errors[1]
 
 
 def test_a_line_gets_the_verdict_of_its_bytes_as_a_kafka_value(tmp_path: Path) -> None:

@@ -100,8 +100,8 @@ def error_json(err: ErrorRecord) -> bytes:
 
     :meth:`ErrorRecord.to_dict <window_operator.results.ErrorRecord.to_dict>` (the form
     of ``simulate --errors``), plus a join's ``source`` (the input that rejected it)
-    when known, and ``raw_base64``, the exact original bytes (``raw`` is their UTF-8
-    reading with replacement characters, lossy for binary payloads such as Avro).
+    when known, and ``raw_base64``, the exact original bytes, always (``raw`` is their
+    UTF-8 reading with replacement characters, lossy for binary payloads such as Avro).
     """
     doc = err.to_dict()
     if err.source is not None:
