@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
@@ -29,7 +30,7 @@ from window_operator.spark.failures import root_cause
 if TYPE_CHECKING:
     from window_operator.config import JobConfig, JoinJobConfig
     from window_operator.spark.driver import BatchReport, StreamingJob
-    from window_operator.spark.longrun import LongRunningJob
+    from window_operator.spark.longrun import LongRunningJob, WorkerRestart
 
     AnyJob = StreamingJob | LongRunningJob
 
@@ -115,6 +116,7 @@ def attach(
     streaming query Spark's progress events (``listen``)."""
     from window_operator.observe.spark_progress import ProgressListener
     from window_operator.spark.driver import StreamingJob
+    from window_operator.spark.longrun import LongRunningJob
 
     config = job.config
     topics = [s.topic for s in plan_for(job.settings).sources]
@@ -129,6 +131,8 @@ def attach(
     metrics.resume(job.last_batch_id, job.clock)
     job.add_observer(metrics)
     job.add_observer(BatchLog(metrics))
+    if isinstance(job, LongRunningJob):
+        job.add_restart_observer(metrics.worker_restart)
     report = ReportFile(report_path) if report_path else None
     if report is not None:
         job.add_observer(report)
@@ -160,13 +164,15 @@ def run_observed(
 
     from window_operator.observe.spark_progress import mute_cancel_warnings
     from window_operator.spark.driver import StreamingJob
-    from window_operator.spark.longrun import WorkersFailedError
+    from window_operator.spark.longrun import LongRunningJob, WorkersFailedError
     from window_operator.spark.topics import TaskCountError
 
     observers = attach(
         job, metrics_port=metrics_port, metrics_host=metrics_host, report_path=report_path
     )
     heartbeat = Heartbeat(job.config.spark.checkpoint_dir).start()  # for `status`
+    if isinstance(job, LongRunningJob):
+        job.add_restart_observer(partial(_beat_failure, heartbeat, job.config))
     # PySpark's own Ctrl-C handler cancels every Spark job from inside the signal handler
     # (a screenful of py4j errors, and the running batch fails); this one lets the
     # running batch finish, then stops the query.
@@ -199,6 +205,14 @@ def run_observed(
         heartbeat.stop(None if failure is None else _scrubbed(failure, job.config))
         observers.close()
         job.spark.stop()
+
+
+def _beat_failure(
+    heartbeat: Heartbeat, config: JobConfig | JoinJobConfig, r: WorkerRestart
+) -> None:
+    """A failure of the long-running workers, into the heartbeat (for ``status``)."""
+    if r.cause == "failure":
+        heartbeat.worker_failed(r.at_ms, _scrubbed(r.reason, config))
 
 
 def _scrubbed(text: str, config: JobConfig | JoinJobConfig) -> str:

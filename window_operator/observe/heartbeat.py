@@ -3,7 +3,8 @@
 With input waiting, a job that runs no batch is behind; with none waiting, a stopped job
 and an idle one look alike in the checkpoint. So while ``window-operator run`` runs a job
 it writes, every :data:`EVERY_S`, a small file into the job's checkpoint directory
-saying when, on which host and in which process; when the job ends (stopped, finished or
+saying when, on which host and in which process, and how often its long-running workers
+failed and were started again in this run; when the job ends (stopped, finished or
 failed) it writes that it stopped. A heartbeat older than :data:`STALE_S` is a job that
 was killed (or whose host or process hangs). The times are the driver host's clock.
 """
@@ -44,6 +45,11 @@ class Beat:
     failure: str | None = None
     #: when the beating run started (``None``: a heartbeat of an older version)
     started_ms: int | None = None
+    #: times the long-running workers failed and were started again in this run
+    restarts: int = 0
+    #: the last of those: when, and why
+    last_restart_ms: int | None = None
+    last_restart: str | None = None
 
 
 class Heartbeat:
@@ -53,6 +59,9 @@ class Heartbeat:
         self.path = Path(directory) / HEARTBEAT_FILE
         self.every_s = every_s
         self._started_ms: int | None = None  # set by start
+        self._restarts = 0
+        self._last_restart: tuple[int, str] | None = None
+        self._lock = threading.Lock()  # one write at a time (beats and restarts)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -74,21 +83,36 @@ class Heartbeat:
         self._thread = None
         self._write(stopped=True, failure=failure)
 
+    def worker_failed(self, at_ms: int, reason: str) -> None:
+        """The long-running workers failed (``reason``: the cause, without secrets) and
+        are started again: written at once (not once the heartbeat stopped)."""
+        if self._thread is None:
+            return
+        with self._lock:
+            self._restarts += 1
+            self._last_restart = (at_ms, reason)
+        self._write(stopped=False)
+
     def _beat(self) -> None:
         while not self._stop.wait(self.every_s):
             self._write(stopped=False)
 
     def _write(self, *, stopped: bool, failure: str | None = None) -> None:
-        doc = {
-            "at_ms": int(time.time() * 1000),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "stopped": stopped,
-            "failure": failure,
-            "started_ms": self._started_ms,
-        }
         try:
-            write_atomically(self.path, json.dumps(doc).encode())
+            with self._lock:  # the newest doc is written last
+                last = self._last_restart
+                doc = {
+                    "at_ms": int(time.time() * 1000),
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "stopped": stopped,
+                    "failure": failure,
+                    "started_ms": self._started_ms,
+                    "restarts": self._restarts,
+                    "last_restart_ms": None if last is None else last[0],
+                    "last_restart": None if last is None else last[1],
+                }
+                write_atomically(self.path, json.dumps(doc).encode())
         except OSError as exc:  # a full disk must not stop the job: status only loses it
             log.warning("could not write the heartbeat %s: %s", self.path, exc)
 
@@ -97,8 +121,9 @@ def read_heartbeat(directory: str | Path) -> Beat | None:
     """The last heartbeat written into ``directory`` (``None``: none, or unreadable)."""
     try:
         doc = json.loads((Path(directory) / HEARTBEAT_FILE).read_text())
-        # (failure and started_ms: not written by older versions)
+        # (failure, started_ms and the restarts: not written by older versions)
         failure, started = doc.get("failure"), doc.get("started_ms")
+        restart_ms, restart = doc.get("last_restart_ms"), doc.get("last_restart")
         return Beat(
             int(doc["at_ms"]),
             str(doc["host"]),
@@ -106,6 +131,9 @@ def read_heartbeat(directory: str | Path) -> Beat | None:
             bool(doc["stopped"]),
             None if failure is None else str(failure),
             None if started is None else int(started),
+            int(doc.get("restarts") or 0),
+            None if restart_ms is None else int(restart_ms),
+            None if restart is None else str(restart),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

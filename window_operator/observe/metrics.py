@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from window_operator.kernel.clock import ClockState
     from window_operator.spark.driver import BatchReport
+    from window_operator.spark.longrun import WorkerRestart
 
 __all__ = ["PREFIX", "JobMetrics", "MetricsPortError", "MetricsSummary"]
 
@@ -118,6 +119,7 @@ class JobMetrics:
         self.results = c("results", "Results emitted to the output topic", ["kind"])
         self.restore_seconds = c("restore_seconds", "Time spent restoring stores", ["task"])
         self.retries = c("task_retries", "Batch attempts repeated (Kafka away)", ["task"])
+        self.restarts = c("worker_restarts", "Starts of the long-running workers again", ["cause"])
         self.watermark = g("watermark_ms", "The job's watermark (event time, epoch ms)")
         self.max_ts = g("partition_max_event_time_ms", "Largest event time seen", tp)
         self.part_wm = g("partition_watermark_ms", "Max event time minus allowed lateness", tp)
@@ -243,6 +245,11 @@ class JobMetrics:
             self.lag_records.labels(*labels).set(r.lag)
             if r.position is not None:
                 self.position.labels(*labels).set(r.position)
+
+    def worker_restart(self, restart: WorkerRestart) -> None:
+        """The long-running workers started again (``LongRunningJob`` calls this)."""
+        with self._lock:
+            self.restarts.labels(restart.cause).inc()
 
     def observe_spark_progress(self, durations_ms: dict[str, int]) -> None:
         """Spark's ``durationMs`` of one trigger (from the query listener)."""

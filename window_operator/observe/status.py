@@ -80,6 +80,8 @@ class JobStatus:
     tasks: list[TaskStatus] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     now_ms: int = 0
+    #: the last heartbeat of ``run`` (``None``: none, or not read yet)
+    beat: Beat | None = None
 
     @property
     def healthy(self) -> bool:
@@ -181,7 +183,7 @@ def job_status(
         status.now_ms = int(time.time() * 1000)
         if status.lag > before:
             status.problems.append(f"lag growing: {before} -> {status.lag} in {interval_s:g} s")
-    beat = read_heartbeat(str(config.spark.checkpoint_dir))
+    beat = status.beat = read_heartbeat(str(config.spark.checkpoint_dir))
     _check_idle(config, status, max_idle_triggers, beat)  # on the last reading, as printed
     _check_alive(config, status, beat)
     _check_unread(config, status)
@@ -346,6 +348,7 @@ def format_status(s: JobStatus) -> str:
         f"job {s.job}: last {cp.unit} {cp.last_committed}{at}, "
         f"last activity {_utc(cp.last_activity_ms)}{ago}, watermark {_utc(wm)}",
         f"checkpoint {cp.directory}",
+        *_restarts(s.beat),
         "",
         f"{'input partition':<28} {'committed':>10} {'end':>10} {'lag':>8}  "
         f"{'max event time (UTC)':<20} watermark (UTC)",
@@ -367,6 +370,18 @@ def format_status(s: JobStatus) -> str:
         lines.append(f"healthy: lag {s.lag}")
     lines += [f"UNHEALTHY: {p}" for p in s.problems]
     return "\n".join(lines)
+
+
+def _restarts(beat: Beat | None) -> list[str]:
+    """The line on the long-running workers' failures in the (last) run, if any."""
+    if beat is None or not beat.restarts:
+        return []
+    run = "its last run" if beat.stopped else "this run"
+    times = "once" if beat.restarts == 1 else f"{beat.restarts} times"
+    return [
+        f"workers failed and started again {times} in {run}, last at "
+        f"{_time(beat.last_restart_ms)} UTC: {beat.last_restart}"
+    ]
 
 
 def _num(n: int | None) -> str:

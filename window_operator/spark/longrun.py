@@ -33,7 +33,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import count
@@ -60,6 +61,7 @@ __all__ = [
     "MAX_RESTARTS",
     "LongRunningJob",
     "Restarts",
+    "WorkerRestart",
     "WorkerSlotsError",
     "WorkersFailedError",
     "job_for",
@@ -96,6 +98,16 @@ class Restarts:
         if self.failures > self.limit:
             return None
         return min(2.0 ** max(self.failures, 1), 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRestart:
+    """The workers started again: after a ``failure`` (``reason``: its root cause), or
+    because ``inputs_grew`` (partitions added to an input)."""
+
+    cause: str
+    reason: str
+    at_ms: int
 
 
 class WorkerSlotsError(JobSetupError):
@@ -165,6 +177,7 @@ class LongRunningJob(SparkJob):
         self._regrow = threading.Event()
         self._known: dict[str, int] = {}
         self._worker_count = 0
+        self._restart_observers: list[Callable[[WorkerRestart], None]] = []
         # epochs are numbered on, and the clock goes on, from the last run's progress
         progress = _last_progress(self.checkpoint_dir)
         self._epochs = progress.epochs
@@ -185,6 +198,18 @@ class LongRunningJob(SparkJob):
     def clock(self) -> ClockState:
         """The job's clock: the workers' reports joined (the last run's at start)."""
         return self._clock
+
+    def add_restart_observer(self, observer: Callable[[WorkerRestart], None]) -> None:
+        """Call ``observer`` each time the workers start again (metrics, heartbeat)."""
+        self._restart_observers.append(observer)
+
+    def _restarted(self, cause: str, reason: str) -> None:
+        restart = WorkerRestart(cause, reason, int(time.time() * 1000))
+        for observer in self._restart_observers:
+            try:
+                observer(restart)
+            except Exception as exc:  # noqa: BLE001 - an observer never stops the job
+                log.warning("restart observer %r failed: %s", observer, exc)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -262,6 +287,7 @@ class LongRunningJob(SparkJob):
                         )
                         return
                     log.warning("the workers failed (%s); starting them again", cause)
+                    self._restarted("failure", str(cause))
                     if self._stopping.wait(wait):
                         return
         finally:
@@ -298,6 +324,7 @@ class LongRunningJob(SparkJob):
         cfg = self.config.kafka.consumer
         admin = KafkaAdmin(self.settings.bootstrap_servers, client_config=cfg)
         if self._inputs_grew(admin) is None and not self._stopping.is_set():
+            self._restarted("inputs_grew", "the workers saw input partitions added")
             self._regrow.set()
 
     def _inputs_grew(self, admin: KafkaAdmin) -> bool | None:
@@ -331,6 +358,7 @@ class LongRunningJob(SparkJob):
             if self._regrow.is_set():  # the discovery thread and the workers both saw it
                 return True
             log.info("input partitions added (%s): starting the workers again", text)
+            self._restarted("inputs_grew", f"input partitions added: {text}")
             self._regrow.set()
             self._coordinator.stop_workers()
         return True

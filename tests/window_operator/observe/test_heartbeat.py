@@ -39,3 +39,16 @@ def test_a_heartbeat_says_why_the_job_failed(tmp_path: Path) -> None:
 def test_an_unreadable_heartbeat_is_none(tmp_path: Path) -> None:
     (tmp_path / HEARTBEAT_FILE).write_text("{not json")
     assert read_heartbeat(tmp_path) is None
+
+
+def test_a_heartbeat_counts_the_failures_of_the_workers_of_its_run(tmp_path: Path) -> None:
+    heartbeat = Heartbeat(tmp_path, every_s=60).start()
+    heartbeat.worker_failed(1_000, "WorkerLostError: worker 1 died")
+    heartbeat.worker_failed(2_000, "ConnectionError: broker away")
+    beat = read_heartbeat(tmp_path)  # written at once, not at the next beat
+    assert beat is not None and not beat.stopped and beat.restarts == 2
+    assert (beat.last_restart_ms, beat.last_restart) == (2_000, "ConnectionError: broker away")
+    heartbeat.stop()
+    heartbeat.worker_failed(3_000, "after the end")  # not once stopped
+    last = read_heartbeat(tmp_path)
+    assert last is not None and last.stopped and last.restarts == 2

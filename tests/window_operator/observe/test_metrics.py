@@ -12,6 +12,7 @@ from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.exchange import InputPartition, MapReport
 from window_operator.runtime.report import TaskReport
 from window_operator.spark.driver import BatchReport, JobRun
+from window_operator.spark.longrun import WorkerRestart
 
 
 def test_results_not_written_are_counted_apart_from_rejected_records() -> None:
@@ -61,6 +62,15 @@ def test_a_restarted_job_shows_its_last_batch_and_clock_before_a_batch_runs() ->
     assert sample("window_operator_watermark_ms") == 4_000
     labels = {"topic": runtime_for().config.input.topic, "partition": "0"}
     assert sample("window_operator_partition_max_event_time_ms", labels) == 9_000
+
+
+def test_restarts_of_the_long_running_workers_are_counted_by_cause() -> None:
+    metrics = JobMetrics(runtime_for().config)
+    for cause in ("failure", "failure", "inputs_grew"):
+        metrics.worker_restart(WorkerRestart(cause, "why", 1_000))
+    sample = metrics.registry.get_sample_value
+    assert sample("window_operator_worker_restarts_total", {"cause": "failure"}) == 2
+    assert sample("window_operator_worker_restarts_total", {"cause": "inputs_grew"}) == 1
 
 
 def test_a_join_task_reports_the_messages_each_input_holds() -> None:

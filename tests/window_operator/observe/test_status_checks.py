@@ -195,3 +195,18 @@ def test_a_job_that_started_after_its_last_batch_is_said_to_be_starting(tmp_path
         Beat(now - 1_000, "h1", 42, stopped=True, started_ms=now - 25_000),
     ):
         assert problems(beat) == [asked + "is the job running?"]
+
+
+def test_status_says_how_often_the_workers_failed_in_the_run(tmp_path: Path) -> None:
+    checkpoint = CheckpointState(tmp_path, last_planned=0, last_committed=0)
+    quiet = JobStatus("job", checkpoint, beat=Beat(5, "h", 1))
+    assert "workers failed" not in format_status(quiet)
+    beat = Beat(5, "h", 1, restarts=2, last_restart_ms=1_800_000_000_000, last_restart="boom")
+    lines = format_status(JobStatus("job", checkpoint, beat=beat)).splitlines()
+    assert lines[2] == (
+        "workers failed and started again 2 times in this run, last at "
+        "2027-01-15 08:00:00 UTC: boom"
+    )
+    stopped = Beat(5, "h", 1, stopped=True, restarts=1, last_restart_ms=0, last_restart="x")
+    text = format_status(JobStatus("job", checkpoint, beat=stopped))
+    assert "started again once in its last run" in text

@@ -32,6 +32,7 @@ from joinkit import Ev
 from stores.changelog import LOCAL_KEY_PREFIX
 from stores.rocks import ColumnFamily, TaskStore
 from window_operator.config import JobConfig
+from window_operator.observe.heartbeat import read_heartbeat
 from window_operator.runtime.settings import task_state_dir
 
 # jobs in their own processes, each its own Spark: one at a time, beside the lighter tests
@@ -246,6 +247,9 @@ def test_a_long_running_worker_killed_mid_epoch_is_started_again(
     assert run.returncode == 0, stderr[-3000:]
     assert not (tmp_path / "crash-once").exists()  # the worker really died
     assert "starting them again" in stderr
+    beat = read_heartbeat(str(config.spark.checkpoint_dir))  # what `status` tells
+    assert beat is not None and beat.stopped and beat.failure is None
+    assert beat.restarts == 1 and beat.last_restart, beat
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
 
