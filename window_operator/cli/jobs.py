@@ -266,6 +266,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         interval_s=args.interval,
     )
     print(format_status(status))
+    if status.unreachable is not None:  # told from the checkpoint alone: exit status 2
+        raise status.unreachable
     return 0 if status.healthy else EXIT_UNHEALTHY
 
 

@@ -6,7 +6,8 @@ max event time per input partition), the input topics (end offsets, hence the la
 the changelog topic (offsets per state task), plus the local stores when this host has
 them. A job is unhealthy when input waits and no batch ran for ``max_idle_triggers``
 trigger intervals (or, for ``available_now`` jobs, whenever input waits), and when the
-lag grew between two readings ``interval_s`` apart.
+lag grew between two readings ``interval_s`` apart. With no broker answering, a job
+that ran is told from its checkpoint and heartbeat alone (``unreachable`` set).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig
-from window_operator.kafka_admin import KafkaAdmin
+from window_operator.kafka_admin import BrokerUnreachableError, KafkaAdmin
 from window_operator.observe.checkpoint import CheckpointState, TopicPartition, read_checkpoint
 from window_operator.observe.heartbeat import STALE_S, Beat, read_heartbeat
 from window_operator.policies import NO_WATERMARK
@@ -82,6 +83,8 @@ class JobStatus:
     now_ms: int = 0
     #: the last heartbeat of ``run`` (``None``: none, or not read yet)
     beat: Beat | None = None
+    #: no broker answered: the rest is from the checkpoint and the heartbeat alone
+    unreachable: BrokerUnreachableError | None = None
 
     @property
     def healthy(self) -> bool:
@@ -95,17 +98,19 @@ class JobStatus:
 
 
 def _partitions(
-    config: AnyJobConfig, admin: KafkaAdmin, cp: CheckpointState, counts: dict[str, int]
+    config: AnyJobConfig, admin: KafkaAdmin | None, cp: CheckpointState, counts: dict[str, int]
 ) -> list[PartitionStatus]:
     """Every input partition (``counts``: partitions per input topic) and every one the
-    checkpoint names, with the ends and the lag read now."""
+    checkpoint names, with the ends and the lag read now (none without ``admin``)."""
     topics = input_topics(config)
     known: set[TopicPartition] = {(t, p) for t in topics for p in range(counts.get(t, 0))}
     known |= {tp for tp in cp.committed if tp[0] in topics}
     existing = sorted(tp for tp in known if tp[1] < counts.get(tp[0], 0))
-    ends = admin.list_offsets(existing, earliest=False)
-    unread = [tp for tp in existing if tp not in cp.committed]
-    starts = admin.list_offsets(unread, earliest=True) if unread else {}
+    ends, starts = {}, {}
+    if admin is not None:
+        ends = admin.list_offsets(existing, earliest=False)
+        unread = [tp for tp in existing if tp not in cp.committed]
+        starts = admin.list_offsets(unread, earliest=True) if unread else {}
     lateness = config.watermark.allowed_lateness
     max_ts = {}
     if cp.clock is not None:
@@ -159,10 +164,14 @@ def job_status(
 ) -> JobStatus:
     """Read the job's status (see module doc); a job that never ran has a problem saying so."""
     admin = KafkaAdmin(bootstrap_servers, client_config=config.kafka.consumer)
-    # no broker answering is a setup problem, whatever the checkpoint holds
-    found = admin.partition_counts(input_topics(config))
     cp = read_checkpoint(str(config.spark.checkpoint_dir))
     status = JobStatus(config.job, cp, now_ms=int(time.time() * 1000))
+    try:
+        found = admin.partition_counts(input_topics(config))
+    except BrokerUnreachableError as exc:
+        if not cp.exists:
+            raise  # nothing to tell without the broker
+        return _without_broker(config, status, exc)
     _check_topics(config, status, found, bootstrap_servers)
     if not cp.exists:
         status.partitions = _partitions(config, admin, cp, found)
@@ -189,6 +198,18 @@ def job_status(
     _check_unread(config, status)
     _check_truncated(status)
     _check_recreated(config, status, admin.topic_ids(input_topics(config)))
+    return status
+
+
+def _without_broker(
+    config: AnyJobConfig, status: JobStatus, exc: BrokerUnreachableError
+) -> JobStatus:
+    """What the checkpoint and the heartbeat tell when no broker answers (an outage is
+    when ``status`` is wanted most): positions and event times, not ends nor lag."""
+    status.unreachable = exc
+    status.partitions = _partitions(config, None, status.checkpoint, {})
+    status.beat = read_heartbeat(str(config.spark.checkpoint_dir))
+    _check_alive(config, status, status.beat)
     return status
 
 
@@ -359,6 +380,10 @@ def format_status(s: JobStatus) -> str:
             f"{name:<28} {_num(p.committed):>10} {_num(p.end):>10} {p.lag:>8}  "
             f"{_time(p.max_event_time):<20} {_time(p.watermark)}"
         )
+    if s.unreachable is not None:
+        lines += ["", "input ends, lag and changelogs unknown: the broker does not answer"]
+        lines += [f"UNHEALTHY: {p}" for p in s.problems]
+        return "\n".join(lines)
     lines += ["", f"{'state task':<12} {'changelog offsets':>20} {'span':>10}  local store"]
     for t in s.tasks:
         span = f"{t.changelog_start}..{t.changelog_end}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from obskit import in_order, job_dict, one_partition_topic, produce_events, scrape, total
 
+from window_operator.broker import free_port
 from window_operator.config import load_config
 from window_operator.observe.heartbeat import read_heartbeat
 from window_operator.observe.redact import RedactingFilter, redact_settings
@@ -35,12 +35,6 @@ def metrics_text(port: int) -> str:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         return str(resp.read().decode())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_secrets_stay_out_of_logs_reports_and_metrics(

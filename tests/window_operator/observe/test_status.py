@@ -13,6 +13,7 @@ import pytest
 from jobkit import run_to_end
 from obskit import in_order, job_dict, one_partition_topic, produce_events, write_job
 
+from window_operator.broker import free_port
 from window_operator.cli import main
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -45,6 +46,16 @@ def test_status_of_a_job_that_ran_then_fell_behind(
     # max event time of the partition (T0 + 24.75 s), its watermark 5 s (lateness) behind
     assert row.split()[4:] == ["2023-11-14", "22:14:24", "2023-11-14", "22:14:19"]
     assert "task 0" in out and "local store" in out
+
+    # no broker answering: what the checkpoint tells, then the broker's line, exit 2
+    gone = f"127.0.0.1:{free_port()}"
+    code = main(["status", "--config", str(path), "--bootstrap-servers", gone])
+    printed = capsys.readouterr()
+    assert code == 2, printed
+    row = next(line for line in printed.out.splitlines() if line.startswith(f"{topic}[0]"))
+    assert row.split()[1:4] == ["100", "-", "0"]  # committed; end and lag unknown
+    assert "input ends, lag and changelogs unknown: the broker does not answer" in printed.out
+    assert "task 0" not in printed.out and gone in printed.err
 
     produce_events(kafka_bootstrap, topic, in_order(30))
     code, out = status(capsys, path, kafka_bootstrap)
