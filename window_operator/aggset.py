@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -22,8 +22,11 @@ from window_operator.aggregations.base import (
     ObjectOp,
     VectorOp,
 )
-from window_operator.errors import USER_CODE_ERRORS, exception_text
+from window_operator.errors import USER_CODE_ERRORS, InvalidArgumentError, exception_text
 from window_operator.results import FailedValue
+
+if TYPE_CHECKING:
+    from window_operator.events import EventBatch
 
 __all__ = ["AggregationSet", "BoundAggregation", "PendingMessage"]
 
@@ -156,6 +159,23 @@ class AggregationSet:
     def identity_rows(self, n: int) -> FloatArray:
         """``n`` empty accumulator rows."""
         return np.tile(self.identity, (n, 1))
+
+    def check_batch(self, batch: EventBatch) -> None:
+        """Raise :class:`InvalidArgumentError` before any change unless ``batch`` has
+        columns of one length and every column the aggregations read (a batch built by
+        hand: the job's decoders make whole ones)."""
+        batch.check()
+        for agg in self.aggregations:
+            kinds = "numeric" if isinstance(agg.op, VectorOp) else "numeric or objects"
+            for name in (agg.field, agg.x_field):
+                if name is None or name in batch.numeric:
+                    continue
+                if isinstance(agg.op, ObjectOp) and name in batch.objects:
+                    continue
+                raise InvalidArgumentError(
+                    f"the batch has no column {name!r} in {kinds}, which aggregation "
+                    f"{agg.name!r} reads"
+                )
 
     def accumulate(
         self,

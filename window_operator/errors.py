@@ -21,7 +21,9 @@ from collections.abc import Mapping
 __all__ = [
     "BatchRefusedError",
     "IncompatibleStateError",
+    "InvalidArgumentError",
     "JobSetupError",
+    "OperatorClosedError",
     "OperatorFailedError",
     "USER_CODE_ERRORS",
     "OutputSendError",
@@ -49,9 +51,19 @@ class JobSetupError(WindowOperatorError):
 
 
 class OperatorFailedError(WindowOperatorError):
-    """An operator whose flush failed: its memory may be ahead of what it wrote, so it
-    writes nothing more. Reopen the task: its store holds the last committed state, and
-    the input since then is read again (replays are recognised)."""
+    """An operator whose flush failed, or whose input or timer call raised part-way: its
+    memory may be ahead of what it wrote, or half-updated, so it takes and writes
+    nothing more. Reopen the task: its store holds the last committed state, and the
+    input since then is read again (replays are recognised)."""
+
+
+class OperatorClosedError(WindowOperatorError):
+    """An operator used after :meth:`close`: open the task again to go on."""
+
+
+class InvalidArgumentError(WindowOperatorError, ValueError):
+    """An operator call given arguments it cannot take (a position that is not a
+    non-negative integer, columns of different lengths): raised before any change."""
 
 
 class BatchRefusedError(WindowOperatorError):

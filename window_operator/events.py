@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from window_operator.errors import InvalidArgumentError
 from window_operator.rejections import (
     MISSING,
     RecordRejected,
@@ -77,10 +78,31 @@ def position_columns(
 
 
 def check_column_lengths(n: int, lengths: Iterable[tuple[str, int]]) -> None:
-    """Raise ``ValueError`` for the first named column whose length is not ``n`` (the keys')."""
+    """Raise :class:`InvalidArgumentError` (a ``ValueError``) for the first named column
+    whose length is not ``n`` (the keys')."""
     for name, length in lengths:
         if length != n:
-            raise ValueError(f"column {name} has {length} rows, keys have {n}")
+            raise InvalidArgumentError(f"column {name} has {length} rows, keys have {n}")
+
+
+def check_column_values(ts: IntArray, part: IntArray, off: IntArray) -> None:
+    """Raise :class:`InvalidArgumentError` for a row the job would never decode: a time
+    outside +-2^61 ms (a decoder's ``BAD_TIMESTAMP``; taken, it moved the watermark to
+    where every later event was out of retention), a negative partition, or an offset
+    below -1 (which made the row a replay)."""
+    if len(ts) and (int(ts.min()) <= -_MAX_ABS_TS or int(ts.max()) >= _MAX_ABS_TS):
+        i = int(np.flatnonzero((ts <= -_MAX_ABS_TS) | (ts >= _MAX_ABS_TS))[0])
+        raise InvalidArgumentError(
+            f"ts[{i}] = {int(ts[i])} is out of range (event times are within +-2^61 ms)"
+        )
+    if len(part) and int(part.min()) < 0:
+        i = int(np.flatnonzero(part < 0)[0])
+        raise InvalidArgumentError(f"partition[{i}] = {int(part[i])}: partitions are >= 0")
+    if len(off) and int(off.min()) < -1:
+        i = int(np.flatnonzero(off < -1)[0])
+        raise InvalidArgumentError(
+            f"offset[{i}] = {int(off[i])}: offsets are >= 0 (or -1: the next one)"
+        )
 
 
 @dataclass(slots=True)
@@ -115,7 +137,11 @@ class EventBatch:
         offset: Sequence[int] | IntArray | None = None,
         wall_ms: Sequence[int] | IntArray | None = None,
     ) -> EventBatch:
-        """Build a batch from already-decoded columns (lists, NumPy or Arrow arrays)."""
+        """Build a batch from already-decoded columns (lists, NumPy or Arrow arrays).
+
+        Raises :class:`InvalidArgumentError` (a ``ValueError``) for columns of other
+        lengths, and for a value the job's decoders would reject: a time beyond +-2^61
+        ms, an infinite number, a negative partition or offset."""
         if hasattr(keys, "to_pylist"):
             keys = keys.to_pylist()
         key_list = list(keys) if not isinstance(keys, list) else keys
@@ -125,6 +151,14 @@ class EventBatch:
         obj = {k: list(v) for k, v in (objects or {}).items()}
         batch = cls(key_list, ts_arr, part, off, num, obj, wall)
         batch.check()
+        check_column_values(ts_arr, part, off)
+        for name, column in num.items():
+            if np.isinf(column).any():
+                i = int(np.flatnonzero(np.isinf(column))[0])
+                raise InvalidArgumentError(
+                    f"numeric[{name!r}][{i}] is {column[i]}: an infinite number is no value "
+                    "(NaN is null; add_message rejects it as NON_FINITE_VALUE)"
+                )
         return batch
 
     def check(self) -> None:

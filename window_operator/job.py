@@ -34,6 +34,7 @@ from window_operator.config import (
 )
 from window_operator.events import RecordDecoder
 from window_operator.policies import EmitPolicy, LateMode
+from window_operator.runtime.settings import task_state_dir
 from window_operator.timewindows import WindowedAggregator
 from window_operator.windows import TimeWindowing
 
@@ -94,11 +95,6 @@ class JobRuntime:
         from window_operator.count_windows import CountWindowAggregator
 
         return CountWindowAggregator(window=window, use_deduct=use_deduct, **common)
-
-
-def task_state_dir(state_dir: Path, job: str, task: int) -> Path:
-    """Where a task's RocksDB lives."""
-    return Path(state_dir) / job / f"task-{task}"
 
 
 def build_runtime(config: JobConfig, *, source: str | None = None) -> JobRuntime:

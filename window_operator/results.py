@@ -182,7 +182,8 @@ class ErrorRecord:
     topic: str | None = None
     #: The original Kafka record key, when the record came from Kafka.
     key: bytes | None = None
-    #: The job's name of the input (a join's ``left`` / ``right`` name), when it has several.
+    #: The job's name of the input (a join's ``left`` / ``right`` name), when it has several:
+    #: set by the job and ``simulate`` (a join's operator alone names the ``topic``).
     source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

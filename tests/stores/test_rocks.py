@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from stores.rocks import (
     ColumnFamily,
     StoreBatch,
     StoreClosedError,
+    StoreLockedError,
     StoreReadOnlyError,
     TaskStore,
 )
@@ -185,3 +187,19 @@ def test_a_store_opened_again_and_again_keeps_two_info_logs(tmp_path: Path) -> N
         TaskStore(tmp_path).close()
     logs = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("LOG"))
     assert len(logs) == INFO_LOGS_KEPT and "LOG" in logs, logs
+
+
+def test_a_store_open_in_this_process_is_refused_at_once_not_after_the_lock_wait(
+    tmp_path: Path,
+) -> None:
+    """Before: the second open waited the whole lock wait (60 s), then blamed another
+    process."""
+    first = TaskStore(tmp_path / "t", lock_wait_s=30)
+    started = time.monotonic()
+    with pytest.raises(StoreLockedError, match="already open in this process"):
+        TaskStore(tmp_path / ".." / tmp_path.name / "t", lock_wait_s=30)  # the same path
+    assert time.monotonic() - started < 5
+    first.close()
+    again = TaskStore(tmp_path / "t")  # free once closed
+    del again  # dropped unclosed: its lock goes with it
+    TaskStore(tmp_path / "t", lock_wait_s=5).close()

@@ -41,6 +41,7 @@ from window_operator.config.kafka import KafkaConfig
 from window_operator.config.loading import (
     load_any_config,
     load_config,
+    load_join_config,
     parse_any_config,
     parse_config,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "WindowConfig",
     "load_any_config",
     "load_config",
+    "load_join_config",
     "parse_any_config",
     "parse_config",
 ]

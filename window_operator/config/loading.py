@@ -18,7 +18,13 @@ from window_operator.config.join import JoinJobConfig
 from window_operator.config.sections import OPTIONAL_SECTIONS
 from window_operator.config.translate import problems_of
 
-__all__ = ["load_any_config", "load_config", "parse_any_config", "parse_config"]
+__all__ = [
+    "load_any_config",
+    "load_config",
+    "load_join_config",
+    "parse_any_config",
+    "parse_config",
+]
 
 
 #: YAML nested deeper than this is refused (PyYAML composes nodes recursively).
@@ -196,6 +202,22 @@ def load_any_config(path: str | Path) -> JobConfig | JoinJobConfig:
     """Like :func:`load_config`, but a file with a ``join:`` section is a join job."""
     doc = _read_document(path)
     return parse_any_config(doc.data, base_dir=doc.base_dir, source=doc.source)
+
+
+def load_join_config(path: str | Path) -> JoinJobConfig:
+    """Like :func:`load_config`, for a join job (a file with a ``join:`` section): what
+    :func:`~window_operator.join.build_join_runtime` takes, typed as such."""
+    config = load_any_config(path)
+    if not isinstance(config, JoinJobConfig):
+        raise ConfigError(
+            str(path),
+            [
+                ConfigProblem(
+                    "join", "required: this file is a window job (read it with load_config)"
+                )
+            ],
+        )
+    return config
 
 
 def parse_config(

@@ -21,6 +21,7 @@ from window_operator.aggset import AggregationSet
 from window_operator.config import CountWindow, OffsetsWindow
 from window_operator.count_windows.offsets import OffsetWindows
 from window_operator.count_windows.per_key import KeyCountWindows
+from window_operator.errors import InvalidArgumentError
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
@@ -31,7 +32,7 @@ from window_operator.kernel import (
     WindowOperator,
 )
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.shell import EventOperator
+from window_operator.kernel.shell import EventOperator, changes, queries
 from window_operator.policies import EmitPolicy
 from window_operator.results import ResultBatch
 
@@ -122,15 +123,17 @@ class CountWindowAggregator(EventOperator):
 
     # ------------------------------------------------------------------ input
 
+    @changes
     def add_batch(self, batch: EventBatch | Records) -> StepStats:
         """Add many messages (columns, or records decoded with the job's decoder).
 
         Records take the next offsets of partition 0; rejected records take none.
         """
         if isinstance(batch, EventBatch):
+            self.aggs.check_batch(batch)
             return self.engine.add_batch(batch)
         if self.decoder is None:
-            raise ValueError("add_batch of records needs a RecordDecoder")
+            raise InvalidArgumentError("add_batch of records needs a RecordDecoder")
         decoded = self.decoder.decode_records(list(batch))
         self.engine.kernel.outputs.errors.extend(decoded.errors)
         return self.engine.add_batch(decoded.batch) + StepStats(rejected=len(decoded.errors))
@@ -150,11 +153,13 @@ class CountWindowAggregator(EventOperator):
         passes fire (count windows count a key's messages only)."""
         self.engine.note_handled()
 
+    @changes
     def end_batch(self) -> None:
         """End a micro-batch: offsets windows fire those its offsets passed (nothing
         fires on event time here: see :meth:`adopt_clock`)."""
         self.engine.end_batch()
 
+    @changes
     def adopt_clock(self, state: ClockState) -> None:
         """Take the job's wall clock (EARLY timers) and nothing else.
 
@@ -164,6 +169,7 @@ class CountWindowAggregator(EventOperator):
         """
         self.engine.kernel.clock.note_now(state.now)
 
+    @changes
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies; ``END_OF_TIME`` ends the input."""
         self.engine.timeout(now_ms)
@@ -186,8 +192,10 @@ class CountWindowAggregator(EventOperator):
         """Flush and close the store (a second call does nothing)."""
         self.engine.kernel.close(self.flush)
 
+    @queries
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored windows of ``key`` overlapping ``[start, end)`` (message indices or offsets)."""
+        self._check_key(key)
         return self.engine.get_windows(key, start, end)
 
 

@@ -18,6 +18,7 @@ from window_operator.events import (
     MAX_KEY_BYTES,
     RecordDecoder,
     check_column_lengths,
+    check_column_values,
     position_columns,
 )
 from window_operator.join.common import JoinKey
@@ -80,6 +81,7 @@ class JoinRows:
         if wall is not None:
             lengths["wall_ms"] = len(wall)
         check_column_lengths(n, lengths.items())
+        check_column_values(rows.ts, part, off)
         return rows
 
     @classmethod

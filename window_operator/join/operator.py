@@ -19,6 +19,7 @@ from stores.keys import MIN_I64
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.arrays import IntArray
 from window_operator.config import DEFAULT_CACHE_MB
+from window_operator.errors import InvalidArgumentError
 from window_operator.join.common import (
     LEFT,
     MAX_OFFSET,
@@ -49,7 +50,8 @@ from window_operator.join.state import MessageCodec
 from window_operator.join.storage import JoinStorage
 from window_operator.kernel import ClockState, LiveState, OperatorKernel, StepStats
 from window_operator.kernel.checkpoint import JsonValue
-from window_operator.kernel.shell import KernelForwarding
+from window_operator.kernel.positions import check_record_position
+from window_operator.kernel.shell import KernelForwarding, changes, queries
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord
 
@@ -143,6 +145,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
 
     # ------------------------------------------------------------------ input
 
+    @changes
     def add_batch(self, rows: JoinRows) -> StepStats:
         """Add decoded messages of input ``rows.source``.
 
@@ -156,12 +159,12 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
             return StepStats()
         part, ts = rows.partition, rows.ts
         if int(part.min()) < 0 or int(part.max()) > MAX_PARTITION:
-            raise ValueError(f"partitions must be in [0, {MAX_PARTITION}]")
+            raise InvalidArgumentError(f"partitions must be in [0, {MAX_PARTITION}]")
         kernel = self.kernel
         adm = kernel.admit(side, part, rows.offset)
         off, fresh = adm.offsets, adm.fresh
         if int(off.max()) > MAX_OFFSET:
-            raise ValueError(f"offsets must be at most {MAX_OFFSET}")
+            raise InvalidArgumentError(f"offsets must be at most {MAX_OFFSET}")
         wm_before = self.watermark
         accept = fresh.copy()
         if wm_before > NO_WATERMARK:
@@ -188,6 +191,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         rejected = int(fresh.sum()) - len(idx)
         return StepStats(len(idx), adm.replayed, rejected, late, matches)
 
+    @changes
     def add_records(
         self,
         source: str,
@@ -206,7 +210,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         """
         side = self.side_of(source)
         if self.decoders is None:
-            raise ValueError("records need decoders (build the operator from a job)")
+            raise InvalidArgumentError("records need decoders (build the operator from a job)")
         n = len(records)
         part = (
             np.full(n, partition, dtype=np.int64)
@@ -232,6 +236,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
             self.kernel.outputs.reject(err)
         return stats + StepStats(replayed=adm.replayed, rejected=len(decoded.errors))
 
+    @changes
     def add_message(
         self,
         source: str,
@@ -242,6 +247,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         wall_ms: int | None = None,
     ) -> StepStats:
         """Add one record of the input named ``source``."""
+        check_record_position(partition, offset, wall_ms)
         side = self.side_of(source)
         decoder = None if self.decoders is None else self.decoders[side]
         got = self.kernel.decode_one(
@@ -256,12 +262,15 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
             return got
         return self.add_batch(JoinRows.one(side, got.value, partition, got.offset, wall_ms))
 
+    @changes
     def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of input ``source``'s ``partition`` was handled outside."""
+        check_record_position(partition, offset)
         self.kernel.positions.mark(source, partition, offset)
 
     # ------------------------------------------------------------------ time and output
 
+    @changes
     def adopt_clock(self, state: ClockState) -> None:
         """Take the clock of the whole job (Spark driver); emit what its watermark proves."""
         clock = self.kernel.clock
@@ -269,6 +278,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         # the job's watermark, or the one its clock implies where that is further
         self._advance_watermark(max(state.watermark, clock.coalesced()))
 
+    @changes
     def timeout(self, now_ms: int) -> None:
         """Advance the wall clock; :data:`END_OF_TIME` ends both inputs."""
         clock = self.kernel.clock
@@ -322,6 +332,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         held = {name: frames.held(side, expired[side]) for side, name in enumerate(self.spec.names)}
         return LiveState(keys=-1, windows=-1, messages=held)
 
+    @queries
     def get_windows(self, key: JoinKey | None, start: int, end: int) -> list[JoinWindow]:
         """Windows of both inputs overlapping ``[start, end)``, by start then input.
 
@@ -330,6 +341,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         """
         return self.queries.windows(key, start, end)
 
+    @queries
     def get_messages(
         self,
         source: str,
@@ -345,7 +357,8 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         of ``join_keys``.
 
         Unkeyed results are in ``(ts, position)`` order, keyed ones by key (in the given
-        order) then ``(ts, position)``. Expired messages are never returned.
+        order) then ``(ts, position)``. Messages expire at a flush: until then those past
+        retention are still returned (they match nothing).
         """
         side = self.side_of(source)
         lo, hi = (start_ts, start_offset), (end_ts, end_offset)

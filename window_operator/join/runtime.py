@@ -45,7 +45,7 @@ class JoinRuntime:
 
         ``options`` are :class:`JoinOperator`'s cache settings.
         """
-        from window_operator.job import task_state_dir
+        from window_operator.runtime.settings import task_state_dir
 
         store = TaskStore(task_state_dir(state_dir, self.config.job, task))
         return self.operator(store, **options)
@@ -62,6 +62,11 @@ def build_join_runtime(config: JoinJobConfig, *, source: str | None = None) -> J
 
     Raises :class:`ConfigError` when ``join.store`` names a time layout for a rows join.
     """
+    if not isinstance(config, JoinJobConfig):
+        raise TypeError(
+            f"build_join_runtime takes a join job's JoinJobConfig (load_join_config), got "
+            f"{type(config).__name__}: build a window job with window_operator.job.build_runtime"
+        )
     j = config.join
     try:
         layout = choose_layout(j)

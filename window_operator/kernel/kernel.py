@@ -16,7 +16,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.arrays import IntArray
-from window_operator.errors import OperatorFailedError, exception_text
+from window_operator.errors import (
+    InvalidArgumentError,
+    JobSetupError,
+    OperatorClosedError,
+    OperatorFailedError,
+    UnknownSourceError,
+    exception_text,
+)
 from window_operator.events import EventBatch
 from window_operator.kernel.checkpoint import (
     CHECKPOINT_KEY,
@@ -33,10 +40,17 @@ from window_operator.policies import EmitPolicy
 from window_operator.rejections import RecordRejected, raw_of
 from window_operator.results import ErrorRecord
 
-__all__ = ["COMPACT_EVERY", "Decoded", "OperatorKernel", "SingleDecoder"]
+__all__ = ["BEFORE_CHANGE", "COMPACT_EVERY", "Decoded", "OperatorKernel", "SingleDecoder"]
 
 #: Every this many flushes, the ranges deleted by expiry are compacted off the disk.
 COMPACT_EVERY = 16
+
+#: The errors an operator call raises before it changes anything: it stays usable.
+BEFORE_CHANGE: tuple[type[BaseException], ...] = (
+    InvalidArgumentError,
+    JobSetupError,
+    UnknownSourceError,
+)
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -148,7 +162,9 @@ class OperatorKernel(Generic[R]):
         its offset marked handled, and gives ``StepStats(rejected=1)``.
         """
         if decoder is None:
-            raise ValueError("single records need a decoder (build the operator from a job)")
+            raise InvalidArgumentError(
+                "single records need a decoder (build the operator from a job)"
+            )
         pos = input_position(source, partition)
         last = self.positions.last.get(pos, -1)
         if offset is not None and offset <= last:
@@ -231,6 +247,37 @@ class OperatorKernel(Generic[R]):
                 self.store.compact_deleted(background=True)
         return batch
 
+    def check_usable(self) -> None:
+        """Raise if the operator cannot be used: closed (:class:`OperatorClosedError`),
+        or failed (:class:`OperatorFailedError`, see :meth:`changing`)."""
+        if self.store.closed:
+            raise OperatorClosedError(
+                "this operator was closed: open the task again to go on (its store "
+                "holds what its last flush committed)"
+            )
+        if self.failed is not None:
+            raise OperatorFailedError(
+                f"{self.failed}, so this operator takes and writes nothing more: reopen "
+                "the task (its store holds the last committed state, and input after it "
+                "is taken again)"
+            )
+
+    @contextmanager
+    def changing(self, what: str) -> Iterator[None]:
+        """Around a call that changes the operator (``what``: its name). Once one raised
+        part-way (a user operation on some value, say), memory is half-updated: the
+        operator refuses every later call (:class:`OperatorFailedError`), and
+        :meth:`close` closes the store as the last commit left it. Errors raised before
+        any change (:data:`BEFORE_CHANGE`) leave it usable."""
+        self.check_usable()
+        try:
+            yield
+        except BEFORE_CHANGE:
+            raise
+        except BaseException as exc:
+            self.failed = f"{what} raised {exception_text(exc)}"
+            raise
+
     @contextmanager
     def flushing(self) -> Iterator[None]:
         """Around an operator's flush. Once one failed, memory may be ahead of what was
@@ -239,15 +286,11 @@ class OperatorKernel(Generic[R]):
         (:class:`OperatorFailedError`), and :meth:`close` closes the store as the last
         commit left it."""
         if self.failed is not None:
-            raise OperatorFailedError(
-                f"a flush of this task failed ({self.failed}), so it writes nothing more: "
-                "reopen the task (its store holds the last committed state, and input "
-                "after it is taken again)"
-            )
+            self.check_usable()
         try:
             yield
         except BaseException as exc:
-            self.failed = exception_text(exc)
+            self.failed = f"a flush of this task failed ({exception_text(exc)})"
             raise
 
     def close(self, flush: Callable[[], object]) -> None:

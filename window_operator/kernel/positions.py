@@ -10,13 +10,31 @@ get the next offsets of their partition.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 
 from window_operator.arrays import BoolArray, IntArray, distinct
+from window_operator.errors import InvalidArgumentError
 
-__all__ = ["InputPosition", "Positions", "input_position"]
+__all__ = ["InputPosition", "Positions", "check_record_position", "input_position"]
+
+
+def _whole(value: object) -> TypeGuard[int | np.integer[Any]]:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def check_record_position(partition: object, offset: object, wall_ms: object = None) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``partition`` is an integer >= 0,
+    ``offset`` ``None`` (the next one) or an integer >= 0, and ``wall_ms`` ``None`` or an
+    integer: before, ``partition="0"`` was taken and failed the next flush, and a
+    negative offset made the record a replay, silently."""
+    if not _whole(partition) or partition < 0:
+        raise InvalidArgumentError(f"partition must be an integer >= 0, got {partition!r}")
+    if offset is not None and (not _whole(offset) or offset < 0):
+        raise InvalidArgumentError(f"offset must be None or an integer >= 0, got {offset!r}")
+    if wall_ms is not None and not _whole(wall_ms):
+        raise InvalidArgumentError(f"wall_ms must be None or an integer (ms), got {wall_ms!r}")
 
 
 class InputPosition(NamedTuple):

@@ -7,21 +7,68 @@ input of keyed events take their single-record path from :class:`EventOperator`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Generic, Protocol, TypeVar
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from stores.rocks import TaskStore
+from window_operator.errors import InvalidArgumentError, exception_text
 from window_operator.events import DecodedEvent, RecordDecoder
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.clock import ClockState
-from window_operator.kernel.kernel import Decoded, OperatorKernel
-from window_operator.kernel.positions import InputPosition
+from window_operator.kernel.kernel import BEFORE_CHANGE, Decoded, OperatorKernel
+from window_operator.kernel.positions import InputPosition, check_record_position
 from window_operator.kernel.records import StepStats
 from window_operator.results import ErrorRecord, ResultBatch, WindowResult
 
-__all__ = ["EventOperator", "KernelForwarding", "ResultColumns"]
+__all__ = ["EventOperator", "KernelForwarding", "ResultColumns", "changes", "queries"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+RT = TypeVar("RT")
+
+
+class _HasKernel(Protocol):
+    @property
+    def kernel(self) -> OperatorKernel[Any]: ...
+
+
+S = TypeVar("S", bound=_HasKernel)
+
+
+def changes(method: Callable[Concatenate[S, P], RT]) -> Callable[Concatenate[S, P], RT]:
+    """An operator call that changes its state: refused on a closed or failed operator,
+    and one that raises part-way (not :data:`BEFORE_CHANGE`) fails the operator (see
+    :meth:`OperatorKernel.changing`). Inline, not a context manager: ``add_message``
+    runs it for every record."""
+    name = method.__name__
+
+    def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> RT:
+        kernel = self.kernel
+        if kernel.failed is not None or kernel.store.closed:
+            kernel.check_usable()
+        try:
+            return method(self, *args, **kwargs)
+        except BEFORE_CHANGE:
+            raise
+        except BaseException as exc:
+            if kernel.failed is None:
+                kernel.failed = f"{name} raised {exception_text(exc)}"
+            raise
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+def queries(method: Callable[Concatenate[S, P], RT]) -> Callable[Concatenate[S, P], RT]:
+    """A query of the operator's state: refused on a closed or failed operator."""
+
+    def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> RT:
+        self.kernel.check_usable()
+        return method(self, *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call
 
 
 class ResultColumns(Protocol[T]):
@@ -82,6 +129,7 @@ class KernelForwarding(Generic[B, T]):
         """The event-time clock as it stands (restored: as the last flush left it)."""
         return self.kernel.clock.state()
 
+    @changes
     def adopt_clock(self, state: ClockState) -> None:
         """Take the clock of the whole job (Spark driver) and fire what it passed."""
         self._advance_watermark(self.kernel.clock.adopt(state))
@@ -93,6 +141,7 @@ class KernelForwarding(Generic[B, T]):
         (as a task does under the job's clock, which moves only between batches)."""
         self.kernel.holding = True
 
+    @changes
     def end_batch(self) -> None:
         """End the batch :meth:`begin_batch` started: the watermark moves with its rows."""
         self.kernel.holding = False
@@ -136,6 +185,7 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
 
     decoder: RecordDecoder | None
 
+    @changes
     def add_message(
         self,
         message: Mapping[str, Any],
@@ -150,7 +200,10 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
         with its offset; any other goes to :meth:`_add_decoded`.
         """
         if self.decoder is None:
-            raise ValueError("add_message needs a RecordDecoder (build the operator from a job)")
+            raise InvalidArgumentError(
+                "add_message needs a RecordDecoder (build the operator from a job)"
+            )
+        check_record_position(partition, offset, wall_ms)
         self._claim_partition(partition)
         got = self.kernel.decode_one(
             self.decoder, message, source=0, partition=partition, offset=offset
@@ -161,11 +214,23 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
             return got
         return self._add_decoded(got, wall_ms)
 
+    @changes
     def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors)."""
+        check_record_position(partition, offset)
         self._claim_partition(partition)
         if self.kernel.positions.mark(source, partition, offset):
             self._counted_without_key()
+
+    @staticmethod
+    def _check_key(key: object) -> None:
+        """A query's key is a key as the results name it: text (before, ``1`` raised a
+        bare ``IndexError`` from the key table)."""
+        if not isinstance(key, str):
+            raise InvalidArgumentError(
+                f"key must be text, as results name it (str({key!r}) for a number), got "
+                f"{type(key).__name__}"
+            )
 
     def _add_decoded(self, got: Decoded[DecodedEvent], wall_ms: int | None) -> StepStats:
         """Add one fresh record that decoded (the same as a batch of one)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.errors import InvalidArgumentError
 from window_operator.observe.logs import kafka_logger
 
 __all__ = [
@@ -34,7 +35,10 @@ KafkaConfig = Mapping[str, object]
 
 
 def task_state_dir(state_dir: Path, job: str, task: int) -> Path:
-    """Where a task's RocksDB lives."""
+    """Where a task's RocksDB lives (``task``: an integer >= 0, else
+    :class:`InvalidArgumentError`: ``-1`` made a ``task--1``)."""
+    if isinstance(task, bool) or not isinstance(task, int) or task < 0:
+        raise InvalidArgumentError(f"task must be an integer >= 0, got {task!r}")
     return Path(state_dir) / job / f"task-{task}"
 
 

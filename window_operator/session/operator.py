@@ -29,6 +29,7 @@ from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
 from window_operator.arrays import BoolArray, FloatArray, IntArray, one
 from window_operator.config import DEFAULT_CACHE_MB, SessionWindow
+from window_operator.errors import InvalidArgumentError
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     LiveState,
@@ -40,7 +41,7 @@ from window_operator.kernel import (
 )
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.shell import EventOperator
+from window_operator.kernel.shell import EventOperator, changes, queries
 from window_operator.keytable import DEFAULT_KEY_SLACK
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import Kind, ResultBatch
@@ -127,6 +128,7 @@ class SessionAggregator(EventOperator):
 
     # ------------------------------------------------------------------ public API
 
+    @changes
     def add_batch(self, batch: EventBatch | Sequence[Mapping[str, Any]]) -> StepStats:
         """Add many messages at once (columns, or records decoded with the job's decoder).
 
@@ -135,13 +137,15 @@ class SessionAggregator(EventOperator):
         sessions and values equal those of adding the messages one by one.
         """
         if isinstance(batch, EventBatch):
+            self.aggs.check_batch(batch)
             return self._add_columns(batch)
         if self.decoder is None:
-            raise ValueError("add_batch of records needs a RecordDecoder")
+            raise InvalidArgumentError("add_batch of records needs a RecordDecoder")
         decoded = self.decoder.decode_records(list(batch))
         self.kernel.outputs.errors.extend(decoded.errors)
         return self._add_columns(decoded.batch) + StepStats(rejected=len(decoded.errors))
 
+    @changes
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` ends the input."""
         clock = self.kernel.clock
@@ -190,12 +194,14 @@ class SessionAggregator(EventOperator):
         """Flush and close the store (a second call does nothing)."""
         self.kernel.close(self.flush)
 
+    @queries
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored sessions of ``key`` overlapping ``[start, end)``, in start order.
 
         Bounds are event times for time sessions and offsets for tuple sessions (then
         the sessions of every partition holding the key are returned).
         """
+        self._check_key(key)
         self.sessions.loader.key(key, end)
         return self.cache.windows(key, start, end, self.trigger.pad)
 

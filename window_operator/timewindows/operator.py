@@ -34,6 +34,7 @@ from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
 from window_operator.arrays import FloatArray, IntArray, present_ids
 from window_operator.config import DEFAULT_CACHE_MB
+from window_operator.errors import InvalidArgumentError
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     LiveState,
@@ -44,7 +45,7 @@ from window_operator.kernel import (
 )
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.shell import EventOperator
+from window_operator.kernel.shell import EventOperator, changes, queries
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import ResultBatch
@@ -157,6 +158,7 @@ class WindowedAggregator(EventOperator):
 
     # ------------------------------------------------------------------ public API
 
+    @changes
     def add_batch(self, batch: EventBatch | Sequence[Mapping[str, Any]]) -> StepStats:
         """Add many messages at once (columns, or records decoded with the job's decoder).
 
@@ -165,9 +167,10 @@ class WindowedAggregator(EventOperator):
         the final result of every window equal those of adding the messages one by one.
         """
         if isinstance(batch, EventBatch):
+            self.aggs.check_batch(batch)
             return self._add_columns(batch)
         if self.decoder is None:
-            raise ValueError("add_batch of records needs a RecordDecoder")
+            raise InvalidArgumentError("add_batch of records needs a RecordDecoder")
         records = list(batch)
         # every record takes the next offset of partition 0, rejected ones too,
         # exactly as add_message does one at a time
@@ -188,6 +191,7 @@ class WindowedAggregator(EventOperator):
         if not self.kernel.holding:
             self._advance_watermark(self.kernel.clock.coalesced())
 
+    @changes
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` fires everything."""
         clock = self.kernel.clock
@@ -252,8 +256,10 @@ class WindowedAggregator(EventOperator):
         """Flush and close the store (a second call does nothing)."""
         self.kernel.close(self.flush)
 
+    @queries
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored windows of ``key`` that overlap ``[start, end)``, in start order."""
+        self._check_key(key)
         kid = self.keys.id_of(key)
         # Windows are derived from the key's frames (a window exists iff it holds one):
         # the frames of the range are found by a time-range scan of the store (keys are

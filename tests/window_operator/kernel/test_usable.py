@@ -1,0 +1,209 @@
+"""An operator used wrongly from the library says so, and never loses input silently.
+
+A library user's walkthrough found: input taken after ``close`` and reported applied,
+then lost; a user operation raising part-way through ``add_batch`` left the operator
+half-updated and it went on (a wrong result later); positions of the wrong type taken
+and failing the next flush, a negative offset a silent replay; columns holding what no
+decoder yields (a time beyond 2^61 ms, infinity) taken and poisoning the state.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import runtime_for
+from joinkit import join_runtime
+
+from window_operator.config import ConfigError, load_config, load_join_config
+from window_operator.errors import (
+    InvalidArgumentError,
+    OperatorClosedError,
+    OperatorFailedError,
+)
+from window_operator.events import EventBatch
+from window_operator.join import JoinRows, build_join_runtime
+
+_UDF_DIR = str(Path(__file__).resolve().parents[1])
+if _UDF_DIR not in sys.path:
+    sys.path.insert(0, _UDF_DIR)
+
+S = 1_000
+BASE = 1_700_000_000_000
+WINDOWS: dict[str, dict[str, Any]] = {
+    "tumbling": {"type": "tumbling", "size": "10s"},
+    "session": {"type": "session", "gap": "10s"},
+    "count": {"type": "count", "size": 3},
+}
+SUM = [{"name": "s", "op": "sum", "field": "v"}]
+
+
+@pytest.mark.parametrize("shape", sorted(WINDOWS))
+def test_an_operator_refuses_every_call_after_close(tmp_path: Path, shape: str) -> None:
+    runtime = runtime_for(window=WINDOWS[shape], aggregations=SUM)
+    op = runtime.open_task(tmp_path)
+    op.add_message({"k": "a", "ts": BASE, "v": 1.0})
+    op.close()
+    calls = [
+        lambda: op.add_message({"k": "a", "ts": BASE, "v": 2.0}),
+        lambda: op.add_batch([{"k": "a", "ts": BASE, "v": 3.0}]),
+        lambda: op.add_batch(EventBatch.from_columns(["a"], [BASE], numeric={"v": [4.0]})),
+        lambda: op.timeout(2**62),
+        lambda: op.get_windows("a", 0, 2**62),
+        lambda: op.mark_consumed(0, 5),
+    ]
+    for call in calls:
+        with pytest.raises(OperatorClosedError, match="was closed"):
+            call()
+    op.close()  # a second close does nothing
+    op = runtime.open_task(tmp_path)
+    op.timeout(2**62)
+    assert [r.values["s"] for r in op.get_result()] == [1.0]  # nothing taken after close
+    op.close()
+
+
+def test_a_join_refuses_every_call_after_close(tmp_path: Path) -> None:
+    runtime = join_runtime({"rows": 1}, retention="1d")
+    op = runtime.open_task(tmp_path)
+    assert op.get_messages("L", 0, 0, 2**62, 0) == [] and op.get_windows(None, 0, 2**62) == []
+    op.close()
+    rows = JoinRows.from_columns([(1,)], [BASE], [b'{"k": 1}'], source=0)
+    for call in (
+        lambda: op.add_message("L", {"k": 1, "ts": BASE, "n": 0}),
+        lambda: op.add_batch(rows),
+        lambda: op.timeout(BASE),
+        lambda: op.get_windows(None, 0, 2**62),
+        lambda: op.get_messages("L", 0, 0, 2**62, 0),
+    ):
+        with pytest.raises(OperatorClosedError):
+            call()
+
+
+@pytest.mark.parametrize("shape", sorted(WINDOWS))
+def test_a_user_operation_raising_part_way_fails_the_operator(tmp_path: Path, shape: str) -> None:
+    """Before: the batch's first rows stayed applied, offsets were not, and the operator
+    went on to send a window of what was half-applied."""
+    runtime = runtime_for(
+        window=WINDOWS[shape],
+        aggregations=[
+            {"name": "n", "op": "count"},
+            {"name": "b", "op": "udf_example:FailsOnThirteenOp", "field": "v"},
+        ],
+    )
+    op = runtime.open_task(tmp_path)
+    op.add_message({"k": "a", "ts": BASE, "v": 1.0}, offset=0)
+    op.flush()
+    batch = [{"k": "a", "ts": BASE + S, "v": v} for v in (2.0, 13.0, 4.0)]
+    with pytest.raises(ValueError, match="13 is not supported"):
+        op.add_batch(batch)
+    for call in (lambda: op.add_message({"k": "a", "ts": BASE, "v": 5.0}), op.flush):
+        with pytest.raises(OperatorFailedError, match="add_batch raised ValueError"):
+            call()
+    op.close()  # closes the store as the last flush left it
+    op = runtime.open_task(tmp_path)
+    assert list(op.offsets.values()) == [0]
+    op.timeout(2**62)
+    assert [r.values for r in op.get_result()] == [{"n": 1, "b": 1.0}]
+    op.close()
+
+
+@pytest.mark.parametrize(
+    ("partition", "offset", "wall_ms"),
+    [("0", None, None), (1.5, None, None), (-1, None, None), (True, None, None),
+     (0, -5, None), (0, "x", None), (0, 1.5, None), (0, None, "now")],
+)  # fmt: skip
+def test_positions_that_are_not_integers_are_refused_before_any_change(
+    tmp_path: Path, partition: object, offset: object, wall_ms: object
+) -> None:
+    """Before: ``"0"`` and ``1.5`` were applied and failed the next flush (losing every
+    record since the last), -1 was kept in the checkpoint, an offset of -5 made the
+    record a replay without a word, and ``"x"`` raised a bare ``TypeError``."""
+    runtime = runtime_for(aggregations=SUM)
+    op = runtime.open_task(tmp_path)
+    record = {"k": "a", "ts": BASE, "v": 1.0}
+    with pytest.raises(InvalidArgumentError):
+        op.add_message(record, partition=partition, offset=offset, wall_ms=wall_ms)  # type: ignore[arg-type]
+    assert op.add_message(record, partition=np.int64(0), offset=0).applied == 1  # usable
+    op.close()
+
+
+def test_join_positions_that_are_not_integers_are_refused(tmp_path: Path) -> None:
+    op = join_runtime({"rows": 1}, retention="1d").open_task(tmp_path)
+    with pytest.raises(InvalidArgumentError, match="offset must be"):
+        op.add_message("L", {"k": 1, "ts": BASE, "n": 0}, offset=-5)
+    with pytest.raises(InvalidArgumentError, match="partition must be"):
+        op.mark_consumed("0", 1)
+    assert op.add_message("L", {"k": 1, "ts": BASE, "n": 0}, offset=0).applied == 1
+    op.close()
+
+
+@pytest.mark.parametrize(
+    ("ts", "numeric", "match"),
+    [
+        ([2**62], {"v": [1.0]}, r"ts\[0\] = 4611686018427387904 is out of range"),
+        ([-(2**61)], {"v": [1.0]}, "out of range"),
+        ([BASE], {"v": [math.inf]}, r"numeric\['v'\]\[0\] is inf"),
+        ([BASE], {"v": [-math.inf]}, "is -inf"),
+    ],
+)
+def test_columns_no_decoder_would_yield_are_refused(
+    ts: list[int], numeric: dict[str, list[float]], match: str
+) -> None:
+    """Before: a time of 2^62 moved the watermark to where every later event was out of
+    retention, for good; infinity gave a mean of inf and a NaN percentile."""
+    with pytest.raises(InvalidArgumentError, match=match):
+        EventBatch.from_columns(["a"], ts, numeric=numeric)
+    with pytest.raises(InvalidArgumentError, match="offsets are >= 0"):
+        EventBatch.from_columns(["a"], [BASE], numeric={"v": [1.0]}, offset=[-2])
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        JoinRows.from_columns([(1,)], [2**62], [b"{}"], source=0)
+
+
+def test_a_batch_missing_a_column_or_of_uneven_columns_is_refused(tmp_path: Path) -> None:
+    """Before: a bare ``KeyError: 'v'`` from deep inside, and an ``IndexError`` for a
+    batch built directly with a short column."""
+    runtime = runtime_for(aggregations=[*SUM, {"name": "m", "op": "max", "field": "w"}])
+    op = runtime.open_task(tmp_path)
+    with pytest.raises(
+        InvalidArgumentError, match="no column 'w' in numeric, which aggregation 'm'"
+    ):
+        op.add_batch(EventBatch.from_columns(["a"], [BASE], numeric={"v": [1.0]}))
+    short = np.zeros(1, dtype=np.int64)
+    uneven = EventBatch(
+        ["a", "b"], np.full(2, BASE), short, short, {"v": np.ones(2), "w": np.ones(2)}
+    )
+    with pytest.raises(InvalidArgumentError, match="column partition has 1 rows, keys have 2"):
+        op.add_batch(uneven)
+    full = EventBatch.from_columns(["a"], [BASE], numeric={"v": [1.0], "w": [2.0]})
+    assert op.add_batch(full).applied == 1  # still usable
+    op.close()
+
+
+@pytest.mark.parametrize("shape", sorted(WINDOWS))
+def test_a_query_by_a_key_that_is_not_text_is_refused(tmp_path: Path, shape: str) -> None:
+    op = runtime_for(window=WINDOWS[shape], aggregations=SUM).open_task(tmp_path)
+    op.add_message({"k": 1, "ts": BASE, "v": 1.0})
+    with pytest.raises(InvalidArgumentError, match=r"key must be text.*got int"):
+        op.get_windows(1, 0, 2**62)  # type: ignore[arg-type]
+    assert [w.key for w in op.get_windows("1", 0, 2**62)] == ["1"]
+    op.close()
+
+
+def test_join_configs_load_typed_and_the_wrong_kind_is_named() -> None:
+    root = Path(__file__).resolve().parents[3]
+    config = load_join_config(root / "config" / "orders-shipments.yaml")
+    assert build_join_runtime(config).config is config
+    with pytest.raises(ConfigError, match="join"):
+        load_join_config(root / "config" / "clicks.yaml")
+    with pytest.raises(TypeError, match="takes a join job's JoinJobConfig"):
+        build_join_runtime(load_config(root / "config" / "clicks.yaml"))  # type: ignore[arg-type]
+
+
+def test_a_task_number_below_zero_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="task must be an integer >= 0"):
+        runtime_for().open_task(tmp_path, -1)
+    assert not any(tmp_path.rglob("task--1"))
