@@ -20,7 +20,6 @@ import shutil
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from rocksdict import (
 
 from stores.errors import StoreError
 from stores.heap import release_free_heap
+from stores.locks import claim_path
 
 __all__ = [
     "BulkPut",
@@ -223,29 +223,6 @@ def _cf_options() -> Options:
     return opts
 
 
-#: The stores this process has open for writing, by resolved path: a second open of one
-#: is refused at once (RocksDB's file lock would make it wait for its own process).
-_OPEN_STORES: weakref.WeakValueDictionary[Path, TaskStore] = weakref.WeakValueDictionary()
-_OPEN_LOCK = threading.Lock()
-
-
-def _claim(store: TaskStore) -> None:
-    """Note ``store`` as this process's writer of its path; raises
-    :class:`StoreLockedError` if an open store of this process has it."""
-    key = store.path.resolve()
-    with _OPEN_LOCK:
-        other = _OPEN_STORES.get(key)
-        if other is not None and not other.closed:
-            gc.collect()  # one no longer referenced, waiting in a reference cycle
-            other = _OPEN_STORES.get(key)
-        if other is not None and not other.closed:
-            raise StoreLockedError(
-                f"the task store {store.path} is already open in this process: close "
-                "the operator (or store) that has it before opening it again"
-            )
-        _OPEN_STORES[key] = store
-
-
 def _open(path: Path, lock_wait_s: float) -> Rdict:
     cfs = {cf.value: _cf_options() for cf in ColumnFamily}
     deadline = time.monotonic() + lock_wait_s
@@ -328,7 +305,7 @@ class TaskStore:
         if not read_only:
             self.path.mkdir(parents=True, exist_ok=True)
             self._db: Rdict | None = None
-            _claim(self)
+            claim_path(self, StoreLockedError)
             self._db = _open(self.path, lock_wait_s)
         else:
             if not (self.path / "CURRENT").is_file():
