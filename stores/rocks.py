@@ -37,7 +37,7 @@ from rocksdict import (
 
 from stores.errors import StoreError
 from stores.heap import release_free_heap
-from stores.locks import claim_path
+from stores.locks import claim_path, opened
 
 __all__ = [
     "BulkPut",
@@ -306,7 +306,10 @@ class TaskStore:
             self.path.mkdir(parents=True, exist_ok=True)
             self._db: Rdict | None = None
             claim_path(self, StoreLockedError)
-            self._db = _open(self.path, lock_wait_s)
+            try:
+                self._db = _open(self.path, lock_wait_s)
+            finally:
+                opened(self, self._db is not None)
         else:
             if not (self.path / "CURRENT").is_file():
                 raise FileNotFoundError(f"no task store at {self.path}")

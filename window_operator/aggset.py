@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,10 +23,8 @@ from window_operator.aggregations.base import (
     VectorOp,
 )
 from window_operator.errors import USER_CODE_ERRORS, InvalidArgumentError, exception_text
+from window_operator.events import EventBatch, check_column_values
 from window_operator.results import FailedValue
-
-if TYPE_CHECKING:
-    from window_operator.events import EventBatch
 
 __all__ = ["AggregationSet", "BoundAggregation", "PendingMessage"]
 
@@ -162,9 +160,11 @@ class AggregationSet:
 
     def check_batch(self, batch: EventBatch) -> None:
         """Raise :class:`InvalidArgumentError` before any change unless ``batch`` has
-        columns of one length and every column the aggregations read (a batch built by
-        hand: the job's decoders make whole ones)."""
+        columns of one length, every column the aggregations read, and positions and
+        times a decoder would give (a batch built by hand: the job's decoders make whole
+        ones)."""
         batch.check()
+        check_column_values(batch.ts, batch.partition, batch.offset)
         for agg in self.aggregations:
             kinds = "numeric" if isinstance(agg.op, VectorOp) else "numeric or objects"
             for name in (agg.field, agg.x_field):

@@ -32,6 +32,7 @@ from window_operator.kernel import (
     WindowOperator,
 )
 from window_operator.kernel.kernel import Decoded
+from window_operator.kernel.positions import check_time
 from window_operator.kernel.shell import EventOperator, changes, queries
 from window_operator.policies import EmitPolicy
 from window_operator.results import ResultBatch
@@ -172,6 +173,7 @@ class CountWindowAggregator(EventOperator):
     @changes
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies; ``END_OF_TIME`` ends the input."""
+        now_ms = check_time(now_ms)
         self.engine.timeout(now_ms)
 
     # ------------------------------------------------------------------ output

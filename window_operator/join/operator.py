@@ -20,6 +20,7 @@ from stores.rocks import StoreBatch, TaskStore
 from window_operator.arrays import IntArray
 from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.errors import InvalidArgumentError
+from window_operator.events import check_column_lengths, check_column_values
 from window_operator.join.common import (
     LEFT,
     MAX_OFFSET,
@@ -50,7 +51,7 @@ from window_operator.join.state import MessageCodec
 from window_operator.join.storage import JoinStorage
 from window_operator.kernel import ClockState, LiveState, OperatorKernel, StepStats
 from window_operator.kernel.checkpoint import JsonValue
-from window_operator.kernel.positions import check_record_position
+from window_operator.kernel.positions import check_record_position, check_source, check_time
 from window_operator.kernel.shell import KernelForwarding, changes, queries
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord
@@ -218,6 +219,12 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
             else np.asarray(partitions, dtype=np.int64)
         )
         off = np.full(n, -1, dtype=np.int64) if offsets is None else np.asarray(offsets, np.int64)
+        check_column_lengths(n, [("partitions", len(part)), ("offsets", len(off))])
+        check_column_values(np.zeros(0, np.int64), part, off)  # before any change
+        if len(part) and int(part.max()) > MAX_PARTITION:
+            raise InvalidArgumentError(f"partitions must be in [0, {MAX_PARTITION}]")
+        if len(off) and int(off.max()) > MAX_OFFSET:
+            raise InvalidArgumentError(f"offsets must be at most {MAX_OFFSET}")
         adm = self.kernel.admit(side, part, off)
         idx = np.flatnonzero(adm.fresh)
         il = idx.tolist()
@@ -247,7 +254,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         wall_ms: int | None = None,
     ) -> StepStats:
         """Add one record of the input named ``source``."""
-        check_record_position(partition, offset, wall_ms)
+        partition, offset, wall_ms = check_record_position(partition, offset, wall_ms)
         side = self.side_of(source)
         decoder = None if self.decoders is None else self.decoders[side]
         got = self.kernel.decode_one(
@@ -265,7 +272,8 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
     @changes
     def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of input ``source``'s ``partition`` was handled outside."""
-        check_record_position(partition, offset)
+        partition, _, _ = check_record_position(partition, offset, next_offset=False)
+        source, offset = check_source(source, 2), int(offset)  # an integer: checked
         self.kernel.positions.mark(source, partition, offset)
 
     # ------------------------------------------------------------------ time and output
@@ -281,6 +289,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
     @changes
     def timeout(self, now_ms: int) -> None:
         """Advance the wall clock; :data:`END_OF_TIME` ends both inputs."""
+        now_ms = check_time(now_ms)
         clock = self.kernel.clock
         if now_ms >= END_OF_TIME:
             clock.now = END_OF_TIME

@@ -285,7 +285,7 @@ class OperatorKernel(Generic[R]):
         commit offsets without their state: the operator refuses to write again
         (:class:`OperatorFailedError`), and :meth:`close` closes the store as the last
         commit left it."""
-        if self.failed is not None:
+        if self.failed is not None or self.store.closed:
             self.check_usable()
         try:
             yield

@@ -17,24 +17,65 @@ import numpy as np
 from window_operator.arrays import BoolArray, IntArray, distinct
 from window_operator.errors import InvalidArgumentError
 
-__all__ = ["InputPosition", "Positions", "check_record_position", "input_position"]
+__all__ = [
+    "InputPosition",
+    "Positions",
+    "check_record_position",
+    "check_source",
+    "check_time",
+    "input_position",
+]
 
 
 def _whole(value: object) -> TypeGuard[int | np.integer[Any]]:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
-def check_record_position(partition: object, offset: object, wall_ms: object = None) -> None:
-    """Raise :class:`InvalidArgumentError` unless ``partition`` is an integer >= 0,
-    ``offset`` ``None`` (the next one) or an integer >= 0, and ``wall_ms`` ``None`` or an
-    integer: before, ``partition="0"`` was taken and failed the next flush, and a
-    negative offset made the record a replay, silently."""
-    if not _whole(partition) or partition < 0:
-        raise InvalidArgumentError(f"partition must be an integer >= 0, got {partition!r}")
-    if offset is not None and (not _whole(offset) or offset < 0):
-        raise InvalidArgumentError(f"offset must be None or an integer >= 0, got {offset!r}")
-    if wall_ms is not None and not _whole(wall_ms):
-        raise InvalidArgumentError(f"wall_ms must be None or an integer (ms), got {wall_ms!r}")
+def check_record_position(
+    partition: object, offset: object, wall_ms: object = None, *, next_offset: bool = True
+) -> tuple[int, int | None, int | None]:
+    """``partition``, ``offset`` and ``wall_ms`` as Python ints (NumPy ones converted:
+    the checkpoint's JSON takes no other), or :class:`InvalidArgumentError` unless
+    ``partition`` is an integer >= 0, ``offset`` an integer >= 0 or, with
+    ``next_offset``, ``None`` (the next one), and ``wall_ms`` ``None`` or an integer.
+    Before, ``partition="0"`` was taken and failed the next flush, and a negative
+    offset made the record a replay, silently."""
+    p, o, w = partition, offset, wall_ms
+    if (
+        type(p) is int
+        and p >= 0
+        and (type(o) is int and o >= 0 or (o is None and next_offset))
+        and (w is None or type(w) is int)
+    ):
+        return p, o, w  # the usual case, first: a record of the library's add_message
+    if not _whole(p) or p < 0:
+        raise InvalidArgumentError(f"partition must be an integer >= 0, got {p!r}")
+    if o is None and not next_offset:
+        raise InvalidArgumentError("offset must be an integer >= 0, got None")
+    if o is not None and (not _whole(o) or o < 0):
+        raise InvalidArgumentError(f"offset must be None or an integer >= 0, got {o!r}")
+    if w is not None and not _whole(w):
+        raise InvalidArgumentError(f"wall_ms must be None or an integer (ms), got {w!r}")
+    return int(p), None if o is None else int(o), None if w is None else int(w)
+
+
+def check_time(now_ms: object) -> int:
+    """A wall clock given to ``timeout`` as a Python int (epoch ms), or
+    :class:`InvalidArgumentError` (before, ``"soon"`` failed the operator)."""
+    if type(now_ms) is int:
+        return now_ms
+    if not _whole(now_ms):
+        raise InvalidArgumentError(f"now_ms must be an integer (epoch ms), got {now_ms!r}")
+    return int(now_ms)
+
+
+def check_source(source: object, sources: int) -> int:
+    """``source`` as an int, or :class:`InvalidArgumentError` unless it is one of the
+    operator's ``sources`` input indexes (0, or 0 and 1 for a join)."""
+    if not _whole(source) or not 0 <= source < sources:
+        within = "0" if sources == 1 else f"0 to {sources - 1}"
+        raise InvalidArgumentError(f"source must be {within}, got {source!r}")
+    return int(source)
 
 
 class InputPosition(NamedTuple):
@@ -52,8 +93,8 @@ def input_position(source: int, partition: int) -> InputPosition:
     per-record paths look positions up several times a record, and building a named
     tuple costs four times a plain tuple and a dict lookup."""
     pos = _INTERNED.get((source, partition))
-    if pos is None:
-        pos = _INTERNED[(source, partition)] = InputPosition(source, partition)
+    if pos is None:  # Python ints only: the checkpoint's JSON takes no NumPy ones
+        pos = _INTERNED[(source, partition)] = InputPosition(int(source), int(partition))
     return pos
 
 
@@ -106,7 +147,7 @@ class Positions:
     def mark_at(self, pos: InputPosition, offset: int) -> bool:
         """:meth:`mark` for a position at hand."""
         if offset > self.last.get(pos, -1):
-            self.last[pos] = offset
+            self.last[pos] = int(offset)
             return True
         return False
 

@@ -17,7 +17,11 @@ from window_operator.events import DecodedEvent, RecordDecoder
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.clock import ClockState
 from window_operator.kernel.kernel import BEFORE_CHANGE, Decoded, OperatorKernel
-from window_operator.kernel.positions import InputPosition, check_record_position
+from window_operator.kernel.positions import (
+    InputPosition,
+    check_record_position,
+    check_source,
+)
 from window_operator.kernel.records import StepStats
 from window_operator.results import ErrorRecord, ResultBatch, WindowResult
 
@@ -52,8 +56,8 @@ def changes(method: Callable[Concatenate[S, P], RT]) -> Callable[Concatenate[S, 
         except BEFORE_CHANGE:
             raise
         except BaseException as exc:
-            if kernel.failed is None:
-                kernel.failed = f"{name} raised {exception_text(exc)}"
+            # the outermost call names it (a join's add_message runs its add_batch)
+            kernel.failed = f"{name} raised {exception_text(exc)}"
             raise
 
     functools.update_wrapper(call, method)
@@ -95,6 +99,7 @@ class KernelForwarding(Generic[B, T]):
         """Whether LATE updates wait for the end of a running ``emit.late`` period."""
         return self.kernel.timers.late_since is not None
 
+    @changes
     def end_late_period(self) -> None:
         """End the running LATE period at the next :meth:`timeout`: the run stops, and
         the LATE updates it batched go out now rather than at its next start."""
@@ -134,6 +139,7 @@ class KernelForwarding(Generic[B, T]):
         """Take the clock of the whole job (Spark driver) and fire what it passed."""
         self._advance_watermark(self.kernel.clock.adopt(state))
 
+    @changes
     def begin_batch(self) -> None:
         """Start one micro-batch of several ``add_batch`` calls (a join's two inputs):
         until :meth:`end_batch` each call decides lateness and retention with the
@@ -203,7 +209,7 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
             raise InvalidArgumentError(
                 "add_message needs a RecordDecoder (build the operator from a job)"
             )
-        check_record_position(partition, offset, wall_ms)
+        partition, offset, wall_ms = check_record_position(partition, offset, wall_ms)
         self._claim_partition(partition)
         got = self.kernel.decode_one(
             self.decoder, message, source=0, partition=partition, offset=offset
@@ -217,7 +223,8 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
     @changes
     def mark_consumed(self, partition: int, offset: int, *, source: int = 0) -> None:
         """Record that ``offset`` of ``partition`` was handled outside (e.g. sent to errors)."""
-        check_record_position(partition, offset)
+        partition, _, _ = check_record_position(partition, offset, next_offset=False)
+        source, offset = check_source(source, 1), int(offset)  # an integer: checked
         self._claim_partition(partition)
         if self.kernel.positions.mark(source, partition, offset):
             self._counted_without_key()

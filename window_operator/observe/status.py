@@ -376,8 +376,9 @@ def format_status(s: JobStatus) -> str:
     ]
     for p in s.partitions:
         name = f"{p.topic}[{p.partition}]"
+        lag = "-" if p.end is None else str(p.lag)  # unknown, not 0, without the broker
         lines.append(
-            f"{name:<28} {_num(p.committed):>10} {_num(p.end):>10} {p.lag:>8}  "
+            f"{name:<28} {_num(p.committed):>10} {_num(p.end):>10} {lag:>8}  "
             f"{_time(p.max_event_time):<20} {_time(p.watermark)}"
         )
     if s.unreachable is not None:

@@ -55,6 +55,8 @@ def test_an_operator_refuses_every_call_after_close(tmp_path: Path, shape: str) 
         lambda: op.timeout(2**62),
         lambda: op.get_windows("a", 0, 2**62),
         lambda: op.mark_consumed(0, 5),
+        op.flush,
+        op.begin_batch,
     ]
     for call in calls:
         with pytest.raises(OperatorClosedError, match="was closed"):
@@ -127,12 +129,46 @@ def test_positions_that_are_not_integers_are_refused_before_any_change(
     record = {"k": "a", "ts": BASE, "v": 1.0}
     with pytest.raises(InvalidArgumentError):
         op.add_message(record, partition=partition, offset=offset, wall_ms=wall_ms)  # type: ignore[arg-type]
-    assert op.add_message(record, partition=np.int64(0), offset=0).applied == 1  # usable
+    # usable; NumPy ints are taken as ints (the checkpoint's JSON takes no NumPy ones)
+    assert op.add_message(record, partition=np.int64(0), offset=np.int64(0)).applied == 1
+    op.mark_consumed(np.int64(0), np.int64(3))
+    op.flush()
+    op.close()
+    assert runtime.open_task(tmp_path).offsets == {(0, 0): 3}
+
+
+def test_other_bad_arguments_are_refused_before_any_change(tmp_path: Path) -> None:
+    runtime = runtime_for(aggregations=SUM)
+    op = runtime.open_task(tmp_path)
+    for call, match in [
+        (lambda: op.mark_consumed(0, None), "offset must be an integer"),  # type: ignore[arg-type]
+        (lambda: op.mark_consumed(0, 5, source=3), "source must be 0, got 3"),
+        (lambda: op.mark_consumed(0, 5, source="x"), "source must be 0"),  # type: ignore[arg-type]
+        (lambda: op.timeout("soon"), "now_ms must be an integer"),  # type: ignore[arg-type]
+    ]:
+        with pytest.raises(InvalidArgumentError, match=match):
+            call()
+    hand_made = EventBatch(
+        ["a"], np.full(1, BASE), np.full(1, -3), np.full(1, -1), {"v": np.ones(1)}
+    )
+    with pytest.raises(InvalidArgumentError, match=r"partition\[0\] = -3"):
+        op.add_batch(hand_made)
+    op.timeout(BASE)
+    op.flush()
+    assert op.offsets == {}  # nothing moved
     op.close()
 
 
 def test_join_positions_that_are_not_integers_are_refused(tmp_path: Path) -> None:
     op = join_runtime({"rows": 1}, retention="1d").open_task(tmp_path)
+    bad = [{"k": 1, "ts": "x"}, {"k": 1, "ts": "y"}]  # rejected by the decoder
+    with pytest.raises(InvalidArgumentError, match=r"partition\[1\] = -1"):
+        op.add_records("L", bad, partitions=[0, -1], offsets=[7, 8])
+    with pytest.raises(InvalidArgumentError, match="offsets has 1 rows"):
+        op.add_records("L", bad, offsets=[5])
+    with pytest.raises(InvalidArgumentError, match="source must be 0 to 1"):
+        op.mark_consumed(0, 1, source=2)
+    assert op.offsets == {} and op.get_errors() == []  # before any change
     with pytest.raises(InvalidArgumentError, match="offset must be"):
         op.add_message("L", {"k": 1, "ts": BASE, "n": 0}, offset=-5)
     with pytest.raises(InvalidArgumentError, match="partition must be"):

@@ -53,7 +53,7 @@ def test_status_of_a_job_that_ran_then_fell_behind(
     printed = capsys.readouterr()
     assert code == 2, printed
     row = next(line for line in printed.out.splitlines() if line.startswith(f"{topic}[0]"))
-    assert row.split()[1:4] == ["100", "-", "0"]  # committed; end and lag unknown
+    assert row.split()[1:4] == ["100", "-", "-"]  # committed; end and lag unknown
     assert "input ends, lag and changelogs unknown: the broker does not answer" in printed.out
     assert "task 0" not in printed.out and gone in printed.err
 
