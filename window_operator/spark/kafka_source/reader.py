@@ -7,6 +7,8 @@ topic partition with data; executors read the partitions (see ``partition.py``).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -183,8 +185,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """No-op: offsets live in Spark's checkpoint, nothing is committed to Kafka."""
 
     def stop(self) -> None:
-        """Drop the admin client."""
+        """Drop the admin client.
+
+        PySpark's source runner calls this on its way out, also when Spark stopped the
+        query and closed the runner's socket before killing it (a stop under load):
+        the runner then reports the closed socket (``EOFError``) back over that socket,
+        and prints a screen of tracebacks (``BrokenPipeError``) into the job's stderr
+        after its Ctrl-C. That exit is made quiet here; any other error is reported.
+        """
         self._queries.close()
+        if isinstance(sys.exc_info()[1], EOFError) and in_source_runner():
+            sys.stderr.flush()
+            os._exit(0)
+
+
+def in_source_runner() -> bool:
+    """Whether this process is PySpark's streaming source runner (the driver's Python
+    process that serves the reader)."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    return str(main).endswith("python_streaming_source_runner.py")
 
 
 class KafkaDataSource(DataSource):

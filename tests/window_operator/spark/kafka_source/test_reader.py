@@ -63,3 +63,32 @@ def test_min_partitions_splits_ranges() -> None:
         (0, 0, 300),
         (1, 10, 110),
     ]
+
+
+_RUNNER_EXIT = """
+import sys
+sys.modules["__main__"].__file__ = "/x/pyspark/sql/streaming/python_streaming_source_runner.py"
+from window_operator.spark.kafka_source import KafkaStreamReader
+from window_operator.spark.kafka_source.options import parse_options
+reader = KafkaStreamReader(parse_options({"kafka.bootstrap.servers": "x:1", "subscribe": "t"}))
+try:
+    raise ERROR("the runner's socket")
+finally:
+    reader.stop()
+"""
+
+
+@pytest.mark.parametrize("error", ["EOFError", "ValueError"])
+def test_the_source_runner_ends_quietly_once_spark_closed_its_socket(error: str) -> None:
+    """A query stopped under load: Spark closed the runner's socket before killing it,
+    and the runner printed its EOFError and BrokenPipeError tracebacks into the job's
+    stderr after Ctrl-C (a CI run of the demo's Ctrl-C test). Other errors still show."""
+    import subprocess
+    import sys
+
+    script = _RUNNER_EXIT.replace("ERROR", error)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    if error == "EOFError":
+        assert (proc.returncode, proc.stderr) == (0, "")
+    else:
+        assert proc.returncode == 1 and "ValueError: the runner's socket" in proc.stderr
