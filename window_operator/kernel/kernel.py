@@ -249,7 +249,8 @@ class OperatorKernel(Generic[R]):
 
     def check_usable(self) -> None:
         """Raise if the operator cannot be used: closed (:class:`OperatorClosedError`),
-        or failed (:class:`OperatorFailedError`, see :meth:`changing`)."""
+        or failed (:class:`OperatorFailedError`: a flush failed, or a call that changes
+        the operator raised part-way, see :func:`~window_operator.kernel.shell.changes`)."""
         if self.store.closed:
             raise OperatorClosedError(
                 "this operator was closed: open the task again to go on (its store "
@@ -261,22 +262,6 @@ class OperatorKernel(Generic[R]):
                 "the task (its store holds the last committed state, and input after it "
                 "is taken again)"
             )
-
-    @contextmanager
-    def changing(self, what: str) -> Iterator[None]:
-        """Around a call that changes the operator (``what``: its name). Once one raised
-        part-way (a user operation on some value, say), memory is half-updated: the
-        operator refuses every later call (:class:`OperatorFailedError`), and
-        :meth:`close` closes the store as the last commit left it. Errors raised before
-        any change (:data:`BEFORE_CHANGE`) leave it usable."""
-        self.check_usable()
-        try:
-            yield
-        except BEFORE_CHANGE:
-            raise
-        except BaseException as exc:
-            self.failed = f"{what} raised {exception_text(exc)}"
-            raise
 
     @contextmanager
     def flushing(self) -> Iterator[None]:

@@ -41,10 +41,12 @@ S = TypeVar("S", bound=_HasKernel)
 
 
 def changes(method: Callable[Concatenate[S, P], RT]) -> Callable[Concatenate[S, P], RT]:
-    """An operator call that changes its state: refused on a closed or failed operator,
-    and one that raises part-way (not :data:`BEFORE_CHANGE`) fails the operator (see
-    :meth:`OperatorKernel.changing`). Inline, not a context manager: ``add_message``
-    runs it for every record."""
+    """An operator call that changes its state: refused on a closed or failed operator.
+    One that raises part-way (a user operation on some value, say) leaves memory
+    half-updated, so it fails the operator: every later call raises
+    :class:`OperatorFailedError`, and ``close`` closes the store as the last commit
+    left it. Errors raised before any change (:data:`BEFORE_CHANGE`) leave it usable.
+    Inline, not a context manager: ``add_message`` runs it for every record."""
     name = method.__name__
 
     def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> RT:
