@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -30,7 +31,7 @@ from window_operator.cli.common import (
     seconds,
     warn_ignored,
 )
-from window_operator.config import JobConfig, load_any_config
+from window_operator.config import JobConfig, JoinJobConfig, load_any_config
 from window_operator.join import JoinRuntime
 
 if TYPE_CHECKING:
@@ -193,9 +194,9 @@ def _check_port(host: str, port: int) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from window_operator.observe.attach import catch_interrupts, release_interrupts
+    from window_operator.observe.heartbeat import running_elsewhere
     from window_operator.spark.driver import prepare_topics
-    from window_operator.spark.longrun import job_for
-    from window_operator.spark.session import build_session
 
     config = load_checked_config(args.config)
     starting = _starting_offsets(args.starting_offsets)
@@ -204,6 +205,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             update={"spark": config.spark.model_copy(update={"mode": args.mode})}
         )
     warn_ignored(config, args.config)  # as the job runs: --mode decides what applies
+    if other := running_elsewhere(config.spark.checkpoint_dir):
+        raise CliError(
+            f"job {config.job!r} is already running: {other}; stop it first (a second copy "
+            "over the same checkpoint fails in Spark, or waits on its stores)",
+            EXIT_CONFIG,
+        )
     conf = {**config.spark.conf, **_spark_conf(args.conf)}
     metrics = config.metrics
     metrics_port = args.metrics_port if args.metrics_port is not None else metrics.port
@@ -217,6 +224,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # recovery tests: let the armed task kill this whole job (see runtime.faults)
         os.environ["WINDOW_OPERATOR_CRASH_PGID"] = str(os.getpgid(0))
     master = args.master or config.spark.master
+    # Ctrl-C and SIGTERM are noted from here on: one while Spark starts ends the run
+    # once it started (before: lost, or the driver gone and Spark's JVM left running)
+    interrupted = threading.Event()
+    previous = catch_interrupts(interrupted)
+    try:
+        return _run_job(args, config, conf, master, bootstrap, starting, interrupted)
+    finally:
+        release_interrupts(previous)
+
+
+def _run_job(
+    args: argparse.Namespace,
+    config: JobConfig | JoinJobConfig,
+    conf: dict[str, str],
+    master: str | None,
+    bootstrap: str,
+    starting: str,
+    interrupted: threading.Event,
+) -> int:
+    """``run`` once the config is checked: start Spark, then the job (see _cmd_run)."""
+    from window_operator.spark.longrun import job_for
+    from window_operator.spark.session import build_session
+
+    metrics = config.metrics
+    metrics_port = args.metrics_port if args.metrics_port is not None else metrics.port
     try:
         spark = build_session(app_name=f"window-operator-{config.job}", master=master, conf=conf)
     except Exception as exc:
@@ -232,6 +264,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         where = f" with master {master!r}" if master else ""
         reason = str(exc).splitlines()[0] if isinstance(exc, PySparkException) else root_cause(exc)
         raise CliError(f"Spark did not start{where}: {reason} (see above)", EXIT_CONFIG) from None
+    if interrupted.is_set():  # stopped while Spark started: nothing ran
+        spark.stop()
+        return 0
     job = job_for(
         config,
         bootstrap_servers=bootstrap,
@@ -248,6 +283,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             metrics_port=metrics_port,
             metrics_host=metrics.host,
             report_path=args.report,
+            interrupted=interrupted,
         )
     except QueryFailedError as exc:
         raise CliError(str(exc), EXIT_FAILED) from None

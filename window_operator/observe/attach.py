@@ -154,11 +154,14 @@ def run_observed(
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",
     report_path: str | None = None,
+    interrupted: threading.Event | None = None,
 ) -> None:
     """Start ``job`` observed, wait until it ends or Ctrl-C, then stop it and Spark.
 
     A failed job raises :class:`QueryFailedError` with the Python error of the task
     that failed, instead of the screenfuls of Java and Python stack Spark attaches.
+    ``interrupted``: set by the Ctrl-C / SIGTERM handlers the caller installed (with
+    :func:`catch_interrupts`) before Spark started; without it they are installed here.
     """
     from pyspark.errors import StreamingQueryException
 
@@ -178,8 +181,10 @@ def run_observed(
     # running batch finish, then stops the query.
     # SIGTERM (systemd, Kubernetes, docker stop) is a Ctrl-C too: before, it killed the
     # job at once, in the middle of a batch
-    interrupted = threading.Event()
-    previous = catch_interrupts(interrupted)
+    previous: dict[int, Any] = {}
+    if interrupted is None:
+        interrupted = threading.Event()
+        previous = catch_interrupts(interrupted)
     failure: str | None = None  # why the job failed, for `status`
     try:
         job.start()

@@ -22,7 +22,15 @@ from pathlib import Path
 
 from window_operator.files import write_atomically
 
-__all__ = ["EVERY_S", "HEARTBEAT_FILE", "STALE_S", "Beat", "Heartbeat", "read_heartbeat"]
+__all__ = [
+    "EVERY_S",
+    "HEARTBEAT_FILE",
+    "STALE_S",
+    "Beat",
+    "Heartbeat",
+    "read_heartbeat",
+    "running_elsewhere",
+]
 
 log = logging.getLogger(__name__)
 
@@ -137,3 +145,34 @@ def read_heartbeat(directory: str | Path) -> Beat | None:
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def running_elsewhere(directory: str | Path, now_ms: int | None = None) -> str | None:
+    """Whether another driver runs the job whose checkpoint is ``directory`` (its
+    heartbeat fresh and not stopped, from another live process of this host, or from
+    another host): what it is, for ``run`` to refuse a second copy at once. Before, the
+    second copy of a micro-batch job failed in Spark with a Java stack, and one of a
+    long-running job waited 4 minutes on its stores and blamed a killed job."""
+    beat = read_heartbeat(directory)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    if beat is None or beat.stopped or now - beat.at_ms > STALE_S * 1000:
+        return None
+    age = f"its heartbeat {max(0, now - beat.at_ms) / 1000:.0f} s ago"
+    if beat.host == socket.gethostname():
+        if beat.pid == os.getpid() or not _alive(beat.pid):
+            return None  # a driver killed on this host, or this process
+        return f"its driver is process {beat.pid} on this host ({age})"
+    return (
+        f"its driver is process {beat.pid} on {beat.host} ({age}; a driver killed there "
+        f"counts as running until its heartbeat is {STALE_S:.0f} s old)"
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True

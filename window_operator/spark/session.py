@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
 import signal
+import subprocess
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -136,22 +137,59 @@ def build_session(
         builder = builder.config(k, v)
     with _jvm_ignores_sigterm():
         session = builder.getOrCreate()
+    _end_jvm_at_exit()
     session.sparkContext.setLogLevel("WARN")
     return session
 
 
 @contextlib.contextmanager
 def _jvm_ignores_sigterm() -> Iterator[None]:
-    """A JVM started here ignores SIGTERM, as PySpark makes it ignore SIGINT (an ignored
-    signal stays ignored across exec): a stop sent to the whole process group (systemd,
-    ``timeout``) reaches the driver, which stops the job between batches, instead of
-    killing Spark under it (it still ends with the driver: it exits when its input from
-    the driver closes)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """A JVM started here ignores SIGTERM, as PySpark makes it ignore SIGINT: a stop sent
+    to the whole process group (systemd, ``timeout``) reaches the driver, which stops the
+    job between batches, instead of killing Spark under it. Only the JVM's process
+    ignores it (set between its fork and exec: an ignored signal stays ignored across
+    exec); before, the driver ignored it while Spark started, and a SIGTERM then was
+    lost for good."""
+    from pyspark import java_gateway
+
+    names = vars(java_gateway)  # its Popen, which launch_gateway calls
+    launch = names["Popen"]
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        first = kwargs.get("preexec_fn")
+
+        def preexec() -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if first is not None:
+                first()
+
+        proc: subprocess.Popen[bytes] = launch(*args, **{**kwargs, "preexec_fn": preexec})
+        return proc
+
+    names["Popen"] = popen
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        names["Popen"] = launch
+
+
+_JVM_ENDED_AT_EXIT: list[bool] = []
+
+
+def _end_jvm_at_exit() -> None:
+    """At the driver's exit, end the JVM it started if it still runs: it ignores SIGINT
+    and SIGTERM, and one left by a driver stopped while Spark started outlived it (a
+    user walkthrough found one 27 minutes later). After ``spark.stop()`` there is
+    nothing left for it to do."""
+    if _JVM_ENDED_AT_EXIT:
+        return
+    _JVM_ENDED_AT_EXIT.append(True)
+
+    def end() -> None:
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+    atexit.register(end)

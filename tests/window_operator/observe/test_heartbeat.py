@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from window_operator.observe.heartbeat import HEARTBEAT_FILE, Beat, Heartbeat, read_heartbeat
+from window_operator.observe.heartbeat import (
+    HEARTBEAT_FILE,
+    Beat,
+    Heartbeat,
+    read_heartbeat,
+    running_elsewhere,
+)
 
 
 def test_a_heartbeat_beats_while_it_runs_and_says_when_it_stopped(tmp_path: Path) -> None:
@@ -52,3 +62,32 @@ def test_a_heartbeat_counts_the_failures_of_the_workers_of_its_run(tmp_path: Pat
     heartbeat.worker_failed(3_000, "after the end")  # not once stopped
     last = read_heartbeat(tmp_path)
     assert last is not None and last.stopped and last.restarts == 2
+
+
+def _beat_of(directory: Path, **fields: object) -> None:
+    doc = {"at_ms": int(time.time() * 1000), "host": socket.gethostname(), "pid": 1}
+    doc.update({"stopped": False, **fields})
+    (directory / HEARTBEAT_FILE).write_text(json.dumps(doc))
+
+
+def test_a_second_copy_of_a_running_job_is_told_from_the_heartbeat(tmp_path: Path) -> None:
+    """``run`` refuses a second copy over the same checkpoint at once (before: Spark's
+    CONCURRENT_STREAM_LOG_UPDATE stack, or 4 minutes on locked stores)."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _beat_of(tmp_path, pid=sleeper.pid)
+        told = running_elsewhere(tmp_path)
+        assert told is not None and f"process {sleeper.pid} on this host" in told
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert running_elsewhere(tmp_path) is None  # its driver is gone: killed
+    _beat_of(tmp_path, pid=os.getpid())
+    assert running_elsewhere(tmp_path) is None  # this process
+    _beat_of(tmp_path, host="other-host", pid=7)
+    told = running_elsewhere(tmp_path)
+    assert told is not None and "process 7 on other-host" in told
+    _beat_of(tmp_path, host="other-host", pid=7, stopped=True)
+    assert running_elsewhere(tmp_path) is None  # it stopped
+    _beat_of(tmp_path, host="other-host", pid=7, at_ms=int(time.time() * 1000) - 60_000)
+    assert running_elsewhere(tmp_path) is None  # stale: killed there

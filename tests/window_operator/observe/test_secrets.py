@@ -82,6 +82,16 @@ def test_secrets_stay_out_of_logs_reports_and_metrics(
         # the heartbeat `status` reads: the running driver's
         beat = read_heartbeat(checkpoint)
         assert beat is not None and not beat.stopped and beat.pid == proc.pid
+        # a second copy over the same checkpoint is refused at once, before Spark
+        second = subprocess.run(
+            [sys.executable, "-m", "window_operator", "run", "--config", str(path),
+             "--bootstrap-servers", kafka_bootstrap],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert f"is already running: its driver is process {proc.pid} on this host" in (
+            second.stderr
+        )
     finally:
         # a stop as systemd, Kubernetes or docker sends it (the job's Ctrl-C: the same
         # handler); before, SIGTERM killed the job in the middle of a batch
