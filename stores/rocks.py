@@ -235,7 +235,8 @@ def _open(path: Path, lock_wait_s: float) -> Rdict:
             if time.monotonic() >= deadline:
                 raise StoreLockedError(
                     f"the task store {path} stayed locked by another process for "
-                    f"{lock_wait_s:.0f} s (a worker of a job that was killed?)"
+                    f"{lock_wait_s:.0f} s (another copy of the job running, or a worker of "
+                    "a job that was killed)"
                 ) from exc
         # A closed store of this process whose handles wait in a reference cycle still
         # holds the file lock: collect it. A worker of a killed job may still hold it for
