@@ -92,7 +92,7 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
     if keeps_partitions(config):
         _check_offsets_tasks(tasks, widest, existing, changelog)
     rf = config.kafka.replication_factor or -1  # -1: the broker's default
-    admin.create_topics(
+    created = admin.create_topics(
         [
             TopicSpec(changelog, tasks, _CHANGELOG, rf),
             TopicSpec(config.output.topic, tasks, _COMPACTED, rf),
@@ -101,6 +101,13 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
     )
     if existing is not None:
         _check_changelog_limit(admin, changelog)
+        for topic in sorted(set(created) - {changelog}):  # the job ran: it had made them
+            log.warning(
+                "topic %r of job %r did not exist and was created again: what the job "
+                "wrote there before is gone (deleted?); it goes on from its state",
+                topic,
+                config.job,
+            )
     if config.processing.exactly_once:
         _check_transactions(bootstrap, config.job, timeout_s)
     return tasks

@@ -65,3 +65,21 @@ def test_the_changelog_takes_large_state_values_and_keeps_deletes_a_day(
         prepare_topics(job(topic, old).config, kafka_bootstrap)
         prepare_topics(job(topic, old).config, kafka_bootstrap)  # the driver's, after run's
     assert caplog.text.count(f"the changelog {old}-state-changelog takes records up to") == 1
+
+
+def test_an_output_topic_deleted_between_runs_is_created_again_with_a_warning(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, the restart made it again without a word (an operations walkthrough)."""
+    topic, name = unique_name("in"), unique_name("job")
+    create_topic(kafka_bootstrap, topic, 1)
+    config = job(topic, name).config
+    with caplog.at_level(logging.WARNING, logger="window_operator.spark.topics"):
+        prepare_topics(config, kafka_bootstrap)  # the first start makes them: no warning
+        assert not caplog.records
+        admin = KafkaAdmin(kafka_bootstrap)
+        for future in admin._client.delete_topics([config.output.topic]).values():
+            future.result(30)
+        prepare_topics(config, kafka_bootstrap)
+    (warning,) = caplog.records
+    assert f"topic {config.output.topic!r} of job {name!r} did not exist" in warning.getMessage()
