@@ -167,20 +167,17 @@ def run_observed(
 
     from window_operator.observe.spark_progress import mute_cancel_warnings
     from window_operator.spark.driver import StreamingJob
-    from window_operator.spark.longrun import LongRunningJob, WorkersFailedError
+    from window_operator.spark.longrun import WorkersFailedError
     from window_operator.spark.topics import TaskCountError
 
     observers = attach(
         job, metrics_port=metrics_port, metrics_host=metrics_host, report_path=report_path
     )
-    heartbeat = Heartbeat(job.config.spark.checkpoint_dir).start()  # for `status`
-    if isinstance(job, LongRunningJob):
-        job.add_restart_observer(partial(_beat_failure, heartbeat, job.config))
+    heartbeat = _heartbeat(job)
     # PySpark's own Ctrl-C handler cancels every Spark job from inside the signal handler
     # (a screenful of py4j errors, and the running batch fails); this one lets the
-    # running batch finish, then stops the query.
-    # SIGTERM (systemd, Kubernetes, docker stop) is a Ctrl-C too: before, it killed the
-    # job at once, in the middle of a batch
+    # running batch finish, then stops the query. SIGTERM (systemd, Kubernetes, docker
+    # stop) is a Ctrl-C too: before, it killed the job at once, in the middle of a batch
     previous: dict[int, Any] = {}
     if interrupted is None:
         interrupted = threading.Event()
@@ -210,6 +207,16 @@ def run_observed(
         heartbeat.stop(None if failure is None else _scrubbed(failure, job.config))
         observers.close()
         job.spark.stop()
+
+
+def _heartbeat(job: AnyJob) -> Heartbeat:
+    """The running job's heartbeat (for ``status``), with its workers' failures."""
+    from window_operator.spark.longrun import LongRunningJob
+
+    heartbeat = Heartbeat(job.config.spark.checkpoint_dir).start()
+    if isinstance(job, LongRunningJob):
+        job.add_restart_observer(partial(_beat_failure, heartbeat, job.config))
+    return heartbeat
 
 
 def _beat_failure(
