@@ -32,8 +32,7 @@ from window_operator.kernel import (
     WindowOperator,
 )
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.positions import check_time
-from window_operator.kernel.shell import EventOperator, changes, queries
+from window_operator.kernel.shell import EventOperator, changes, queries, timer
 from window_operator.policies import EmitPolicy
 from window_operator.results import ResultBatch
 
@@ -170,10 +169,9 @@ class CountWindowAggregator(EventOperator):
         """
         self.engine.kernel.clock.note_now(state.now)
 
-    @changes
+    @timer
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies; ``END_OF_TIME`` ends the input."""
-        now_ms = check_time(now_ms)
         self.engine.timeout(now_ms)
 
     # ------------------------------------------------------------------ output

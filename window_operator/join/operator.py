@@ -51,8 +51,8 @@ from window_operator.join.state import MessageCodec
 from window_operator.join.storage import JoinStorage
 from window_operator.kernel import ClockState, LiveState, OperatorKernel, StepStats
 from window_operator.kernel.checkpoint import JsonValue
-from window_operator.kernel.positions import check_record_position, check_source, check_time
-from window_operator.kernel.shell import KernelForwarding, changes, queries
+from window_operator.kernel.positions import check_record_position, check_source
+from window_operator.kernel.shell import KernelForwarding, changes, queries, timer
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord
 
@@ -286,10 +286,9 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         # the job's watermark, or the one its clock implies where that is further
         self._advance_watermark(max(state.watermark, clock.coalesced()))
 
-    @changes
+    @timer
     def timeout(self, now_ms: int) -> None:
         """Advance the wall clock; :data:`END_OF_TIME` ends both inputs."""
-        now_ms = check_time(now_ms)
         clock = self.kernel.clock
         if now_ms >= END_OF_TIME:
             clock.now = END_OF_TIME

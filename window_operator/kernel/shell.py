@@ -21,11 +21,12 @@ from window_operator.kernel.positions import (
     InputPosition,
     check_record_position,
     check_source,
+    check_time,
 )
 from window_operator.kernel.records import StepStats
 from window_operator.results import ErrorRecord, ResultBatch, WindowResult
 
-__all__ = ["EventOperator", "KernelForwarding", "ResultColumns", "changes", "queries"]
+__all__ = ["EventOperator", "KernelForwarding", "ResultColumns", "changes", "queries", "timer"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -61,6 +62,18 @@ def changes(method: Callable[Concatenate[S, P], RT]) -> Callable[Concatenate[S, 
             # the outermost call names it (a join's add_message runs its add_batch)
             kernel.failed = f"{name} raised {exception_text(exc)}"
             raise
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+def timer(method: Callable[[S, int], None]) -> Callable[[S, int], None]:
+    """An operator's ``timeout(now_ms)``: :func:`changes`, with ``now_ms`` checked first
+    (``"soon"`` is an :class:`InvalidArgumentError`, not a failed operator)."""
+    changed = changes(method)
+
+    def call(self: S, now_ms: int) -> None:
+        changed(self, check_time(now_ms))
 
     functools.update_wrapper(call, method)
     return call

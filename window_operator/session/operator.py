@@ -41,8 +41,7 @@ from window_operator.kernel import (
 )
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.positions import check_time
-from window_operator.kernel.shell import EventOperator, changes, queries
+from window_operator.kernel.shell import EventOperator, changes, queries, timer
 from window_operator.keytable import DEFAULT_KEY_SLACK
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import Kind, ResultBatch
@@ -146,10 +145,9 @@ class SessionAggregator(EventOperator):
         self.kernel.outputs.errors.extend(decoded.errors)
         return self._add_columns(decoded.batch) + StepStats(rejected=len(decoded.errors))
 
-    @changes
+    @timer
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` ends the input."""
-        now_ms = check_time(now_ms)
         clock = self.kernel.clock
         if now_ms >= END_OF_TIME:
             clock.now = END_OF_TIME

@@ -45,8 +45,7 @@ from window_operator.kernel import (
 )
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.positions import check_time
-from window_operator.kernel.shell import EventOperator, changes, queries
+from window_operator.kernel.shell import EventOperator, changes, queries, timer
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import ResultBatch
@@ -192,10 +191,9 @@ class WindowedAggregator(EventOperator):
         if not self.kernel.holding:
             self._advance_watermark(self.kernel.clock.coalesced())
 
-    @changes
+    @timer
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` fires everything."""
-        now_ms = check_time(now_ms)
         clock = self.kernel.clock
         if now_ms >= END_OF_TIME:
             clock.now = END_OF_TIME
