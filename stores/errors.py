@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["ProduceError", "StateCorruptError", "StoreError"]
+__all__ = ["ProduceError", "StateCorruptError", "StoreError", "StoreLockedError"]
 
 
 class StoreError(Exception):
     """Base class of the errors raised by :mod:`stores`."""
+
+
+class StoreLockedError(StoreError):
+    """The store is held by another process, or already open in this one."""
 
 
 class StateCorruptError(StoreError, ValueError):

@@ -10,6 +10,8 @@ import weakref
 from pathlib import Path
 from typing import Protocol
 
+from stores.errors import StoreLockedError
+
 __all__ = ["claim_path", "opened"]
 
 
@@ -27,9 +29,9 @@ _OPENING: set[Path] = set()
 _OPEN_LOCK = threading.Lock()
 
 
-def claim_path(store: _Store, locked: type[Exception]) -> None:
+def claim_path(store: _Store) -> None:
     """Note ``store`` as this process's writer of its path, opening it; raises
-    ``locked`` if a store of this process has it open or is opening it. Call
+    :class:`StoreLockedError` if a store of this process has it open or is opening it. Call
     :func:`opened` once the open succeeded or failed."""
     key = store.path.resolve()
     for attempt in range(2):
@@ -40,7 +42,7 @@ def claim_path(store: _Store, locked: type[Exception]) -> None:
                 _OPENING.add(key)
                 return
             if attempt or key in _OPENING:
-                raise locked(
+                raise StoreLockedError(
                     f"the task store {store.path} is already open in this process: close "
                     "the operator (or store) that has it before opening it again"
                 )

@@ -35,7 +35,7 @@ from rocksdict import (
     WriteBatch,
 )
 
-from stores.errors import StoreError
+from stores.errors import StoreError, StoreLockedError
 from stores.heap import release_free_heap
 from stores.locks import claim_path, opened
 
@@ -120,10 +120,6 @@ class StoreMemory:
     memtables: int
     table_readers: int
     block_cache: int
-
-
-class StoreLockedError(StoreError):
-    """Another process holds the store's lock."""
 
 
 class StoreReadOnlyError(StoreError):
@@ -306,7 +302,7 @@ class TaskStore:
         if not read_only:
             self.path.mkdir(parents=True, exist_ok=True)
             self._db: Rdict | None = None
-            claim_path(self, StoreLockedError)
+            claim_path(self)
             try:
                 self._db = _open(self.path, lock_wait_s)
             finally:

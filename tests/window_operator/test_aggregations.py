@@ -9,10 +9,8 @@ than that, whichever algorithm computes it). Exact references use ``Fraction``.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,11 +37,6 @@ from window_operator.aggregations.objects import canonical_json
 
 # The registry imports the helper module of user-defined ops by dotted path
 # ("udf_example:ProductOp"); pytest's rootdir-relative import modes may not put this
-# directory on sys.path.
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
 settings.register_profile(
     "aggregations",
     max_examples=60,

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from helpers import runtime_for
@@ -67,9 +64,6 @@ def test_a_finish_that_raises_fails_only_its_windows() -> None:
     """A user operation's ``finish`` that raises makes that window's value a
     FailedValue naming the aggregation and the exception; every other value, in the
     same rows and in other rows, is what it would be (vector and object operations)."""
-    udf_dir = str(Path(__file__).resolve().parent)
-    if udf_dir not in sys.path:
-        sys.path.insert(0, udf_dir)
     aggs = runtime_for(
         aggregations=[
             {"name": "n", "op": "count"},
@@ -100,9 +94,6 @@ def test_each_finish_runs_once_and_an_unprintable_exception_is_named() -> None:
     """After a window whose finish raised, the next windows go on: each finish runs
     once (a finish with side effects is not run twice), and an exception whose message
     cannot be printed still gives a reason."""
-    udf_dir = str(Path(__file__).resolve().parent)
-    if udf_dir not in sys.path:
-        sys.path.insert(0, udf_dir)
     import udf_example
 
     aggs = runtime_for(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import io
 import random
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -23,11 +22,6 @@ from window_operator.config import parse_any_config
 from window_operator.errors import UserCodeExitError
 from window_operator.join import build_join_runtime
 from window_operator.simulate import FinishedStateError, SimulationSummary, simulate
-
-# the failing operation is imported by dotted path ("udf_example:...")
-_UDF_DIR = str(Path(__file__).resolve().parent)
-if _UDF_DIR not in sys.path:
-    sys.path.insert(0, _UDF_DIR)
 
 S = 1_000
 BASE = 1_700_000_000_000

@@ -263,6 +263,11 @@ class OperatorKernel(Generic[R]):
                 "is taken again)"
             )
 
+    def fail(self, call: str, exc: BaseException) -> None:
+        """``call`` raised ``exc`` part-way: the operator takes nothing more (see
+        :meth:`check_usable`)."""
+        self.failed = f"{call} raised {exception_text(exc)}"
+
     @contextmanager
     def flushing(self) -> Iterator[None]:
         """Around an operator's flush. Once one failed, memory may be ahead of what was

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from stores.rocks import TaskStore
-from window_operator.errors import InvalidArgumentError, exception_text
+from window_operator.errors import InvalidArgumentError
 from window_operator.events import DecodedEvent, RecordDecoder
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.clock import ClockState
@@ -59,8 +59,7 @@ def changes(method: Callable[Concatenate[S, P], RT]) -> Callable[Concatenate[S, 
         except BEFORE_CHANGE:
             raise
         except BaseException as exc:
-            # the outermost call names it (a join's add_message runs its add_batch)
-            kernel.failed = f"{name} raised {exception_text(exc)}"
+            kernel.fail(name, exc)  # the outermost call names it (add_message: add_batch)
             raise
 
     functools.update_wrapper(call, method)
@@ -240,7 +239,7 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
                 return got
             return self._add_decoded(got, wall_ms)
         except BaseException as exc:
-            kernel.failed = f"add_message raised {exception_text(exc)}"
+            kernel.fail("add_message", exc)
             raise
 
     @changes

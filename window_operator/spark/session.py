@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -173,23 +174,18 @@ def _jvm_ignores_sigterm() -> Iterator[None]:
         names["Popen"] = launch
 
 
-_JVM_ENDED_AT_EXIT: list[bool] = []
-
-
+@functools.cache  # once per process
 def _end_jvm_at_exit() -> None:
     """At the driver's exit, end the JVM it started if it still runs: it ignores SIGINT
     and SIGTERM, and one left by a driver stopped while Spark started outlived it (a
     user walkthrough found one 27 minutes later). After ``spark.stop()`` there is
     nothing left for it to do."""
-    if _JVM_ENDED_AT_EXIT:
-        return
-    _JVM_ENDED_AT_EXIT.append(True)
+    atexit.register(_end_jvm)
 
-    def end() -> None:
-        from pyspark import SparkContext
 
-        proc = getattr(SparkContext._gateway, "proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+def _end_jvm() -> None:
+    from pyspark import SparkContext
 
-    atexit.register(end)
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None and proc.poll() is None:
+        proc.kill()

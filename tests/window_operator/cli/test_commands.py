@@ -349,7 +349,7 @@ def test_a_user_finish_that_raises_is_an_error_record_and_shows_in_inspect(
     rows = [("a", 0, 1), ("b", 0, 20), ("a", 20_000, 1), ("b", 20_000, 30)]
     events.write_bytes(b"".join(orjson.dumps({"k": k, "ts": t, "v": v}) + b"\n"
                                 for k, t, v in rows))  # fmt: skip
-    env = {"PYTHONPATH": str(ROOT / "tests" / "window_operator")}
+    env = {"PYTHONPATH": str(ROOT / "tests")}  # udf_example
     state, out, errors = tmp_path / "state", tmp_path / "out.jsonl", tmp_path / "err.jsonl"
     proc = cli(
         "simulate", "--config", str(job), "--input", str(events), "--keep-open",
@@ -384,7 +384,7 @@ def test_sys_exit_in_a_user_operation_is_one_line_and_exit_status_1(tmp_path: Pa
     events = tmp_path / "e.jsonl"
     events.write_bytes(b"".join(orjson.dumps({"k": "a", "ts": t, "v": 1}) + b"\n"
                                 for t in (0, 1_000, 2_000)))  # fmt: skip
-    env = {"PYTHONPATH": str(ROOT / "tests" / "window_operator")}
+    env = {"PYTHONPATH": str(ROOT / "tests")}  # udf_example
     proc = cli("simulate", "--config", str(job), "--input", str(events), env=env)
     assert proc.returncode == 1 and proc.stdout == ""
     assert "Traceback" not in proc.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -37,11 +36,6 @@ from window_operator.results import Kind, ResultBatch
 from window_operator.timewindows import WindowedAggregator
 
 # The user-defined op of the all-ops job is imported by dotted path ("udf_example:...");
-# pytest's importlib mode does not put its directory on sys.path.
-_UDF_DIR = str(Path(__file__).resolve().parents[1])
-if _UDF_DIR not in sys.path:
-    sys.path.insert(0, _UDF_DIR)
-
 OpenAgg = Callable[..., WindowedAggregator]
 
 

@@ -6,7 +6,6 @@ the reopened task took the records again as replays."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,6 @@ from helpers import runtime_for
 from joinkit import join_runtime
 
 from window_operator.errors import OperatorFailedError
-
-# the operation is imported by dotted path ("udf_example:...")
-_UDF_DIR = str(Path(__file__).resolve().parents[1])
-if _UDF_DIR not in sys.path:
-    sys.path.insert(0, _UDF_DIR)
 
 S = 1_000
 BASE = 1_700_000_000_000

@@ -10,7 +10,6 @@ decoder yields (a time beyond 2^61 ms, infinity) taken and poisoning the state.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,6 @@ from window_operator.errors import (
 )
 from window_operator.events import EventBatch
 from window_operator.join import JoinRows, build_join_runtime
-
-_UDF_DIR = str(Path(__file__).resolve().parents[1])
-if _UDF_DIR not in sys.path:
-    sys.path.insert(0, _UDF_DIR)
 
 S = 1_000
 BASE = 1_700_000_000_000

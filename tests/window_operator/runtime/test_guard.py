@@ -3,7 +3,6 @@ source position, far-future events are rejected by their Kafka timestamp."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,6 @@ from window_operator.runtime.guard import ALL_FAILED_ROWS, add_guarded, decode_g
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.settings import TaskSettings, task_state_dir
 from window_operator.spark.topics import prepare_topics
-
-# the failing op is imported by dotted path ("udf_example:...")
-_UDF_DIR = str(Path(__file__).resolve().parent.parent)
-if _UDF_DIR not in sys.path:
-    sys.path.insert(0, _UDF_DIR)
 
 S = 1_000
 BASE = 1_700_000_000_000
