@@ -45,6 +45,8 @@ def clicks_unread(config: JobConfig) -> str | None:
     inp = config.input
     if inp.format != "json":
         return f"reads {inp.format}"
+    if inp.timestamp_from == "kafka":
+        return "takes its event time from the Kafka record timestamps, not the clicks' ts"
     if inp.timestamp != "ts" or inp.timestamp_unit != "ms":
         return f"takes its event time from {inp.timestamp!r} in {inp.timestamp_unit}"
     wanted = (*inp.key_fields, *config.value_fields())

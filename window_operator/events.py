@@ -39,6 +39,7 @@ __all__ = [
     "TimestampUnit",
     "check_column_lengths",
     "position_columns",
+    "record_time_ms",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -48,12 +49,29 @@ TimestampUnit = Literal["ms", "s", "us", "ns", "iso8601"]
 #: Keys longer than this (UTF-8 bytes) are rejected: they would bloat every store key.
 MAX_KEY_BYTES = 4096
 #: Event times must fit comfortably in a signed 64-bit millisecond count.
-_MAX_ABS_TS = 2**61
+MAX_ABS_TS = 2**61
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 #: Integers of at least this magnitude do not fit a float64.
 _MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
 _CONTAINERS = (dict, list)
+#: Why a record is rejected when the job reads the Kafka record timestamp and it has none.
+NO_RECORD_TIME = (
+    "the record has no Kafka timestamp, which is its event time with timestamp_from: kafka "
+    "(in simulate: the line's wall_ms)"
+)
+
+
+def record_time_ms(stamp: int | None) -> int:
+    """The Kafka record timestamp ``stamp`` (epoch ms; ``-1`` or ``None``: none) as the
+    event time, or raise a rejection."""
+    if stamp is None or stamp < 0:
+        raise RecordRejected(ErrorCode.MISSING_TIMESTAMP, NO_RECORD_TIME)
+    if stamp >= MAX_ABS_TS:
+        raise RecordRejected(
+            ErrorCode.BAD_TIMESTAMP, f"the Kafka record timestamp {stamp} is out of range"
+        )
+    return int(stamp)
 
 
 def position_columns(
@@ -90,8 +108,8 @@ def check_column_values(ts: IntArray, part: IntArray, off: IntArray) -> None:
     outside +-2^61 ms (a decoder's ``BAD_TIMESTAMP``; taken, it moved the watermark to
     where every later event was out of retention), a negative partition, or an offset
     below -1 (which made the row a replay)."""
-    if len(ts) and (int(ts.min()) <= -_MAX_ABS_TS or int(ts.max()) >= _MAX_ABS_TS):
-        i = int(np.flatnonzero((ts <= -_MAX_ABS_TS) | (ts >= _MAX_ABS_TS))[0])
+    if len(ts) and (int(ts.min()) <= -MAX_ABS_TS or int(ts.max()) >= MAX_ABS_TS):
+        i = int(np.flatnonzero((ts <= -MAX_ABS_TS) | (ts >= MAX_ABS_TS))[0])
         raise InvalidArgumentError(
             f"ts[{i}] = {int(ts[i])} is out of range (event times are within +-2^61 ms)"
         )
@@ -225,13 +243,17 @@ class DecodedEvent:
 
 
 class RecordDecoder:
-    """Turns input records (dicts or JSON bytes) into an :class:`EventBatch`."""
+    """Turns input records (dicts or JSON bytes) into an :class:`EventBatch`.
+
+    ``timestamp_field`` ``None``: the event time is each record's Kafka timestamp, given
+    beside the records (``record_times``; :func:`record_time_ms` judges it).
+    """
 
     def __init__(
         self,
         *,
         key_field: str | Sequence[str] | None,
-        timestamp_field: str,
+        timestamp_field: str | None,
         timestamp_unit: TimestampUnit = "ms",
         numeric_fields: Sequence[str] = (),
         object_fields: Sequence[str] = (),
@@ -263,7 +285,7 @@ class RecordDecoder:
     def timestamp_ms(self, raw: Any) -> int:
         """Event time in ms from the raw timestamp value, or raise a rejection."""
         unit = self.timestamp_unit
-        if raw.__class__ is int and unit == "ms" and -_MAX_ABS_TS < raw < _MAX_ABS_TS:
+        if raw.__class__ is int and unit == "ms" and -MAX_ABS_TS < raw < MAX_ABS_TS:
             return int(raw)  # the usual case, first
         name = self.timestamp_field
         if unit == "iso8601":
@@ -296,7 +318,7 @@ class RecordDecoder:
         if isinstance(raw, float) and not math.isfinite(raw):
             raise RecordRejected(ErrorCode.BAD_TIMESTAMP, f"timestamp field {name!r} is {raw}")
         ts = number_to_ms(raw, unit)
-        if not -_MAX_ABS_TS < ts < _MAX_ABS_TS:
+        if not -MAX_ABS_TS < ts < MAX_ABS_TS:
             raise RecordRejected(
                 ErrorCode.BAD_TIMESTAMP, f"timestamp {raw!r} ({unit}) is out of range"
             )
@@ -377,11 +399,14 @@ class RecordDecoder:
             )
         key = self.key_of(rec)
         ts_field = self.timestamp_field
-        if ts_field not in rec:
+        if ts_field is None:
+            ts = -1  # the record's Kafka timestamp: the caller's
+        elif ts_field in rec:
+            ts = self.timestamp_ms(rec[ts_field])
+        else:
             raise RecordRejected(
                 ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}"
             )
-        ts = self.timestamp_ms(rec[ts_field])
         nums: list[float] = []
         for f in self.numeric_fields:
             v = rec.get(f, MISSING)
@@ -421,9 +446,12 @@ class RecordDecoder:
             objs.append(v)
         return key, ts, nums, objs
 
-    def decode_one(self, record: Any) -> DecodedEvent:
-        """Decode one record or raise :class:`RecordRejected` with the reason."""
+    def decode_one(self, record: Any, record_time: int | None = None) -> DecodedEvent:
+        """Decode one record or raise :class:`RecordRejected` with the reason
+        (``record_time``: its Kafka timestamp, the event time without a timestamp field)."""
         key, ts, nums, objs = self._decode(record)
+        if self.timestamp_field is None:
+            ts = record_time_ms(record_time)
         # _decode gives one value per field, in field order
         return DecodedEvent(
             key=key,
@@ -442,9 +470,14 @@ class RecordDecoder:
         offsets: Sequence[int] | None = None,
         raws: Sequence[bytes | None] | None = None,
         wall_ms: Sequence[int] | None = None,
+        record_times: Sequence[int] | None = None,
         default_partition: int = 0,
     ) -> DecodeResult:
-        """Decode already-parsed records; bad ones become error records."""
+        """Decode already-parsed records; bad ones become error records.
+
+        ``record_times`` are the records' Kafka timestamps (``-1``: none), the event times
+        when the decoder has no timestamp field (none given: every record is rejected).
+        """
         keys: list[str] = []
         tss: list[int] = []
         kept: list[int] = []
@@ -454,9 +487,14 @@ class RecordDecoder:
         num_items = [(f, num_cols[f]) for f in self.float_fields]
         obj_items = [(f, obj_cols[f]) for f in self.object_fields]
         decode = self._decode
+        times: Sequence[int | None] | None = None
+        if self.timestamp_field is None:
+            times = [None] * len(records) if record_times is None else record_times
         for i, rec in enumerate(records):
             try:
                 key, ts, nums, objs = decode(rec)
+                if times is not None:
+                    ts = record_time_ms(times[i])
             except RecordRejected as rej:
                 errors.append(
                     ErrorRecord(

@@ -196,6 +196,7 @@ class LineDecoder:
             partitions=[g.partition for g in good],
             offsets=[g.offset for g in good],
             raws=[g.raw for g in good],
+            record_times=[g.wall for g in good],  # wall_ms stands for the Kafka timestamp
         )
         kept = [good[i] for i in decoded.kept]
         walls = np.asarray([g.wall for g in kept], dtype=np.int64)

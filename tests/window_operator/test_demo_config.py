@@ -18,6 +18,10 @@ from window_operator.demo import DEFAULT_CONFIG, clicks_unread
     [
         ({}, None),
         ({"input": {"timestamp_unit": "s"}}, "takes its event time from 'ts' in s"),
+        (
+            {"input": {"timestamp": None, "timestamp_from": "kafka"}},
+            "takes its event time from the Kafka record timestamps, not the clicks' ts",
+        ),
         ({"input": {"key": "user"}}, "reads 'user'"),
         ({"input": {"fields": ["latency_ms", "size"]}}, "reads 'size'"),
         ({"aggregations": [{"name": "b", "op": "sum", "field": "bytes"}]}, "reads 'bytes'"),

@@ -55,7 +55,7 @@ from window_operator.kafka_range import (
     range_consumer_config,
     read_messages,
 )
-from window_operator.simulate_input import META_FIELDS
+from window_operator.simulate_input import META_FIELDS, line_wall
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,24 +71,29 @@ __all__ = ["add_parsers"]
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where the lines of one input go: its topic, the Kafka key of a record (``None``:
-    no key), the value encoding (``None``: the JSON line), and the topic's partition
-    count (``None``: not known yet, any partition a line names is taken)."""
+    no key), the value encoding (``None``: the JSON line), whether a line's ``wall_ms``
+    is its record's Kafka timestamp (the input's event time: ``timestamp_from: kafka``),
+    and the topic's partition count (``None``: not known yet, any partition a line names
+    is taken)."""
 
     topic: str
     key_of: Callable[[object], bytes | None]
     encode: Callable[[Any], bytes] | None
+    record_time: bool = False
     partitions: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Routed:
-    """Where one line goes: its input, the record's Kafka key and value, and the
-    partition (``None``: the partition of the key)."""
+    """Where one line goes: its input, the record's Kafka key and value, the partition
+    (``None``: the partition of the key) and the record's timestamp (``None``: the time
+    it is written, as Kafka's producers stamp it)."""
 
     target: Target
     key: bytes | None
     value: bytes
     partition: int | None = None
+    timestamp: int | None = None
 
 
 @dataclass(slots=True)
@@ -151,12 +156,19 @@ def targets(config: JobConfig | JoinJobConfig) -> dict[str | None, Target]:
     if isinstance(config, JoinJobConfig):
         on = partial(kafka_key, fields=tuple(config.join.on))
         sides = (config.join.left, config.join.right)
-        return {s.name: Target(s.topic_name, on, _encoder(s)) for s in sides}
+        return {s.name: _target(s, s.topic_name, on) for s in sides}
     inp = config.input
     if not inp.key_fields:
-        return {None: Target(inp.topic, _no_key, _encoder(inp))}
-    decoder = RecordDecoder(key_field=inp.key_fields, timestamp_field=inp.timestamp)
-    return {None: Target(inp.topic, partial(group_key, decoder=decoder), _encoder(inp))}
+        return {None: _target(inp, inp.topic, _no_key)}
+    decoder = RecordDecoder(key_field=inp.key_fields, timestamp_field=None)
+    return {None: _target(inp, inp.topic, partial(group_key, decoder=decoder))}
+
+
+def _target(
+    inp: InputConfig | JoinInputConfig, topic: str, key_of: Callable[[object], bytes | None]
+) -> Target:
+    """The target of the input ``inp`` read from ``topic``."""
+    return Target(topic, key_of, _encoder(inp), inp.timestamp_from == "kafka")
 
 
 def _encoder(inp: InputConfig | JoinInputConfig) -> Callable[[Any], bytes] | None:
@@ -203,6 +215,7 @@ def route(
     record, literals = _parse(line)
     value = line
     named = record.get("partition") if isinstance(record, dict) and "partition" in meta else None
+    wall = line_wall(record) if isinstance(record, dict) and "wall_ms" in meta else -1
     if None in inputs:
         target = inputs[None]
     else:
@@ -223,7 +236,9 @@ def route(
             value = target.encode(record)
         except ValueError:  # it does not fit the Avro schema
             produced.unfit += 1  # as it is: the job routes it to the errors
-    return Routed(target, target.key_of(record), value, _partition(named, target, produced))
+    stamp = wall if target.record_time and wall >= 0 else None
+    partition = _partition(named, target, produced)
+    return Routed(target, target.key_of(record), value, partition, stamp)
 
 
 def _partition(named: object, target: Target, produced: Produced) -> int | None:
@@ -263,6 +278,8 @@ def _send(producer: Producer, routed: Routed, produced: Produced, line: int) -> 
     options: dict[str, Any] = {"on_delivery": partial(produced.delivered, line)}
     if routed.partition is not None:
         options["partition"] = routed.partition
+    if routed.timestamp is not None:
+        options["timestamp"] = routed.timestamp
     while True:
         try:
             producer.produce(topic, key=key, value=value, **options)

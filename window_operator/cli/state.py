@@ -111,7 +111,7 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
         return given, ""
     fields = config.input.key_fields
     if len(fields) == 1:
-        return given, _number_hint(given, fields[0], config.input.timestamp)
+        return given, _number_hint(given, fields[0])
     hint = f" (a key of {', '.join(fields)} is a JSON array, such as {_example(fields)})"
     try:
         values = orjson.loads(given)
@@ -119,11 +119,11 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
         return given, hint
     if not isinstance(values, list) or len(values) != len(fields):
         return given, hint
-    decoder = RecordDecoder(key_field=fields, timestamp_field=config.input.timestamp)
+    decoder = RecordDecoder(key_field=fields, timestamp_field=None)
     return decoder.key_or_none(dict(zip(fields, values, strict=True))) or given, hint
 
 
-def _number_hint(given: str, field: str, timestamp: str) -> str:
+def _number_hint(given: str, field: str) -> str:
     """A hint for a missed key that the job would write otherwise as a number or a
     boolean (``1e3`` is the key ``1000.0``, ``true`` the key ``true``)."""
     import orjson
@@ -136,7 +136,7 @@ def _number_hint(given: str, field: str, timestamp: str) -> str:
         return ""
     if not isinstance(value, int | float | bool):
         return ""
-    decoder = RecordDecoder(key_field=field, timestamp_field=timestamp)
+    decoder = RecordDecoder(key_field=field, timestamp_field=None)
     text = decoder.key_or_none({field: value})
     if text is None or text == given:
         return ""

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as paj
 
-from window_operator.events import EventBatch, RecordDecoder
+from window_operator.events import MAX_ABS_TS, EventBatch, IntArray, RecordDecoder
 from window_operator.timeunits import floats_to_ms
 
 __all__ = ["ColumnarJsonDecoder"]
@@ -123,7 +123,7 @@ class ColumnarJsonDecoder:
         k = len(decoder.key_fields)
         # one field read two ways (a key that is also the timestamp or a value) is
         # one Arrow column of one type: left to the per-record path
-        names = [*decoder.key_fields, decoder.timestamp_field, *decoder.float_fields]
+        names = [*decoder.key_fields, *self._time_fields, *decoder.float_fields]
         self.enabled = (
             not decoder.object_fields
             and decoder.timestamp_unit != "iso8601"
@@ -138,15 +138,35 @@ class ColumnarJsonDecoder:
         d = self.decoder
         fields = [pa.field(f, t) for f, t in zip(d.key_fields, key_types, strict=True)]
         ts_type = pa.int64() if d.timestamp_unit in _INT_UNITS else pa.float64()
-        fields.append(pa.field(d.timestamp_field, ts_type))
+        fields += [pa.field(f, ts_type) for f in self._time_fields]
         fields += [pa.field(f, pa.float64()) for f in d.float_fields]
         fields += [pa.field(f, pa.int64()) for f in self.absent_fields]
         return pa.schema(fields)  # distinct names: see ``enabled``
 
-    def decode(self, lines: Sequence[bytes]) -> EventBatch | None:
-        """The chunk as a batch (offsets left for the aggregator to assign), or ``None``."""
+    @property
+    def _time_fields(self) -> tuple[str, ...]:
+        """The event-time field, none where the Kafka record timestamp is the event time."""
+        field = self.decoder.timestamp_field
+        return () if field is None else (field,)
+
+    def decode(
+        self, lines: Sequence[bytes], record_times: Sequence[int] | None = None
+    ) -> EventBatch | None:
+        """The chunk as a batch (offsets left for the aggregator to assign), or ``None``.
+
+        ``record_times``: the lines' Kafka timestamps, the event times where the decoder
+        has no timestamp field (a chunk without them, or with one missing or out of
+        range, is declined: the per-record path rejects it with its reason).
+        """
         if not self.enabled or not lines:
             return None
+        stamps: IntArray | None = None
+        if self.decoder.timestamp_field is None:
+            if record_times is None or len(record_times) != len(lines):
+                return None
+            stamps = np.asarray(record_times, dtype=np.int64)
+            if int(stamps.min()) < 0 or int(stamps.max()) >= MAX_ABS_TS:
+                return None
         data = b"\n".join(lines)
         if not _framed_clean(lines, data):
             return None
@@ -158,7 +178,7 @@ class ColumnarJsonDecoder:
                 # keep the types that worked first for the next chunk
                 self._key_types.remove(key_types)
                 self._key_types.insert(0, key_types)
-                return self._to_batch(table, len(lines), data)
+                return self._to_batch(table, len(lines), data, stamps)
         return None
 
     def _read(self, data: bytes, key_types: tuple[pa.DataType, ...]) -> pa.Table | None:
@@ -175,20 +195,26 @@ class ColumnarJsonDecoder:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
 
-    def _to_batch(self, table: pa.Table, n: int, data: bytes) -> EventBatch | None:
+    def _to_batch(
+        self, table: pa.Table, n: int, data: bytes, stamps: IntArray | None
+    ) -> EventBatch | None:
         d = self.decoder
         if table.num_rows != n:
             return None
         for f in self.absent_fields:
             if table.column(f).null_count != n:
                 return None
-        cols = [d.timestamp_field, *d.float_fields, *d.key_fields]
+        cols = [*self._time_fields, *d.float_fields, *d.key_fields]
         if any(table.column(c).null_count for c in cols):
             return None
         keys = self._keys(table, n)
         if keys is None:
             return None
-        ts = self._timestamps(_values(table.column(d.timestamp_field)))
+        if stamps is None:
+            assert d.timestamp_field is not None  # stamps are given exactly without it
+            ts = self._timestamps(_values(table.column(d.timestamp_field)))
+        else:
+            ts = stamps
         if ts is None:
             return None
         numeric = {f: _values(table.column(f)).astype(np.float64) for f in d.numeric_fields}

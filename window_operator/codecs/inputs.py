@@ -45,6 +45,7 @@ def decode_payloads(
     partitions: Sequence[int] | None = None,
     offsets: Sequence[int] | None = None,
     wall_ms: Sequence[int] | None = None,
+    record_times: Sequence[int] | None = None,
     default_partition: int = 0,
     topic: str | None = None,
 ) -> DecodeResult:
@@ -53,7 +54,8 @@ def decode_payloads(
     Payload failures become errors with the decoder's code (``BAD_JSON``/``BAD_AVRO``)
     and the parser's reason; records the record decoder rejects keep its code. Every
     error carries the original bytes as ``raw`` and ``topic`` when given; errors are in
-    input order and ``kept`` holds the input index of every batch row.
+    input order and ``kept`` holds the input index of every batch row. ``record_times``:
+    the Kafka record timestamps (see :meth:`RecordDecoder.decode_records`).
     """
     records, failures = payload_decoder.decode(payloads)
     failed = {i for i, _ in failures}
@@ -68,6 +70,7 @@ def decode_payloads(
         offsets=pick(offsets),
         raws=[payloads[i] for i in good],
         wall_ms=pick(wall_ms),
+        record_times=pick(record_times),
         default_partition=default_partition,
     )
     kept = [good[j] for j in result.kept]
@@ -111,11 +114,13 @@ class InputDecoder:
         partition: int,
         offsets: Sequence[int],
         topic: str,
+        record_times: Sequence[int] | None = None,
     ) -> DecodeResult:
-        """Decode the payloads of ``partition`` at ``offsets`` (see :func:`decode_payloads`)."""
+        """Decode the payloads of ``partition`` at ``offsets``, with their Kafka
+        timestamps ``record_times`` (see :func:`decode_payloads`)."""
         n = len(payloads)
         if self.columnar is not None and n and None not in payloads:
-            clean = self.columnar.decode(payloads)  # type: ignore[arg-type]
+            clean = self.columnar.decode(payloads, record_times)  # type: ignore[arg-type]
             if clean is not None:
                 clean.partition[:] = partition
                 clean.offset = np.asarray(offsets, dtype=np.int64)
@@ -126,5 +131,6 @@ class InputDecoder:
             self.record_decoder,
             partitions=[partition] * n,
             offsets=offsets,
+            record_times=record_times,
             topic=topic,
         )

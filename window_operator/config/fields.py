@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
 
 import orjson
 from pydantic import (
@@ -23,9 +23,10 @@ from pydantic import (
     Strict,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
-from window_operator.config.errors import show
+from window_operator.config.errors import FieldProblems, show
 from window_operator.durations import MAX_DURATION_MS, DurationError, parse_duration_ms
 
 __all__ = [
@@ -358,6 +359,35 @@ class InputModel(FrozenModel):
     section: ClassVar[str]
     if TYPE_CHECKING:  # declared by each model, in its own key order
         format: Literal["json", "avro"]
+        timestamp: str | None
+        timestamp_from: Literal["field", "kafka"]
+        timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"]
+
+    @model_validator(mode="after")
+    def _event_time(self) -> Self:
+        """The event time is a record field (``timestamp``, required then) or the Kafka
+        record timestamp (``timestamp_from: kafka``: no field, and epoch ms)."""
+        if self.timestamp_from == "field" and self.timestamp is None:
+            message = (
+                "required: the record field that holds the event time (or timestamp_from: "
+                "kafka, to take the Kafka record timestamp as the event time)"
+            )
+            raise FieldProblems([(("timestamp",), message)])
+        if self.timestamp_from == "kafka" and self.timestamp is not None:
+            message = (
+                f"leave it out with timestamp_from: kafka (the Kafka record timestamp is "
+                f"the event time, not the field {self.timestamp!r})"
+            )
+            raise FieldProblems([(("timestamp",), message)])
+        if self.timestamp_from == "kafka" and self.timestamp_unit != "ms":
+            message = "Kafka record timestamps are epoch milliseconds: leave it out, or ms"
+            raise FieldProblems([(("timestamp_unit",), message)])
+        return self
+
+    @property
+    def timestamp_field(self) -> str | None:
+        """The event-time field, ``None`` when the Kafka record timestamp is the event time."""
+        return self.timestamp if self.timestamp_from == "field" else None
 
     @field_validator("avro_schema", check_fields=False)
     @classmethod

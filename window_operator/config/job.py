@@ -76,7 +76,8 @@ class InputConfig(InputModel):
     key: Annotated[NonEmptyStr | tuple[NonEmptyStr, ...] | None, BeforeValidator(_key_fields)] = (
         None
     )
-    timestamp: NonEmptyStr
+    timestamp: NonEmptyStr | None = None
+    timestamp_from: Literal["field", "kafka"] = "field"
     timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = Field(
         default="ms", validate_default=True
     )

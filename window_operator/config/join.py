@@ -56,7 +56,8 @@ class JoinInputConfig(InputModel):
     format: Literal["json", "avro"] = "json"
     avro_schema: FilePath | None = Field(default=None, validate_default=True)
     avro_wire: Literal["schemaless", "confluent"] = "schemaless"
-    timestamp: NonEmptyStr
+    timestamp: NonEmptyStr | None = None
+    timestamp_from: Literal["field", "kafka"] = "field"
     timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = Field(
         default="ms", validate_default=True
     )

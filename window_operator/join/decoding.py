@@ -15,11 +15,13 @@ from stores.keys import MAX_I64, MIN_I64, FieldValue
 from window_operator.arrays import IntArray, one
 from window_operator.config import JoinInputConfig
 from window_operator.events import (
+    MAX_ABS_TS,
     MAX_KEY_BYTES,
     RecordDecoder,
     check_column_lengths,
     check_column_values,
     position_columns,
+    record_time_ms,
 )
 from window_operator.join.common import JoinKey
 from window_operator.jsonbytes import json_bytes, loads_as
@@ -27,10 +29,6 @@ from window_operator.rejections import RecordRejected, raw_of
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRecord", "JoinRows"]
-
-#: Event times the decoder accepts (as :class:`~window_operator.events.RecordDecoder`).
-_MAX_ABS_TS = 2**61
-
 
 @dataclass(slots=True)
 class JoinRows:
@@ -146,7 +144,9 @@ class JoinDecoder:
         self.on = tuple(on)
         self.fields = side.fields
         self._ts = RecordDecoder(
-            key_field=None, timestamp_field=side.timestamp, timestamp_unit=side.timestamp_unit
+            key_field=None,
+            timestamp_field=side.timestamp_field,
+            timestamp_unit=side.timestamp_unit,
         )
 
     def _field(self, record: Mapping[str, Any], name: str) -> FieldValue:
@@ -189,26 +189,30 @@ class JoinDecoder:
         operator; a record without a valid event time is left to :meth:`decode_one`.
         """
         field = self._ts.timestamp_field
-        if not isinstance(record, dict) or field not in record:
+        if field is None or not isinstance(record, dict) or field not in record:
             return None
         try:
             return self._ts.timestamp_ms(record[field])
         except RecordRejected:
             return None
 
-    def decode_one(self, record: Any) -> JoinRecord:
-        """The decoded record, or raise :class:`RecordRejected`."""
+    def decode_one(self, record: Any, record_time: int | None = None) -> JoinRecord:
+        """The decoded record, or raise :class:`RecordRejected` (``record_time``: its
+        Kafka timestamp, the event time where the side has no timestamp field)."""
         if not isinstance(record, dict):
             raise RecordRejected(
                 ErrorCode.NOT_AN_OBJECT,
                 f"record must be a JSON object, got {type(record).__name__}",
             )
         ts_field = self._ts.timestamp_field
-        if ts_field not in record:
+        if ts_field is None:
+            ts = record_time_ms(record_time)
+        elif ts_field in record:
+            ts = self._ts.timestamp_ms(record[ts_field])
+        else:
             raise RecordRejected(
                 ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}"
             )
-        ts = self._ts.timestamp_ms(record[ts_field])
         on = self.on
         key: JoinKey
         if len(on) == 1:
@@ -233,18 +237,26 @@ class JoinDecoder:
         partitions: Sequence[int] | IntArray | None = None,
         offsets: Sequence[int] | IntArray | None = None,
         wall_ms: Sequence[int] | IntArray | None = None,
+        record_times: Sequence[int] | IntArray | None = None,
         default_partition: int = 0,
     ) -> JoinDecodeResult:
-        """Decode records; bad ones become error records (with their partition/offset)."""
+        """Decode records; bad ones become error records (with their partition/offset).
+
+        ``record_times`` are the records' Kafka timestamps (``-1``: none), the event times
+        where the side has no timestamp field (none given: every record is rejected).
+        """
         n = len(records)
-        decoded = self._decode_clean(records)
+        times: Sequence[int | None] | IntArray | None = None
+        if self._ts.timestamp_field is None:
+            times = [None] * n if record_times is None else record_times
+        decoded = self._decode_clean(records, times)
         if decoded is not None:
             keys, tss, recs = decoded
             kept = list(range(n))
             errors: list[ErrorRecord] = []
         else:
             keys, tss, recs, kept, errors = self._decode_each(
-                records, partitions, offsets, default_partition
+                records, times, partitions, offsets, default_partition
             )
         everything = len(kept) == n
         part = (
@@ -269,7 +281,7 @@ class JoinDecoder:
         return JoinDecodeResult(rows, errors, kept)
 
     def _decode_clean(
-        self, records: Sequence[Any]
+        self, records: Sequence[Any], times: Sequence[int | None] | IntArray | None
     ) -> tuple[list[JoinKey], list[int], list[bytes]] | None:
         """Column-wise decoding of a chunk in the common shape, or ``None``.
 
@@ -283,7 +295,10 @@ class JoinDecoder:
             return None
         ts_field, on0 = self._ts.timestamp_field, self.on[0]
         try:
-            tss = [r[ts_field] for r in records]
+            if times is None:
+                tss = [r[ts_field] for r in records]
+            else:  # the Kafka timestamps: None (none given) declines the chunk
+                tss = [t if t is None else int(t) for t in times]
             keys = [r[on0] for r in records]
         except KeyError:
             return None
@@ -293,8 +308,10 @@ class JoinDecoder:
             ts_arr = np.asarray(tss, dtype=np.int64)
         except OverflowError:
             return None
-        if len(ts_arr) and int(np.abs(ts_arr).max()) >= _MAX_ABS_TS:
+        if len(ts_arr) and int(np.abs(ts_arr).max()) >= MAX_ABS_TS:
             return None
+        if times is not None and len(ts_arr) and int(ts_arr.min()) < 0:
+            return None  # a record without a Kafka timestamp
         if all(k.__class__ is int for k in keys):
             try:
                 np.asarray(keys, dtype=np.int64)
@@ -311,6 +328,7 @@ class JoinDecoder:
     def _decode_each(
         self,
         records: Sequence[Any],
+        times: Sequence[int | None] | IntArray | None,
         partitions: Sequence[int] | IntArray | None,
         offsets: Sequence[int] | IntArray | None,
         default_partition: int,
@@ -323,7 +341,7 @@ class JoinDecoder:
         decode = self.decode_one
         for i, record in enumerate(records):
             try:
-                got = decode(record)
+                got = decode(record, None if times is None else times[i])
             except RecordRejected as rej:
                 off = None if offsets is None else int(offsets[i])
                 errors.append(

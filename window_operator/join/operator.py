@@ -206,8 +206,10 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         """Add records (dicts) of the input named ``source``, decoded with its decoder.
 
         ``partitions`` / ``offsets`` (``-1``: next) / ``wall_ms`` give each record's
-        metadata (default: ``partition``, the next offsets, no wall clock). Records that
-        do not decode become error records (once: their offsets count as handled).
+        metadata (default: ``partition``, the next offsets, no wall clock; ``wall_ms`` is
+        the arrival time, which stands for the Kafka timestamp: the event time of an
+        input with ``timestamp_from: kafka``). Records that do not decode become error
+        records (once: their offsets count as handled).
         """
         side = self.side_of(source)
         if self.decoders is None:
@@ -234,6 +236,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
             partitions=part[idx],
             offsets=adm.offsets[idx],
             wall_ms=wall,
+            record_times=wall,  # the arrival times stand for the Kafka timestamps
         )
         stats = self.add_batch(decoded.rows)
         # Rejected records were handled: a replay must not reject them again.
@@ -253,7 +256,8 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         offset: int | None = None,
         wall_ms: int | None = None,
     ) -> StepStats:
-        """Add one record of the input named ``source``."""
+        """Add one record of the input named ``source`` (``wall_ms``: its arrival time,
+        which stands for its Kafka timestamp, as in ``simulate``)."""
         partition, offset, wall_ms = check_record_position(partition, offset, wall_ms)
         side = self.side_of(source)
         decoder = None if self.decoders is None else self.decoders[side]
@@ -264,6 +268,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
             partition=partition,
             offset=offset,
             topic=self._topics[side],
+            record_time=wall_ms,
         )
         if isinstance(got, StepStats):
             return got

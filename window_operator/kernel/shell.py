@@ -215,6 +215,9 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
     ) -> StepStats:
         """Add one decoded input record (a dict in the job's input schema).
 
+        ``wall_ms`` is its arrival time, which stands for its Kafka record timestamp (the
+        event time of a job with ``timestamp_from: kafka``, as in ``simulate``).
+
         A replay is skipped; a record that does not decode is queued as an error record
         with its offset; any other goes to :meth:`_add_decoded`. What :func:`changes`
         does, written out: it runs for every record, and the wrapper cost a tenth of
@@ -231,7 +234,12 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
         self._claim_partition(partition)  # BEFORE_CHANGE errors: raised before any change
         try:
             got = kernel.decode_one(
-                self.decoder, message, source=0, partition=partition, offset=offset
+                self.decoder,
+                message,
+                source=0,
+                partition=partition,
+                offset=offset,
+                record_time=wall_ms,
             )
             if isinstance(got, StepStats):
                 if got.rejected:

@@ -92,19 +92,27 @@ def decode_guarded(
     topic: str,
     partition: int,
     offsets: Sequence[int],
+    record_times: Sequence[int] | None = None,
 ) -> DecodeResult:
-    """``decoder.decode`` of the payloads; a payload whose decoding raises is an error."""
+    """``decoder.decode`` of the payloads (``record_times``: their Kafka timestamps); a
+    payload whose decoding raises is an error."""
     try:
-        return decoder.decode(payloads, partition=partition, offsets=offsets, topic=topic)
+        return decoder.decode(
+            payloads, partition=partition, offsets=offsets, topic=topic, record_times=record_times
+        )
     except FATAL_ERRORS:
         raise
     except Exception:  # noqa: BLE001 - narrowed down to the payloads below
         pass
     parts: list[DecodeResult] = []
-    for payload, offset in zip(payloads, offsets, strict=True):
+    times = [None] * len(payloads) if record_times is None else record_times
+    for payload, offset, time in zip(payloads, offsets, times, strict=True):
         try:
+            one = None if time is None else [time]
             parts.append(
-                decoder.decode([payload], partition=partition, offsets=[offset], topic=topic)
+                decoder.decode(
+                    [payload], partition=partition, offsets=[offset], topic=topic, record_times=one
+                )
             )
         except FATAL_ERRORS:
             raise

@@ -91,11 +91,13 @@ class JoinPlan:
         good = [i for i in range(len(records)) if i not in failed]
         topic, part = records.topic, records.partition
         stamps = records.timestamps
+        good_stamps = None if stamps is None else [stamps[i] for i in good]
         result = self.runtime.decoders[source].decode_records(
             [parsed[i] for i in good],
             partitions=[part] * len(good),
             offsets=[records.offsets[i] for i in good],
-            wall_ms=None if stamps is None else [stamps[i] for i in good],
+            wall_ms=good_stamps,
+            record_times=good_stamps,
         )
         errors = {
             i: ErrorRecord(self.payloads[source].error_code, reason, part, records.offsets[i])

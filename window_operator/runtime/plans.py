@@ -93,13 +93,15 @@ class AggregationPlan:
         return self.runtime.config.windows_per_partition
 
     def decode(self, source: int, records: InputRecords) -> DecodedInput[EventBatch]:
-        """Decode a range; far-future events (by Kafka timestamp) are rejected."""
+        """Decode a range; far-future events (by Kafka timestamp) are rejected (none where
+        the Kafka timestamp is the event time)."""
         decoded = decode_guarded(
             self.decoder,
             records.values,
             topic=records.topic,
             partition=records.partition,
             offsets=records.offsets,
+            record_times=records.timestamps,
         )
         max_future = self.runtime.config.watermark.max_future
         if records.timestamps is not None and max_future is not None:

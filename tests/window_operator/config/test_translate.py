@@ -83,7 +83,8 @@ def test_error_message_format_is_exact() -> None:
         pytest.param(
             lambda d: d["input"].pop("timestamp"),
             "input.timestamp",
-            "required key is missing",
+            "required: the record field that holds the event time (or timestamp_from: kafka, "
+            "to take the Kafka record timestamp as the event time)",
             id="missing-nested",
         ),
         pytest.param(lambda d: d.pop("input"), "input", "required key is missing", id="missing"),
@@ -91,7 +92,7 @@ def test_error_message_format_is_exact() -> None:
             lambda d: d["input"].update(tiemstamp="t"),
             "input.tiemstamp",
             "unknown key (allowed keys: topic, format, avro_schema, avro_wire, key, timestamp,"
-            " timestamp_unit, fields); did you mean 'timestamp'?",
+            " timestamp_from, timestamp_unit, fields); did you mean 'timestamp'?",
             id="nested-unknown-key",
         ),
         pytest.param(
