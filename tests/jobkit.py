@@ -65,11 +65,13 @@ def produce(
     partitions: int = 4,
     raw: Sequence[tuple[bytes | None, bytes, int | None]] = (),
     round_robin: bool = False,
+    timestamp_field: str | None = None,
 ) -> None:
     """Produce records keyed by ``key_field`` (same key, same partition), then raw ones.
 
     With ``round_robin`` the records are spread over the partitions in turn, each keyed by
-    its event number: a key's events land in every partition.
+    its event number: a key's events land in every partition. With ``timestamp_field``
+    that field is taken out of each record and becomes its Kafka record timestamp.
     """
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     for i, rec in enumerate(records):
@@ -78,9 +80,13 @@ def produce(
         else:
             key = str(rec[key_field]).encode()
             part = _partition_of(key, partitions)
+        stamp: dict[str, int] = {}
+        if timestamp_field is not None:
+            rec = dict(rec)
+            stamp["timestamp"] = rec.pop(timestamp_field)
         while True:
             try:
-                p.produce(topic, key=key, value=encode(rec), partition=part)
+                p.produce(topic, key=key, value=encode(rec), partition=part, **stamp)
                 break
             except BufferError:
                 p.poll(0.05)

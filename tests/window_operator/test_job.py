@@ -179,3 +179,26 @@ def test_either_spelling_of_a_user_operation_signs_the_state_alike() -> None:
     assert signature("window_operator.aggregations.moments:VarianceOp") == signature(
         "window_operator.aggregations.moments.VarianceOp"
     )
+
+
+@pytest.mark.parametrize(
+    ("window", "start"),
+    [({"type": "tumbling", "size": "10s"}, 0), ({"type": "session", "gap": "10s"}, 1_000)],
+)
+def test_a_job_on_the_kafka_timestamp_takes_a_messages_wall_ms_as_its_time(
+    tmp_path: Path, window: dict[str, str], start: int
+) -> None:
+    """In the library, ``add_message``'s ``wall_ms`` stands for the record timestamp,
+    as in ``simulate``; a message without one is an error record."""
+    rt = runtime_for(input={"key": "k", "timestamp_from": "kafka"}, window=window)
+    op = rt.open_task(tmp_path)
+    try:
+        op.add_message({"k": "a", "ts": 99}, wall_ms=1_000)
+        op.add_message({"k": "a"})
+        op.add_message({"k": "a"}, wall_ms=3_000)
+        op.timeout(END_OF_TIME)
+        results = op.get_result()
+        assert [(r.key, r.window_start, r.values["n"]) for r in results] == [("a", start, 2)]
+        assert [(e.code.name, e.offset) for e in op.get_errors()] == [("MISSING_TIMESTAMP", 1)]
+    finally:
+        op.close()

@@ -655,3 +655,58 @@ def test_clean_lines_keyed_by_several_fields_take_the_fast_path_to_the_same_resu
     assert {r["key"] for r in fast} == {
         orjson.dumps([c, str(y)]).decode() for c in ["US", 'a"b'] for y in [1, -7]
     }
+
+
+KAFKA_TIME = {"key": "k", "timestamp_from": "kafka"}
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 100])
+def test_the_kafka_timestamp_is_the_lines_wall_ms(tmp_path: Path, batch_size: int) -> None:
+    """``timestamp_from: kafka``: a line's ``wall_ms`` stands for its record timestamp,
+    the event time; a line without one is rejected, whatever the batch."""
+    lines = [
+        orjson.dumps({"k": "a", "v": 1, "ts": "not read", "wall_ms": BASE}),
+        orjson.dumps({"k": "a", "v": 2, "wall_ms": BASE + 4 * S}),
+        orjson.dumps({"k": "a", "v": 4}),
+        orjson.dumps({"k": "b", "v": 8, "wall_ms": BASE + 12 * S}),
+        orjson.dumps({"k": "a", "v": 16, "wall_ms": BASE + 9 * S}),
+    ]
+    results, errors, summary = run(lines, tmp_path, batch_size, input=KAFKA_TIME)
+    assert [(e["code"], e["offset"]) for e in errors] == [("MISSING_TIMESTAMP", 2)]
+    assert errors[0]["reason"].endswith("(in simulate: the line's wall_ms)")
+    assert final_windows(results) == {
+        ("a", BASE): {"n": 3, "s": 19.0},
+        ("b", BASE + 10 * S): {"n": 1, "s": 8.0},
+    }
+    assert (summary.applied, summary.rejected) == (4, 1)
+
+
+def test_a_join_side_takes_the_kafka_timestamp_from_wall_ms(tmp_path: Path) -> None:
+    config = parse_any_config(
+        {
+            "job": "orders-shipments",
+            "join": {
+                "left": {"name": "orders", "timestamp_from": "kafka"},
+                "right": {"name": "shipments", "timestamp": "ts"},
+                "on": ["id"],
+                "range": "1m",
+            },
+        },
+        base_dir=tmp_path,
+    )
+    lines = [
+        {"source": "orders", "id": 1, "wall_ms": BASE},
+        {"source": "orders", "id": 2},
+        {"source": "shipments", "id": 1, "ts": BASE + 30 * S},
+        {"source": "orders", "id": 3, "wall_ms": BASE, "ts": BASE + 10 * 60 * S},
+        {"source": "shipments", "id": 3, "ts": BASE + 10 * 60 * S},  # 10 min after the order
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    out, errors = io.BytesIO(), io.BytesIO()
+    runtime = build_join_runtime(config)  # type: ignore[arg-type]
+    simulate(runtime, source, out, errors_out=errors, batch_size=2)
+    errs = [orjson.loads(x) for x in errors.getvalue().splitlines()]
+    assert [(e["code"], orjson.loads(e["raw"])["id"]) for e in errs] == [("MISSING_TIMESTAMP", 2)]
+    matches = [orjson.loads(x) for x in out.getvalue().splitlines()]
+    assert [m["key"]["id"] for m in matches if m["kind"] == "MATCH"] == [1]

@@ -30,6 +30,7 @@ from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRecord", "JoinRows"]
 
+
 @dataclass(slots=True)
 class JoinRows:
     """Decoded messages of one input, in arrival order, one column per attribute.

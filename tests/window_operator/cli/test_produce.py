@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -317,3 +318,50 @@ def test_no_meta_keeps_a_lines_position_fields_in_the_record() -> None:
     join = targets(load_any_config(ROOT / "config/orders-shipments.yaml"))
     routed = route(b'{"source":"orders","id":1,"offset":3,"wall_ms":9}', join, Produced(), ())
     assert routed is not None and orjson.loads(routed.value) == {"id": 1, "offset": 3, "wall_ms": 9}
+
+
+def test_a_lines_wall_ms_is_the_record_timestamp_where_the_job_reads_that() -> None:
+    """``timestamp_from: kafka``: the job's event time is the record timestamp, which
+    ``simulate`` reads from ``wall_ms``; elsewhere a line goes with the time it is written."""
+    config = load_any_config(ROOT / "config/clicks.yaml")
+    stamped = targets(config.model_copy(update={"input": kafka_time(config.input)}))
+    plain = targets(config)
+    line = b'{"page": "/a", "wall_ms": 1700000000123}'
+    assert route(line, stamped, Produced()) == Routed(
+        stamped[None], b"/a", line, None, 1700000000123
+    )
+    assert route(line, plain, Produced()) == Routed(plain[None], b"/a", line)
+    assert route(line, stamped, Produced(), ()) == Routed(stamped[None], b"/a", line)  # --no-meta
+    for unusable in (b'{"page": "/a"}', b'{"page": "/a", "wall_ms": "soon"}', b"{broken"):
+        routed = route(unusable, stamped, Produced())
+        assert routed is not None and routed.timestamp is None
+
+
+def kafka_time(inp: Any) -> Any:
+    return type(inp).model_validate(
+        {**inp.model_dump(), "timestamp": None, "timestamp_from": "kafka"}
+    )
+
+
+@pytest.mark.kafka
+def test_produce_stamps_the_records_of_a_job_that_reads_the_kafka_timestamp(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("stamped")
+    KafkaAdmin(kafka_bootstrap).create_topic(topic, 1, {"retention.ms": "-1"})
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp_from: kafka}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    lines = tmp_path / "in.jsonl"
+    lines.write_bytes(b'{"page": "/a", "wall_ms": 1700000000123}\n{"page": "/b"}\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
+         "--input", str(lines), "--bootstrap-servers", kafka_bootstrap],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    first, second = read_topic(kafka_bootstrap, topic)
+    assert first.timestamp()[1] == 1700000000123
+    assert second.timestamp()[1] > 1700000000123  # written now

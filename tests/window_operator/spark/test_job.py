@@ -68,6 +68,38 @@ def test_json_end_to_end_matches_the_oracle(
     assert "LATE" in kinds  # late events re-emitted their windows
 
 
+def test_the_kafka_record_timestamp_as_the_event_time_matches_the_oracle(
+    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """``timestamp_from: kafka``: the records carry no time field; each one's Kafka
+    timestamp is its event time (late events included)."""
+    topic = unique_name("stamped")
+    create_topic(kafka_bootstrap, topic, 4)
+    stream = make_stream(3_000)
+    produce(kafka_bootstrap, topic, stream.records(), timestamp_field="ts")
+    ends = sentinels(int(stream.ts.max()), 4)
+    produce(
+        kafka_bootstrap,
+        topic,
+        [],
+        raw=[(k, orjson.dumps({**v, "ts": "not a time"}), p) for k, v, p in ends],
+    )
+    config = job_config(
+        tmp_path,
+        topic,
+        unique_name("job"),
+        input={"timestamp": None, "timestamp_from": "kafka"},
+        spark={"max_offsets_per_trigger": 1_000},
+    )
+    job = run_to_end(config, kafka_bootstrap, spark)
+    # the sentinels are stamped now, a day or more after the stream: they close every window
+    assert job.run_totals.totals["applied"] == 3_000 + 4
+    assert job.run_totals.totals["rejected"] == 0
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+    assert "LATE" in {r["kind"] for r in got.values()}
+
+
 def test_avro_in_avro_out_matches_the_oracle(
     tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:

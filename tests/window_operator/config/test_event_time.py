@@ -1,0 +1,85 @@
+"""``timestamp_from``: the event time is a record field or the Kafka record timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from configkit import ROOT, minimal, one_problem
+
+from window_operator.config import ConfigError, JoinJobConfig, parse_any_config, parse_config
+
+
+def join_doc(**left: Any) -> dict[str, Any]:
+    return {
+        "job": "oj",
+        "join": {
+            "left": {"name": "orders", "timestamp": "t", **left},
+            "right": {"name": "shipments", "timestamp": "t"},
+            "on": ["id"],
+            "between": ["-1m", "1m"],
+        },
+    }
+
+
+def test_the_kafka_timestamp_needs_no_field() -> None:
+    doc = minimal()
+    doc["input"] = {"timestamp_from": "kafka"}
+    config = parse_config(doc, base_dir=ROOT)
+    assert config.input.timestamp is None
+    assert config.input.timestamp_field is None
+    assert parse_config(minimal(), base_dir=ROOT).input.timestamp_field == "ts"
+
+
+def test_a_field_and_the_kafka_timestamp_are_refused_together() -> None:
+    doc = minimal()
+    doc["input"] |= {"timestamp_from": "kafka"}
+    path, message = one_problem(doc)
+    assert path == "input.timestamp"
+    assert message.startswith("leave it out with timestamp_from: kafka")
+    assert "'ts'" in message
+
+
+def test_without_the_kafka_timestamp_the_field_is_required() -> None:
+    doc = minimal()
+    doc["input"] = {"timestamp_from": "field"}
+    path, message = one_problem(doc)
+    assert path == "input.timestamp"
+    assert message.startswith("required: the record field that holds the event time")
+    assert "timestamp_from: kafka" in message
+
+
+@pytest.mark.parametrize("unit", ["s", "us", "ns", "iso8601"])
+def test_the_kafka_timestamp_is_in_milliseconds(unit: str) -> None:
+    doc = minimal()
+    doc["input"] = {"timestamp_from": "kafka", "timestamp_unit": unit}
+    path, message = one_problem(doc)
+    assert path == "input.timestamp_unit"
+    assert message.startswith("Kafka record timestamps are epoch milliseconds")
+
+
+def test_an_unknown_source_of_the_event_time_names_the_choices() -> None:
+    doc = minimal()
+    doc["input"] |= {"timestamp_from": "header"}
+    path, message = one_problem(doc)
+    assert path == "input.timestamp_from"
+    assert "field" in message and "kafka" in message
+
+
+def test_a_join_side_takes_the_kafka_timestamp() -> None:
+    doc = join_doc(timestamp_from="kafka")
+    doc["join"]["left"].pop("timestamp")
+    config = parse_any_config(doc, base_dir=ROOT)
+    assert isinstance(config, JoinJobConfig)
+    assert config.join.left.timestamp_field is None
+    assert config.join.right.timestamp_field == "t"
+
+
+def test_a_join_side_with_both_names_the_side() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_any_config(join_doc(timestamp_from="kafka"), base_dir=ROOT)
+    assert (
+        str(info.value)
+        .splitlines()[1]
+        .startswith("  - join.left.timestamp: leave it out with timestamp_from: kafka")
+    )
