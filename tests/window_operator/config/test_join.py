@@ -102,7 +102,8 @@ def test_unknown_keys_in_the_join_section_list_the_allowed_keys() -> None:
     doc["join"]["left"]["tiemstamp_unit"] = "s"
     assert _join_problems(doc) == [
         "join.left.tiemstamp_unit: unknown key (allowed keys: name, topic, format, avro_schema,"
-        " avro_wire, timestamp, timestamp_from, timestamp_unit, fields); did you mean 'timestamp_unit'?",
+        " avro_wire, timestamp, timestamp_from, timestamp_unit, fields); did you mean"
+        " 'timestamp_unit'?",
         "join.kindd: unknown key (allowed keys: left, right, on, kind, range, between, rows,"
         " store); did you mean 'kind'?",
     ]
