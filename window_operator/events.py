@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
 from window_operator.errors import InvalidArgumentError
+from window_operator.eventtime import MAX_ABS_TS, TimestampUnit, field_time_ms, record_time_ms
 from window_operator.rejections import (
     MISSING,
     RecordRejected,
@@ -29,7 +29,6 @@ from window_operator.rejections import (
     show,
 )
 from window_operator.results import ErrorCode, ErrorRecord
-from window_operator.timeunits import number_to_ms
 
 __all__ = [
     "DecodeResult",
@@ -39,39 +38,16 @@ __all__ = [
     "TimestampUnit",
     "check_column_lengths",
     "position_columns",
-    "record_time_ms",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-TimestampUnit = Literal["ms", "s", "us", "ns", "iso8601"]
 
 #: Keys longer than this (UTF-8 bytes) are rejected: they would bloat every store key.
 MAX_KEY_BYTES = 4096
-#: Event times must fit comfortably in a signed 64-bit millisecond count.
-MAX_ABS_TS = 2**61
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_MS = timedelta(milliseconds=1)
 #: Integers of at least this magnitude do not fit a float64.
 _MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
 _CONTAINERS = (dict, list)
-#: Why a record is rejected when the job reads the Kafka record timestamp and it has none.
-NO_RECORD_TIME = (
-    "the record has no Kafka timestamp, which is its event time with timestamp_from: kafka "
-    "(in simulate: the line's wall_ms)"
-)
-
-
-def record_time_ms(stamp: int | None) -> int:
-    """The Kafka record timestamp ``stamp`` (epoch ms; ``-1`` or ``None``: none) as the
-    event time, or raise a rejection."""
-    if stamp is None or stamp < 0:
-        raise RecordRejected(ErrorCode.MISSING_TIMESTAMP, NO_RECORD_TIME)
-    if stamp >= MAX_ABS_TS:
-        raise RecordRejected(
-            ErrorCode.BAD_TIMESTAMP, f"the Kafka record timestamp {stamp} is out of range"
-        )
-    return int(stamp)
 
 
 def position_columns(
@@ -284,45 +260,7 @@ class RecordDecoder:
 
     def timestamp_ms(self, raw: Any) -> int:
         """Event time in ms from the raw timestamp value, or raise a rejection."""
-        unit = self.timestamp_unit
-        if raw.__class__ is int and unit == "ms" and -MAX_ABS_TS < raw < MAX_ABS_TS:
-            return int(raw)  # the usual case, first
-        name = self.timestamp_field
-        if unit == "iso8601":
-            if not isinstance(raw, str):
-                raise RecordRejected(
-                    ErrorCode.BAD_TIMESTAMP,
-                    f"timestamp field {name!r} must be an ISO-8601 string, got {show(raw)}",
-                )
-            try:
-                dt = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
-            except ValueError:
-                raise RecordRejected(
-                    ErrorCode.BAD_TIMESTAMP,
-                    f"timestamp field {name!r} is not an ISO-8601 time: {show(raw)}",
-                ) from None
-            if dt.tzinfo is None:
-                date_only = raw[10:11] in ("", "Z", "z", "+", "-")
-                raise RecordRejected(
-                    ErrorCode.BAD_TIMESTAMP,
-                    f"timestamp {raw!r} is a date without a time of day"
-                    if date_only
-                    else f"timestamp {raw!r} has no time zone (add Z or an offset like +00:00)",
-                )
-            return (dt - _EPOCH) // _ONE_MS  # exact: no float seconds
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise RecordRejected(
-                ErrorCode.BAD_TIMESTAMP,
-                f"timestamp field {name!r} must be a number ({unit}), got {show(raw)}",
-            )
-        if isinstance(raw, float) and not math.isfinite(raw):
-            raise RecordRejected(ErrorCode.BAD_TIMESTAMP, f"timestamp field {name!r} is {raw}")
-        ts = number_to_ms(raw, unit)
-        if not -MAX_ABS_TS < ts < MAX_ABS_TS:
-            raise RecordRejected(
-                ErrorCode.BAD_TIMESTAMP, f"timestamp {raw!r} ({unit}) is out of range"
-            )
-        return int(ts)
+        return field_time_ms(raw, self.timestamp_unit, self.timestamp_field)
 
     def key_of(self, record: Mapping[str, Any]) -> str:
         """The grouping key as a string, or raise a rejection: the key field's text, or
@@ -402,7 +340,7 @@ class RecordDecoder:
         if ts_field is None:
             ts = -1  # the record's Kafka timestamp: the caller's
         elif ts_field in rec:
-            ts = self.timestamp_ms(rec[ts_field])
+            ts = field_time_ms(rec[ts_field], self.timestamp_unit, ts_field)
         else:
             raise RecordRejected(
                 ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}"
@@ -462,6 +400,15 @@ class RecordDecoder:
 
     # -- batches ------------------------------------------------------------------------
 
+    def _record_times(
+        self, n: int, record_times: Sequence[int] | None
+    ) -> Sequence[int | None] | None:
+        """The event times of ``n`` records that take their Kafka timestamps (``None``:
+        the decoder reads a time field; ``None`` each: none were given)."""
+        if self.timestamp_field is not None:
+            return None
+        return [None] * n if record_times is None else record_times
+
     def decode_records(
         self,
         records: Sequence[Any],
@@ -487,9 +434,7 @@ class RecordDecoder:
         num_items = [(f, num_cols[f]) for f in self.float_fields]
         obj_items = [(f, obj_cols[f]) for f in self.object_fields]
         decode = self._decode
-        times: Sequence[int | None] | None = None
-        if self.timestamp_field is None:
-            times = [None] * len(records) if record_times is None else record_times
+        times = self._record_times(len(records), record_times)
         for i, rec in enumerate(records):
             try:
                 key, ts, nums, objs = decode(rec)

@@ -31,7 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as paj
 
-from window_operator.events import MAX_ABS_TS, EventBatch, IntArray, RecordDecoder
+from window_operator.events import EventBatch, IntArray, RecordDecoder
+from window_operator.eventtime import MAX_ABS_TS
 from window_operator.timeunits import floats_to_ms
 
 __all__ = ["ColumnarJsonDecoder"]

@@ -16,7 +16,8 @@ from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.codecs.inputs import InputDecoder
 from window_operator.codecs.json_input import JsonPayloadDecoder
 from window_operator.config import JoinInputConfig
-from window_operator.events import MAX_ABS_TS, RecordDecoder, record_time_ms
+from window_operator.events import RecordDecoder
+from window_operator.eventtime import MAX_ABS_TS, record_time_ms
 from window_operator.join import LEFT, JoinDecoder, JoinRecord
 from window_operator.rejections import RecordRejected
 from window_operator.results import ErrorCode
