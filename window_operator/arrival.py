@@ -8,7 +8,8 @@ goes to the error output as ``FUTURE_TIMESTAMP`` and never reaches the operator.
 The arrival time is part of the record, so the verdict is the same on every replay:
 
 * on Kafka, the record's timestamp (CreateTime or LogAppendTime); a record without one
-  is not checked;
+  is not checked, and an input whose event time is that timestamp (``timestamp_from:
+  kafka``) never fails the check;
 * in ``simulate``, the line's ``wall_ms``. A line without ``wall_ms`` arrives at the
   simulated clock: the latest arrival time of the lines before it, where a line without
   ``wall_ms`` that passed the guard counts with its event time (the same default that

@@ -15,7 +15,10 @@ input is written with the input's schema; one that does not fit it is written as
 (the job sends it to the errors topic). A join line that is not JSON, or names no input,
 cannot be routed: it is skipped, and counted. The literals ``NaN``, ``Infinity`` and
 ``-Infinity`` are read as the job reads them, and written on as they were, so that the
-job takes such a record as it takes it from any other producer.
+job takes such a record as it takes it from any other producer. For an input whose
+event time is the Kafka record timestamp (``timestamp_from: kafka``), a line's
+``wall_ms``, which stands for that timestamp in ``simulate``, is written as its record's
+timestamp; a line without one is stamped when written.
 """
 
 from __future__ import annotations
