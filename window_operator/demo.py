@@ -45,6 +45,8 @@ def clicks_unread(config: JobConfig) -> str | None:
     inp = config.input
     if inp.format != "json":
         return f"reads {inp.format}"
+    if inp.kafka_key:
+        return "groups by the Kafka record key, not by a field of the clicks"
     if inp.timestamp_from == "kafka":
         return "takes its event time from the Kafka record timestamps, not the clicks' ts"
     if inp.timestamp != "ts" or inp.timestamp_unit != "ms":

@@ -19,6 +19,7 @@ import numpy.typing as npt
 import orjson
 
 from window_operator.errors import InvalidArgumentError
+from window_operator.eventkey import kafka_key_text
 from window_operator.eventtime import MAX_ABS_TS, TimestampUnit, field_time_ms, record_time_ms
 from window_operator.rejections import (
     MISSING,
@@ -222,7 +223,9 @@ class RecordDecoder:
     """Turns input records (dicts or JSON bytes) into an :class:`EventBatch`.
 
     ``timestamp_field`` ``None``: the event time is each record's Kafka timestamp, given
-    beside the records (``record_times``; :func:`record_time_ms` judges it).
+    beside the records (``record_times``; :func:`record_time_ms` judges it). ``kafka_key``:
+    the key is each record's Kafka key (``record_keys``; :func:`kafka_key_text` judges
+    it), and there are no key fields.
     """
 
     def __init__(
@@ -235,7 +238,11 @@ class RecordDecoder:
         object_fields: Sequence[str] = (),
         counted_fields: Sequence[str] = (),
         max_key_bytes: int = MAX_KEY_BYTES,
+        kafka_key: bool = False,
     ) -> None:
+        if kafka_key and key_field not in (None, (), []):
+            raise InvalidArgumentError("key fields and the Kafka key cannot both be the key")
+        self.kafka_key = kafka_key
         #: The grouping fields: none (one global key ``""``), one, or several.
         if key_field is None:
             self.key_fields: tuple[str, ...] = ()
@@ -384,12 +391,17 @@ class RecordDecoder:
             objs.append(v)
         return key, ts, nums, objs
 
-    def decode_one(self, record: Any, record_time: int | None = None) -> DecodedEvent:
+    def decode_one(
+        self, record: Any, record_time: int | None = None, record_key: object = None
+    ) -> DecodedEvent:
         """Decode one record or raise :class:`RecordRejected` with the reason
-        (``record_time``: its Kafka timestamp, the event time without a timestamp field)."""
+        (``record_time`` / ``record_key``: its Kafka timestamp and key, the event time
+        without a timestamp field and the key with ``kafka_key``)."""
         key, ts, nums, objs = self._decode(record)
         if self.timestamp_field is None:
             ts = record_time_ms(record_time)
+        if self.kafka_key:
+            key = kafka_key_text(record_key, self.max_key_bytes)
         # _decode gives one value per field, in field order
         return DecodedEvent(
             key=key,
@@ -400,14 +412,17 @@ class RecordDecoder:
 
     # -- batches ------------------------------------------------------------------------
 
-    def _record_times(
-        self, n: int, record_times: Sequence[int] | None
-    ) -> Sequence[int | None] | None:
-        """The event times of ``n`` records that take their Kafka timestamps (``None``:
-        the decoder reads a time field; ``None`` each: none were given)."""
-        if self.timestamp_field is not None:
-            return None
-        return [None] * n if record_times is None else record_times
+    def _kafka_columns(
+        self, n: int, record_times: Sequence[int] | None, record_keys: Sequence[object] | None
+    ) -> tuple[Sequence[int | None] | None, Sequence[object] | None]:
+        """The Kafka timestamps and keys that :meth:`decode_records` reads (``None``:
+        the decoder reads a field instead; ``None`` each: they were not given)."""
+        none = [None] * n
+        times: Sequence[int | None] | None = None
+        if self.timestamp_field is None:
+            times = none if record_times is None else record_times
+        keys = (none if record_keys is None else record_keys) if self.kafka_key else None
+        return times, keys
 
     def decode_records(
         self,
@@ -418,12 +433,15 @@ class RecordDecoder:
         raws: Sequence[bytes | None] | None = None,
         wall_ms: Sequence[int] | None = None,
         record_times: Sequence[int] | None = None,
+        record_keys: Sequence[object] | None = None,
         default_partition: int = 0,
     ) -> DecodeResult:
         """Decode already-parsed records; bad ones become error records.
 
         ``record_times`` are the records' Kafka timestamps (``-1``: none), the event times
-        when the decoder has no timestamp field (none given: every record is rejected).
+        when the decoder has no timestamp field; ``record_keys`` their Kafka keys
+        (``None``: none), the keys with ``kafka_key`` (either not given where it is read:
+        every record is rejected).
         """
         keys: list[str] = []
         tss: list[int] = []
@@ -434,22 +452,19 @@ class RecordDecoder:
         num_items = [(f, num_cols[f]) for f in self.float_fields]
         obj_items = [(f, obj_cols[f]) for f in self.object_fields]
         decode = self._decode
-        times = self._record_times(len(records), record_times)
+        times, kafka_keys = self._kafka_columns(len(records), record_times, record_keys)
         for i, rec in enumerate(records):
             try:
                 key, ts, nums, objs = decode(rec)
                 if times is not None:
                     ts = record_time_ms(times[i])
+                if kafka_keys is not None:
+                    key = kafka_key_text(kafka_keys[i], self.max_key_bytes)
             except RecordRejected as rej:
-                errors.append(
-                    ErrorRecord(
-                        code=rej.code,
-                        reason=rej.reason,
-                        partition=partitions[i] if partitions is not None else default_partition,
-                        offset=offsets[i] if offsets is not None else None,
-                        raw=(raws[i] if raws is not None else raw_of(rec)),
-                    )
-                )
+                partition = partitions[i] if partitions is not None else default_partition
+                offset = offsets[i] if offsets is not None else None
+                raw = raws[i] if raws is not None else raw_of(rec)
+                errors.append(ErrorRecord(rej.code, rej.reason, partition, offset, raw))
                 continue
             keys.append(key)
             tss.append(ts)

@@ -189,8 +189,9 @@ def _decoder(config: JobConfig, bound: list[BoundAggregation]) -> RecordDecoder:
     inp = config.input
     return RecordDecoder(
         key_field=inp.key_fields,
-        timestamp_field=inp.timestamp,
+        timestamp_field=inp.timestamp_field,
         timestamp_unit=inp.timestamp_unit,
+        kafka_key=inp.kafka_key,
         numeric_fields=numeric,
         object_fields=objects,
         counted_fields=counted,

@@ -2,7 +2,8 @@
 
 Each input line is one event in arrival order. Besides the event's own fields a line
 may carry ``partition`` (default 0), ``offset`` (default: the next offset of its
-partition) and ``wall_ms`` (the arrival wall clock; default: the event time, so timers
+partition), ``kafka_key`` (the Kafka record key) and ``wall_ms`` (the arrival wall clock,
+which stands for the Kafka record timestamp; default: the event time, so timers
 advance with the data). Lines are processed in micro-batches of ``batch_size`` (as the
 streaming job does; ``1`` gives per-event semantics), a timer tick follows each batch,
 and a final tick at the end of time fires every window. A line that makes a user-defined

@@ -1,7 +1,8 @@
 """``simulate``'s input lines: one JSON event per line, with optional position fields.
 
 Besides the event's own fields a line may carry ``partition`` (default 0), ``offset``
-(default: the next offset of its partition) and ``wall_ms`` (its arrival wall clock).
+(default: the next offset of its partition), ``wall_ms`` (its arrival wall clock, which
+stands for its Kafka record timestamp) and ``kafka_key`` (its Kafka record key, as text).
 A line is parsed as a Kafka value would be (:func:`~window_operator.codecs.json_input.
 parse_json`), so every line gets the verdict the streaming job would give its payload;
 chunks of clean lines without position fields take the columnar path, with the same
@@ -40,8 +41,8 @@ __all__ = [
     "line_wall",
 ]
 
-#: The per-line position fields, removed from the event before decoding.
-META_FIELDS: Final = ("partition", "offset", "wall_ms")
+#: The per-line fields of the Kafka record, removed from the event before decoding.
+META_FIELDS: Final = ("partition", "offset", "wall_ms", "kafka_key")
 #: The largest partition of a line (Kafka's partition ids are 32-bit).
 MAX_LINE_PARTITION: Final = 2**31 - 1
 #: The largest offset of a line (Kafka's are 64-bit; one short, so the next is one too).
@@ -70,6 +71,7 @@ class _Line:
     offset: int
     wall: int
     raw: bytes
+    kafka_key: object = None
 
 
 class AvroLines:
@@ -197,6 +199,7 @@ class LineDecoder:
             offsets=[g.offset for g in good],
             raws=[g.raw for g in good],
             record_times=[g.wall for g in good],  # wall_ms stands for the Kafka timestamp
+            record_keys=[g.kafka_key for g in good],
         )
         kept = [good[i] for i in decoded.kept]
         walls = np.asarray([g.wall for g in kept], dtype=np.int64)
@@ -273,7 +276,7 @@ def _split_line(
     last[part] = off
     if problem is not None:
         return ErrorRecord(ErrorCode.BAD_JSON, problem, part, off, raw)
-    return _Line(record, part, off, line_wall(found), raw)
+    return _Line(record, part, off, line_wall(found), raw, found.get("kafka_key"))
 
 
 @dataclass(frozen=True, slots=True)

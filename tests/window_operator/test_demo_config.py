@@ -22,6 +22,10 @@ from window_operator.demo import DEFAULT_CONFIG, clicks_unread
             {"input": {"timestamp": None, "timestamp_from": "kafka"}},
             "takes its event time from the Kafka record timestamps, not the clicks' ts",
         ),
+        (
+            {"input": {"key": None, "key_from": "kafka"}},
+            "groups by the Kafka record key, not by a field of the clicks",
+        ),
         ({"input": {"key": "user"}}, "reads 'user'"),
         ({"input": {"fields": ["latency_ms", "size"]}}, "reads 'size'"),
         ({"aggregations": [{"name": "b", "op": "sum", "field": "bytes"}]}, "reads 'bytes'"),

@@ -202,3 +202,19 @@ def test_a_job_on_the_kafka_timestamp_takes_a_messages_wall_ms_as_its_time(
         assert [(e.code.name, e.offset) for e in op.get_errors()] == [("MISSING_TIMESTAMP", 1)]
     finally:
         op.close()
+
+
+def test_a_job_on_the_kafka_key_takes_a_messages_kafka_key_as_its_key(tmp_path: Path) -> None:
+    rt = runtime_for(input={"key_from": "kafka", "timestamp": "ts"})
+    op = rt.open_task(tmp_path)
+    try:
+        op.add_message({"k": "x", "ts": 1_000}, kafka_key=b"a")
+        op.add_message({"ts": 2_000}, kafka_key="a")
+        op.add_message({"ts": 3_000})
+        op.add_message({"ts": 4_000}, kafka_key=b"\xff")
+        op.timeout(END_OF_TIME)
+        assert [(r.key, r.window_start, r.values["n"]) for r in op.get_result()] == [("a", 0, 2)]
+        codes = [(e.code.name, e.offset) for e in op.get_errors()]
+        assert codes == [("MISSING_KEY", 2), ("BAD_KEY", 3)]
+    finally:
+        op.close()

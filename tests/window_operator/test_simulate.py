@@ -22,6 +22,7 @@ from window_operator.config import parse_any_config
 from window_operator.errors import UserCodeExitError
 from window_operator.join import build_join_runtime
 from window_operator.simulate import FinishedStateError, SimulationSummary, simulate
+from window_operator.simulate_input import META_FIELDS
 
 S = 1_000
 BASE = 1_700_000_000_000
@@ -29,8 +30,13 @@ YEAR_3000 = 32_503_680_000_000
 
 
 def run(
-    lines: list[bytes], tmp_path: Path, batch_size: int, **overrides: Any
+    lines: list[bytes],
+    tmp_path: Path,
+    batch_size: int,
+    meta: tuple[str, ...] = META_FIELDS,
+    **overrides: Any,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], SimulationSummary]:
+    tmp_path.mkdir(exist_ok=True)
     source = tmp_path / "in.jsonl"
     source.write_bytes(b"\n".join(lines) + b"\n")
     cfg: dict[str, Any] = {
@@ -41,7 +47,8 @@ def run(
         **overrides,
     }
     out, errors = io.BytesIO(), io.BytesIO()
-    summary = simulate(runtime_for(**cfg), source, out, errors_out=errors, batch_size=batch_size)
+    runtime = runtime_for(**cfg)
+    summary = simulate(runtime, source, out, errors_out=errors, batch_size=batch_size, meta=meta)
     results = [orjson.loads(x) for x in out.getvalue().splitlines()]
     return results, [orjson.loads(x) for x in errors.getvalue().splitlines()], summary
 
@@ -710,3 +717,26 @@ def test_a_join_side_takes_the_kafka_timestamp_from_wall_ms(tmp_path: Path) -> N
     assert [(e["code"], orjson.loads(e["raw"])["id"]) for e in errs] == [("MISSING_TIMESTAMP", 2)]
     matches = [orjson.loads(x) for x in out.getvalue().splitlines()]
     assert [m["key"]["id"] for m in matches if m["kind"] == "MATCH"] == [1]
+
+
+@pytest.mark.parametrize("batch_size", [1, 100])
+def test_the_kafka_key_is_the_lines_kafka_key(tmp_path: Path, batch_size: int) -> None:
+    """``key_from: kafka``: a line's ``kafka_key`` stands for its record key; a line
+    without one is rejected, and a ``k`` field is not read."""
+    lines = [
+        orjson.dumps({"kafka_key": "a", "k": "x", "ts": BASE, "v": 1}),
+        orjson.dumps({"ts": BASE, "v": 2}),
+        orjson.dumps({"kafka_key": 7, "ts": BASE, "v": 4}),
+        orjson.dumps({"kafka_key": "b", "ts": BASE + S, "v": 8}),
+        orjson.dumps({"kafka_key": "a", "ts": BASE + 2 * S, "v": 16}),
+    ]
+    keyed = {"key_from": "kafka", "timestamp": "ts"}
+    results, errors, _ = run(lines, tmp_path, batch_size, input=keyed)
+    assert [(e["code"], e["offset"]) for e in errors] == [("MISSING_KEY", 1), ("BAD_KEY", 2)]
+    assert final_windows(results) == {
+        ("a", BASE): {"n": 2, "s": 17.0},
+        ("b", BASE): {"n": 1, "s": 8.0},
+    }
+    # --no-meta: kafka_key is the event's own field, and no line has a Kafka key
+    results, errors, _ = run(lines, tmp_path / "no-meta", batch_size, meta=(), input=keyed)
+    assert results == [] and {e["code"] for e in errors} == {"MISSING_KEY"}

@@ -137,9 +137,9 @@ def add_no_meta_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-meta",
         action="store_true",
-        help="the lines' partition, offset and wall_ms fields are the events' own, not "
-        "where the lines stand (every line of partition 0 at the next offset, arriving at "
-        "its event time; produce routes it by its key)",
+        help="the lines' partition, offset, wall_ms and kafka_key fields are the events' "
+        "own, not where the lines stand (every line of partition 0 at the next offset, "
+        "arriving at its event time, without a Kafka key; produce routes it by its key)",
     )
 
 

@@ -4,21 +4,24 @@ An aggregation job's lines go to ``input.topic`` as they are, keyed by the job's
 the record (the text of ``input.key``, or the JSON array of the texts of several key
 fields). A join's lines name their input in ``source``, as in ``simulate``; each goes to
 that input's topic, keyed by the join key (``join.on``), without the fields ``simulate``
-takes as meta fields (``source``, ``partition``, ``offset``, ``wall_ms``), so that the
-job carries the same records into its results as ``simulate`` does. A line that names its
-``partition``, as ``simulate`` reads it, goes to that partition of its topic (one the topic
-does not have is counted, and the line goes by its key); any other line goes to the
-partition of its key. So the job sees the partitions ``simulate`` does where every line
-names one (``simulate`` reads a line that names none as one of partition 0, and skips a
-line whose ``offset`` repeats one before it, which ``produce`` writes). A line of an Avro
-input is written with the input's schema; one that does not fit it is written as it is
-(the job sends it to the errors topic). A join line that is not JSON, or names no input,
-cannot be routed: it is skipped, and counted. The literals ``NaN``, ``Infinity`` and
-``-Infinity`` are read as the job reads them, and written on as they were, so that the
-job takes such a record as it takes it from any other producer. For an input whose
-event time is the Kafka record timestamp (``timestamp_from: kafka``), a line's
-``wall_ms``, which stands for that timestamp in ``simulate``, is written as its record's
-timestamp; a line without one is stamped when written.
+takes as meta fields (``source``, ``partition``, ``offset``, ``wall_ms``,
+``kafka_key``), so that the job carries the same records into its results as
+``simulate`` does. A line that names its ``partition``, as ``simulate`` reads it, goes
+to that partition of its topic (one the topic does not have is counted, and the line
+goes by its key); any other line goes to the partition of its key. So the job sees the
+partitions ``simulate`` does where every line names one (``simulate`` reads a line that
+names none as one of partition 0, and skips a line whose ``offset`` repeats one before
+it, which ``produce`` writes). A line of an Avro input is written with the input's
+schema; one that does not fit it is written as it is (the job sends it to the errors
+topic). A join line that is not JSON, or names no input, cannot be routed: it is
+skipped, and counted. The literals ``NaN``, ``Infinity`` and ``-Infinity`` are read as
+the job reads them, and written on as they were, so that the job takes such a record as
+it takes it from any other producer. A job grouped by the Kafka record key (``key_from:
+kafka``) gets each line keyed by its ``kafka_key`` (as ``simulate`` reads it; a line
+without one goes without a key). For an input whose event time is the Kafka record
+timestamp (``timestamp_from: kafka``), a line's ``wall_ms``, which stands for that
+timestamp in ``simulate``, is written as its record's timestamp; a line without one is
+stamped when written.
 """
 
 from __future__ import annotations
@@ -75,14 +78,16 @@ __all__ = ["add_parsers"]
 class Target:
     """Where the lines of one input go: its topic, the Kafka key of a record (``None``:
     no key), the value encoding (``None``: the JSON line), whether a line's ``wall_ms``
-    is its record's Kafka timestamp (the input's event time: ``timestamp_from: kafka``),
-    and the topic's partition count (``None``: not known yet, any partition a line names
-    is taken)."""
+    is its record's Kafka timestamp (the input's event time: ``timestamp_from: kafka``)
+    and its ``kafka_key`` the record's key (the job's key: ``key_from: kafka``), and the
+    topic's partition count (``None``: not known yet, any partition a line names is
+    taken)."""
 
     topic: str
     key_of: Callable[[object], bytes | None]
     encode: Callable[[Any], bytes] | None
     record_time: bool = False
+    line_keyed: bool = False
     partitions: int | None = None
 
 
@@ -161,6 +166,8 @@ def targets(config: JobConfig | JoinJobConfig) -> dict[str | None, Target]:
         sides = (config.join.left, config.join.right)
         return {s.name: _target(s, s.topic_name, on) for s in sides}
     inp = config.input
+    if inp.kafka_key:
+        return {None: replace(_target(inp, inp.topic, _no_key), line_keyed=True)}
     if not inp.key_fields:
         return {None: _target(inp, inp.topic, _no_key)}
     decoder = RecordDecoder(key_field=inp.key_fields, timestamp_field=None)
@@ -189,6 +196,18 @@ def group_key(record: object, decoder: RecordDecoder) -> bytes | None:
     goes to one partition); ``None`` for a record whose key the job rejects."""
     key = decoder.key_or_none(record)
     return None if key is None else key.encode()
+
+
+def line_key(record: object) -> bytes | None:
+    """The Kafka key a line names in ``kafka_key`` (the key of a job with ``key_from:
+    kafka``, as ``simulate`` reads it; ``None``: none, or not text)."""
+    key = record.get("kafka_key") if isinstance(record, dict) else None
+    if not isinstance(key, str):
+        return None
+    try:
+        return key.encode()
+    except UnicodeEncodeError:  # a lone surrogate: the job rejects the record, keyless
+        return None
 
 
 def _no_key(record: object) -> None:
@@ -241,7 +260,11 @@ def route(
             produced.unfit += 1  # as it is: the job routes it to the errors
     stamp = wall if target.record_time and wall >= 0 else None
     partition = _partition(named, target, produced)
-    return Routed(target, target.key_of(record), value, partition, stamp)
+    if target.line_keyed:
+        key = line_key(record) if "kafka_key" in meta else None
+    else:
+        key = target.key_of(record)
+    return Routed(target, key, value, partition, stamp)
 
 
 def _partition(named: object, target: Target, produced: Produced) -> int | None:

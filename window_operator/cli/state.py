@@ -110,6 +110,8 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
     if not isinstance(config, JobConfig):
         return given, ""
     fields = config.input.key_fields
+    if not fields:  # one global key, or the Kafka record key: the text as it is
+        return given, ""
     if len(fields) == 1:
         return given, _number_hint(given, fields[0])
     hint = f" (a key of {', '.join(fields)} is a JSON array, such as {_example(fields)})"

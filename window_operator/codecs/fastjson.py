@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as paj
 
+from window_operator.eventkey import kafka_key_text
 from window_operator.events import EventBatch, IntArray, RecordDecoder
 from window_operator.eventtime import MAX_ABS_TS
+from window_operator.rejections import RecordRejected
 from window_operator.timeunits import floats_to_ms
 
 __all__ = ["ColumnarJsonDecoder"]
@@ -112,6 +115,15 @@ def _values(column: pa.ChunkedArray) -> Any:
     return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
 
+@dataclass(frozen=True, slots=True)
+class KafkaColumns:
+    """What a chunk's Kafka records give where the decoder reads it: the event times
+    (``None``: a time field is read) and the keys (``None``: key fields are)."""
+
+    stamps: IntArray | None
+    keys: list[str] | None
+
+
 class ColumnarJsonDecoder:
     """Decodes chunks of JSON lines straight into an :class:`EventBatch`, or declines."""
 
@@ -151,23 +163,23 @@ class ColumnarJsonDecoder:
         return () if field is None else (field,)
 
     def decode(
-        self, lines: Sequence[bytes], record_times: Sequence[int] | None = None
+        self,
+        lines: Sequence[bytes],
+        record_times: Sequence[int] | None = None,
+        record_keys: Sequence[object] | None = None,
     ) -> EventBatch | None:
         """The chunk as a batch (offsets left for the aggregator to assign), or ``None``.
 
-        ``record_times``: the lines' Kafka timestamps, the event times where the decoder
-        has no timestamp field (a chunk without them, or with one missing or out of
-        range, is declined: the per-record path rejects it with its reason).
+        ``record_times`` / ``record_keys``: the lines' Kafka timestamps and keys, the
+        event times where the decoder has no timestamp field and the keys where it reads
+        the Kafka key (a chunk without them, or with one that the per-record path would
+        reject, is declined: that path rejects it with its reason).
         """
         if not self.enabled or not lines:
             return None
-        stamps: IntArray | None = None
-        if self.decoder.timestamp_field is None:
-            if record_times is None or len(record_times) != len(lines):
-                return None
-            stamps = np.asarray(record_times, dtype=np.int64)
-            if int(stamps.min()) < 0 or int(stamps.max()) >= MAX_ABS_TS:
-                return None
+        kafka = self._kafka_columns(len(lines), record_times, record_keys)
+        if kafka is None:
+            return None
         data = b"\n".join(lines)
         if not _framed_clean(lines, data):
             return None
@@ -179,8 +191,31 @@ class ColumnarJsonDecoder:
                 # keep the types that worked first for the next chunk
                 self._key_types.remove(key_types)
                 self._key_types.insert(0, key_types)
-                return self._to_batch(table, len(lines), data, stamps)
+                return self._to_batch(table, len(lines), data, kafka)
         return None
+
+    def _kafka_columns(
+        self, n: int, record_times: Sequence[int] | None, record_keys: Sequence[object] | None
+    ) -> KafkaColumns | None:
+        """The event times and keys the Kafka records give, where the decoder reads
+        them (``None``: not given, or one would be rejected)."""
+        d = self.decoder
+        stamps: IntArray | None = None
+        keys: list[str] | None = None
+        if d.timestamp_field is None:
+            if record_times is None or len(record_times) != n:
+                return None
+            stamps = np.asarray(record_times, dtype=np.int64)
+            if int(stamps.min()) < 0 or int(stamps.max()) >= MAX_ABS_TS:
+                return None
+        if d.kafka_key:
+            if record_keys is None or len(record_keys) != n:
+                return None
+            try:
+                keys = [kafka_key_text(k, d.max_key_bytes) for k in record_keys]
+            except RecordRejected:
+                return None
+        return KafkaColumns(stamps, keys)
 
     def _read(self, data: bytes, key_types: tuple[pa.DataType, ...]) -> pa.Table | None:
         try:
@@ -197,7 +232,7 @@ class ColumnarJsonDecoder:
             return None
 
     def _to_batch(
-        self, table: pa.Table, n: int, data: bytes, stamps: IntArray | None
+        self, table: pa.Table, n: int, data: bytes, kafka: KafkaColumns
     ) -> EventBatch | None:
         d = self.decoder
         if table.num_rows != n:
@@ -208,14 +243,14 @@ class ColumnarJsonDecoder:
         cols = [*self._time_fields, *d.float_fields, *d.key_fields]
         if any(table.column(c).null_count for c in cols):
             return None
-        keys = self._keys(table, n)
+        keys = self._keys(table, n) if kafka.keys is None else kafka.keys
         if keys is None:
             return None
-        if stamps is None:
+        if kafka.stamps is None:
             assert d.timestamp_field is not None  # stamps are given exactly without it
             ts = self._timestamps(_values(table.column(d.timestamp_field)))
         else:
-            ts = stamps
+            ts = kafka.stamps
         if ts is None:
             return None
         numeric = {f: _values(table.column(f)).astype(np.float64) for f in d.numeric_fields}

@@ -46,6 +46,7 @@ def decode_payloads(
     offsets: Sequence[int] | None = None,
     wall_ms: Sequence[int] | None = None,
     record_times: Sequence[int] | None = None,
+    record_keys: Sequence[object] | None = None,
     default_partition: int = 0,
     topic: str | None = None,
 ) -> DecodeResult:
@@ -54,8 +55,9 @@ def decode_payloads(
     Payload failures become errors with the decoder's code (``BAD_JSON``/``BAD_AVRO``)
     and the parser's reason; records the record decoder rejects keep its code. Every
     error carries the original bytes as ``raw`` and ``topic`` when given; errors are in
-    input order and ``kept`` holds the input index of every batch row. ``record_times``:
-    the Kafka record timestamps (see :meth:`RecordDecoder.decode_records`).
+    input order and ``kept`` holds the input index of every batch row. ``record_times``
+    and ``record_keys``: the Kafka records' timestamps and keys (see
+    :meth:`RecordDecoder.decode_records`).
     """
     records, failures = payload_decoder.decode(payloads)
     failed = {i for i, _ in failures}
@@ -71,6 +73,7 @@ def decode_payloads(
         raws=[payloads[i] for i in good],
         wall_ms=pick(wall_ms),
         record_times=pick(record_times),
+        record_keys=None if record_keys is None else [record_keys[i] for i in good],
         default_partition=default_partition,
     )
     kept = [good[j] for j in result.kept]
@@ -115,12 +118,13 @@ class InputDecoder:
         offsets: Sequence[int],
         topic: str,
         record_times: Sequence[int] | None = None,
+        record_keys: Sequence[object] | None = None,
     ) -> DecodeResult:
         """Decode the payloads of ``partition`` at ``offsets``, with their Kafka
-        timestamps ``record_times`` (see :func:`decode_payloads`)."""
+        timestamps and keys (see :func:`decode_payloads`)."""
         n = len(payloads)
         if self.columnar is not None and n and None not in payloads:
-            clean = self.columnar.decode(payloads, record_times)  # type: ignore[arg-type]
+            clean = self.columnar.decode(payloads, record_times, record_keys)  # type: ignore[arg-type]
             if clean is not None:
                 clean.partition[:] = partition
                 clean.offset = np.asarray(offsets, dtype=np.int64)
@@ -132,5 +136,6 @@ class InputDecoder:
             partitions=[partition] * n,
             offsets=offsets,
             record_times=record_times,
+            record_keys=record_keys,
             topic=topic,
         )

@@ -61,8 +61,10 @@ class InputConfig(InputModel):
     """``input:`` the topic events are read from and how an event is decoded.
 
     ``key`` is the grouping field, or a list of them (a list of one is that field);
-    ``None`` puts every event under the one global key ``""``. ``timestamp`` is the
-    event-time field, read in ``timestamp_unit``.
+    ``None`` puts every event under the one global key ``""``; ``key_from: kafka`` groups
+    by the Kafka record key (as UTF-8 text) instead. ``timestamp`` is the event-time
+    field, read in ``timestamp_unit``; ``timestamp_from: kafka`` takes the Kafka record
+    timestamp instead.
     ``fields`` lists the value fields to decode (``None``: the fields the aggregations
     reference, see :meth:`JobConfig.value_fields`). ``avro_schema`` is required exactly
     when ``format`` is ``avro``; it is resolved against the YAML file's directory and
@@ -76,6 +78,7 @@ class InputConfig(InputModel):
     key: Annotated[NonEmptyStr | tuple[NonEmptyStr, ...] | None, BeforeValidator(_key_fields)] = (
         None
     )
+    key_from: Literal["field", "kafka"] = "field"
     timestamp: NonEmptyStr | None = None
     timestamp_from: Literal["field", "kafka"] = "field"
     timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = Field(
@@ -91,6 +94,22 @@ class InputConfig(InputModel):
         if self.key is None:
             return ()
         return (self.key,) if isinstance(self.key, str) else self.key
+
+    @property
+    def kafka_key(self) -> bool:
+        """Whether events group by their Kafka record key (``key_from: kafka``)."""
+        return self.key_from == "kafka"
+
+    @model_validator(mode="after")
+    def _key_source(self) -> Self:
+        """The Kafka record key replaces the key fields: ``key`` is left out with it."""
+        if self.kafka_key and self.key is not None:
+            message = (
+                f"leave it out with key_from: kafka (the Kafka record key is the grouping "
+                f"key, not {show(self.key)})"
+            )
+            raise FieldProblems([(("key",), message)])
+        return self
 
 
 class AggregationConfig(FrozenModel):

@@ -196,9 +196,12 @@ class JoinDecoder:
         except RecordRejected:
             return None
 
-    def decode_one(self, record: Any, record_time: int | None = None) -> JoinRecord:
+    def decode_one(
+        self, record: Any, record_time: int | None = None, record_key: object = None
+    ) -> JoinRecord:
         """The decoded record, or raise :class:`RecordRejected` (``record_time``: its
-        Kafka timestamp, the event time where the side has no timestamp field)."""
+        Kafka timestamp, the event time where the side has no timestamp field;
+        ``record_key`` is not read: a join keys its records by their ``on`` fields)."""
         if not isinstance(record, dict):
             raise RecordRejected(
                 ErrorCode.NOT_AN_OBJECT,

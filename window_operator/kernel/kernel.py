@@ -60,8 +60,11 @@ T_co = TypeVar("T_co", covariant=True)
 class SingleDecoder(Protocol[T_co]):
     """Decodes one in-memory record or raises :class:`RecordRejected`."""
 
-    def decode_one(self, record: Any, record_time: int | None = None) -> T_co:
-        """The decoded record (``record_time``: its Kafka timestamp, if it has one)."""
+    def decode_one(
+        self, record: Any, record_time: int | None = None, record_key: object = None
+    ) -> T_co:
+        """The decoded record (``record_time`` / ``record_key``: its Kafka timestamp and
+        key, where it has them)."""
         ...
 
 
@@ -156,9 +159,10 @@ class OperatorKernel(Generic[R]):
         offset: int | None,
         topic: str | None = None,
         record_time: int | None = None,
+        record_key: object = None,
     ) -> Decoded[T] | StepStats:
-        """One record through the replay filter and the decoder (``record_time``: the
-        record's Kafka timestamp, the event time of a job that reads it).
+        """One record through the replay filter and the decoder (``record_time`` /
+        ``record_key``: the record's Kafka timestamp and key, for a job that reads them).
 
         A replay gives ``StepStats(replayed=1)``; a rejected record is queued as an error,
         its offset marked handled, and gives ``StepStats(rejected=1)``.
@@ -173,7 +177,7 @@ class OperatorKernel(Generic[R]):
             return StepStats(replayed=1)
         off = last + 1 if offset is None else offset
         try:
-            value = decoder.decode_one(message, record_time)
+            value = decoder.decode_one(message, record_time, record_key)
         except RecordRejected as rej:
             self.positions.mark_at(pos, off)
             self.outputs.reject(

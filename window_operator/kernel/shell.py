@@ -212,11 +212,13 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
         partition: int = 0,
         offset: int | None = None,
         wall_ms: int | None = None,
+        kafka_key: bytes | str | None = None,
     ) -> StepStats:
         """Add one decoded input record (a dict in the job's input schema).
 
         ``wall_ms`` is its arrival time, which stands for its Kafka record timestamp (the
-        event time of a job with ``timestamp_from: kafka``, as in ``simulate``).
+        event time of a job with ``timestamp_from: kafka``, as in ``simulate``);
+        ``kafka_key`` is its Kafka record key (the key of a job with ``key_from: kafka``).
 
         A replay is skipped; a record that does not decode is queued as an error record
         with its offset; any other goes to :meth:`_add_decoded`. What :func:`changes`
@@ -240,6 +242,7 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
                 partition=partition,
                 offset=offset,
                 record_time=wall_ms,
+                record_key=kafka_key,
             )
             if isinstance(got, StepStats):
                 if got.rejected:

@@ -93,25 +93,34 @@ def decode_guarded(
     partition: int,
     offsets: Sequence[int],
     record_times: Sequence[int] | None = None,
+    record_keys: Sequence[bytes | None] | None = None,
 ) -> DecodeResult:
-    """``decoder.decode`` of the payloads (``record_times``: their Kafka timestamps); a
+    """``decoder.decode`` of the payloads (with their Kafka timestamps and keys); a
     payload whose decoding raises is an error."""
     try:
         return decoder.decode(
-            payloads, partition=partition, offsets=offsets, topic=topic, record_times=record_times
+            payloads,
+            partition=partition,
+            offsets=offsets,
+            topic=topic,
+            record_times=record_times,
+            record_keys=record_keys,
         )
     except FATAL_ERRORS:
         raise
     except Exception:  # noqa: BLE001 - narrowed down to the payloads below
         pass
     parts: list[DecodeResult] = []
-    times = [None] * len(payloads) if record_times is None else record_times
-    for payload, offset, time in zip(payloads, offsets, times, strict=True):
+    for i, (payload, offset) in enumerate(zip(payloads, offsets, strict=True)):
         try:
-            one = None if time is None else [time]
             parts.append(
                 decoder.decode(
-                    [payload], partition=partition, offsets=[offset], topic=topic, record_times=one
+                    [payload],
+                    partition=partition,
+                    offsets=[offset],
+                    topic=topic,
+                    record_times=None if record_times is None else [record_times[i]],
+                    record_keys=None if record_keys is None else [record_keys[i]],
                 )
             )
         except FATAL_ERRORS:

@@ -102,6 +102,7 @@ class AggregationPlan:
             partition=records.partition,
             offsets=records.offsets,
             record_times=records.timestamps,
+            record_keys=records.keys,
         )
         max_future = self.runtime.config.watermark.max_future
         if records.timestamps is not None and max_future is not None:

@@ -337,10 +337,25 @@ def test_a_lines_wall_ms_is_the_record_timestamp_where_the_job_reads_that() -> N
         assert routed is not None and routed.timestamp is None
 
 
-def kafka_time(inp: Any) -> Any:
+def kafka_time(inp: Any, **more: Any) -> Any:
     return type(inp).model_validate(
-        {**inp.model_dump(), "timestamp": None, "timestamp_from": "kafka"}
+        {**inp.model_dump(), "timestamp": None, "timestamp_from": "kafka", **more}
     )
+
+
+def test_a_lines_kafka_key_is_the_record_key_where_the_job_groups_by_that() -> None:
+    config = load_any_config(ROOT / "config/clicks.yaml")
+    keyed = targets(
+        config.model_copy(update={"input": kafka_time(config.input, key=None, key_from="kafka")})
+    )
+    line = b'{"page": "/a", "kafka_key": "user-\xc3\xa9", "wall_ms": 5}'
+    assert route(line, keyed, Produced()) == Routed(keyed[None], "user-é".encode(), line, None, 5)
+    assert route(line, keyed, Produced(), ()) == Routed(keyed[None], None, line)  # --no-meta
+    for keyless in (b'{"page": "/a"}', b'{"kafka_key": 7}', b'{"kafka_key": null}', b"{broken"):
+        routed = route(keyless, keyed, Produced())
+        assert routed is not None and routed.key is None
+    plain = targets(config)  # keyed by the job's key field, whatever the line's kafka_key
+    assert route(line, plain, Produced()) == Routed(plain[None], b"/a", line)
 
 
 @pytest.mark.kafka

@@ -57,6 +57,10 @@ def test_inspect_takes_a_several_field_key_as_any_json_array_of_it() -> None:
     assert _group_key(one, "1e3") == ("1e3", " (the number 1e3 in the input is the key "
                                       "'1000.0': --key 1000.0)")  # fmt: skip
     assert _group_key(one, "1000") == ("1000", "")
+    # one global key, or the Kafka record key: the text as it is, without a field's hint
+    for inp in ({"timestamp": "ts"}, {"key_from": "kafka", "timestamp": "ts"}):
+        other = parse_config({**doc, "input": inp}, base_dir=Path("."))
+        assert _group_key(other, '["US", 2024]') == ('["US", 2024]', "")
 
 
 def test_inspect_times_without_a_zone_are_utc_as_the_log_prints_them(

@@ -91,8 +91,8 @@ def test_error_message_format_is_exact() -> None:
         pytest.param(
             lambda d: d["input"].update(tiemstamp="t"),
             "input.tiemstamp",
-            "unknown key (allowed keys: topic, format, avro_schema, avro_wire, key, timestamp,"
-            " timestamp_from, timestamp_unit, fields); did you mean 'timestamp'?",
+            "unknown key (allowed keys: topic, format, avro_schema, avro_wire, key, key_from,"
+            " timestamp, timestamp_from, timestamp_unit, fields); did you mean 'timestamp'?",
             id="nested-unknown-key",
         ),
         pytest.param(

@@ -68,31 +68,31 @@ def test_json_end_to_end_matches_the_oracle(
     assert "LATE" in kinds  # late events re-emitted their windows
 
 
-def test_the_kafka_record_timestamp_as_the_event_time_matches_the_oracle(
+def test_the_kafka_record_key_and_timestamp_as_key_and_event_time_match_the_oracle(
     tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
-    """``timestamp_from: kafka``: the records carry no time field; each one's Kafka
-    timestamp is its event time (late events included)."""
+    """``key_from: kafka`` and ``timestamp_from: kafka``: the records carry neither a key
+    nor a time field; each one's Kafka key and timestamp are its key and event time (late
+    events included)."""
     topic = unique_name("stamped")
     create_topic(kafka_bootstrap, topic, 4)
     stream = make_stream(3_000)
-    produce(kafka_bootstrap, topic, stream.records(), timestamp_field="ts")
+
+    def latency_only(record: dict[str, Any]) -> bytes:
+        return orjson.dumps({"latency_ms": record["latency_ms"]})
+
+    produce(kafka_bootstrap, topic, stream.records(), encode=latency_only, timestamp_field="ts")
     ends = sentinels(int(stream.ts.max()), 4)
-    produce(
-        kafka_bootstrap,
-        topic,
-        [],
-        raw=[(k, orjson.dumps({**v, "ts": "not a time"}), p) for k, v, p in ends],
-    )
+    # stamped now, a day or more after the stream: they close every window
+    produce(kafka_bootstrap, topic, [], raw=[(k, latency_only(v), p) for k, v, p in ends])
     config = job_config(
         tmp_path,
         topic,
         unique_name("job"),
-        input={"timestamp": None, "timestamp_from": "kafka"},
+        input={"key": None, "key_from": "kafka", "timestamp": None, "timestamp_from": "kafka"},
         spark={"max_offsets_per_trigger": 1_000},
     )
     job = run_to_end(config, kafka_bootstrap, spark)
-    # the sentinels are stamped now, a day or more after the stream: they close every window
     assert job.run_totals.totals["applied"] == 3_000 + 4
     assert job.run_totals.totals["rejected"] == 0
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))

@@ -1,4 +1,5 @@
-"""``timestamp_from``: the event time is a record field or the Kafka record timestamp."""
+"""``timestamp_from`` and ``key_from``: the event time and the key are record fields, or
+the Kafka record's timestamp and key."""
 
 from __future__ import annotations
 
@@ -83,3 +84,27 @@ def test_a_join_side_with_both_names_the_side() -> None:
         .splitlines()[1]
         .startswith("  - join.left.timestamp: leave it out with timestamp_from: kafka")
     )
+
+
+def test_the_kafka_key_replaces_the_key_fields() -> None:
+    doc = minimal()
+    doc["input"] |= {"key_from": "kafka"}
+    config = parse_config(doc, base_dir=ROOT)
+    assert config.input.kafka_key and config.input.key_fields == ()
+    assert not parse_config(minimal(), base_dir=ROOT).input.kafka_key
+
+
+@pytest.mark.parametrize("key", ["page", ["country", "device"]])
+def test_key_fields_and_the_kafka_key_are_refused_together(key: Any) -> None:
+    doc = minimal()
+    doc["input"] |= {"key_from": "kafka", "key": key}
+    path, message = one_problem(doc)
+    assert path == "input.key"
+    assert message.startswith("leave it out with key_from: kafka")
+
+
+def test_a_join_side_has_no_key_from() -> None:
+    """A join keys both sides by its ``on`` fields."""
+    with pytest.raises(ConfigError) as info:
+        parse_any_config(join_doc(key_from="kafka"), base_dir=ROOT)
+    assert "join.left.key_from: unknown key" in str(info.value)

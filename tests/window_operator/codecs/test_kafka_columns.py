@@ -1,6 +1,6 @@
-"""The Kafka record timestamp as the event time (``timestamp_from: kafka``): the record
-decoder, the columnar path and the join decoder read it beside the records, and judge a
-missing or out-of-range one as they judge a bad time field."""
+"""The Kafka record's timestamp and key as the event time and the key (``timestamp_from:
+kafka``, ``key_from: kafka``): the record decoder, the columnar path and the join decoder
+read them beside the records, and judge a missing or bad one as they judge a bad field."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.codecs.inputs import InputDecoder
 from window_operator.codecs.json_input import JsonPayloadDecoder
 from window_operator.config import JoinInputConfig
+from window_operator.errors import InvalidArgumentError
+from window_operator.eventkey import kafka_key_text
 from window_operator.events import RecordDecoder
 from window_operator.eventtime import MAX_ABS_TS, record_time_ms
 from window_operator.join import LEFT, JoinDecoder, JoinRecord
@@ -125,3 +127,74 @@ def test_a_join_side_reads_the_record_time_on_both_paths(rows: list[Any]) -> Non
     codes = {ErrorCode.MISSING_TIMESTAMP, ErrorCode.BAD_TIMESTAMP}
     assert {e.code for e in got.errors} <= codes
     assert dec.event_time(records[0] if records else {}) is None  # no far-future check
+
+
+KEYED = RecordDecoder(key_field=None, timestamp_field="ts", numeric_fields=["v"], kafka_key=True)
+kafka_key = st.one_of(
+    st.sampled_from([b"a", b"b", "é".encode(), b"", None, b"\xff", b"x" * 4097]),
+    st.binary(max_size=3),
+)
+
+
+def test_the_kafka_key_is_the_key_as_text_and_a_key_field_is_not_read() -> None:
+    got = KEYED.decode_records(
+        [{"page": 1, "ts": 5, "v": 1}, {"ts": 6, "v": 2}], record_keys=[b"/a", "é".encode()]
+    )
+    assert got.errors == [] and got.batch.keys == ["/a", "é"]
+    assert KEYED.decode_one({"ts": 1, "v": 1}, record_key="k").key == "k"
+    with pytest.raises(InvalidArgumentError):
+        RecordDecoder(key_field="page", timestamp_field="ts", kafka_key=True)
+
+
+@pytest.mark.parametrize(
+    ("key", "code", "reason"),
+    [
+        (None, ErrorCode.MISSING_KEY, "the record has no Kafka key"),
+        (b"\xff\xfe", ErrorCode.BAD_KEY, "the Kafka record key is not UTF-8 text"),
+        (b"x" * 4097, ErrorCode.BAD_KEY, "the Kafka record key is 4097 bytes; the limit is"),
+        ("\ud800", ErrorCode.BAD_KEY, "the Kafka record key is not valid Unicode"),
+        (5, ErrorCode.BAD_KEY, "a Kafka record key is text (a string), got"),
+    ],
+)
+def test_a_record_without_a_usable_kafka_key_is_rejected(
+    key: object, code: ErrorCode, reason: str
+) -> None:
+    with pytest.raises(RecordRejected) as info:
+        kafka_key_text(key, 4096)
+    assert info.value.code is code and info.value.reason.startswith(reason)
+    got = KEYED.decode_records([{"ts": 1, "v": 1}, {"ts": 1, "v": 1}], record_keys=[b"a", key])
+    assert got.kept == [0] and [e.code for e in got.errors] == [code]
+    assert [e.code for e in KEYED.decode_records([{"ts": 1, "v": 1}]).errors] == [
+        ErrorCode.MISSING_KEY  # no keys given
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(event, stamp, kafka_key), min_size=1, max_size=12))
+def test_both_from_kafka_the_job_decoder_gives_every_payload_one_verdict(rows: list[Any]) -> None:
+    """The columnar path or record by record: the same rows and the same errors."""
+    both = RecordDecoder(key_field=None, timestamp_field=None, numeric_fields=["v"], kafka_key=True)
+    payloads = [orjson.dumps(e) for e, _, _ in rows]
+    times, keys = [t for _, t, _ in rows], [k for _, _, k in rows]
+    results = [
+        InputDecoder(JsonPayloadDecoder(), both, columnar).decode(
+            payloads,
+            partition=0,
+            offsets=list(range(len(rows))),
+            topic="in",
+            record_times=times,
+            record_keys=keys,
+        )  # fmt: skip
+        for columnar in (ColumnarJsonDecoder(both), None)
+    ]
+    want = []
+    for i, (t, k) in enumerate(zip(times, keys, strict=True)):
+        try:
+            want.append((i, kafka_key_text(k, 4096), record_time_ms(t)))
+        except RecordRejected:
+            pass
+    if len(want) == len(rows):  # nothing to reject: the fast path takes the chunk
+        assert ColumnarJsonDecoder(both).decode(payloads, times, keys) is not None
+    for got in results:
+        assert list(zip(got.kept, got.batch.keys, got.batch.ts.tolist(), strict=True)) == want
+        assert len(got.errors) == len(rows) - len(want)
