@@ -343,6 +343,19 @@ def kafka_time(inp: Any, **more: Any) -> Any:
     )
 
 
+def test_a_join_lines_wall_ms_is_the_record_timestamp_of_a_side_that_reads_it() -> None:
+    config = load_any_config(ROOT / "config/orders-shipments.yaml")
+    join = config.join.model_copy(
+        update={"left": kafka_time(config.join.left, timestamp_unit="ms")}
+    )
+    inputs = targets(config.model_copy(update={"join": join}))
+    routed = route(b'{"source":"orders","id":1,"wall_ms":9,"time":"x"}', inputs, Produced())
+    assert routed is not None and routed.timestamp == 9
+    assert orjson.loads(routed.value) == {"id": 1, "time": "x"}
+    routed = route(b'{"source":"shipments","id":1,"wall_ms":9}', inputs, Produced())
+    assert routed is not None and routed.timestamp is None  # that side reads a time field
+
+
 def test_a_lines_kafka_key_is_the_record_key_where_the_job_groups_by_that() -> None:
     config = load_any_config(ROOT / "config/clicks.yaml")
     keyed = targets(
