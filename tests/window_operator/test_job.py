@@ -13,6 +13,7 @@ from helpers import BASE_CONFIG, runtime_for
 from window_operator.codecs import ColumnarJsonDecoder, JsonPayloadDecoder, decode_payloads
 from window_operator.config import ConfigError, parse_config
 from window_operator.count_windows import CountWindowAggregator
+from window_operator.errors import InvalidArgumentError
 from window_operator.job import build_runtime
 from window_operator.policies import END_OF_TIME
 from window_operator.session import SessionAggregator
@@ -193,6 +194,8 @@ def test_a_job_on_the_kafka_timestamp_takes_a_messages_wall_ms_as_its_time(
     rt = runtime_for(input={"key": "k", "timestamp_from": "kafka"}, window=window)
     op = rt.open_task(tmp_path)
     try:
+        with pytest.raises(InvalidArgumentError, match="records alone do not carry"):
+            op.add_batch([{"k": "a", "ts": 99}])  # no record timestamps: refused, unchanged
         op.add_message({"k": "a", "ts": 99}, wall_ms=1_000)
         op.add_message({"k": "a"})
         op.add_message({"k": "a"}, wall_ms=3_000)
@@ -208,6 +211,8 @@ def test_a_job_on_the_kafka_key_takes_a_messages_kafka_key_as_its_key(tmp_path: 
     rt = runtime_for(input={"key_from": "kafka", "timestamp": "ts"})
     op = rt.open_task(tmp_path)
     try:
+        with pytest.raises(InvalidArgumentError, match="records alone do not carry"):
+            op.add_batch([{"k": "a", "ts": 99}])
         op.add_message({"k": "x", "ts": 1_000}, kafka_key=b"a")
         op.add_message({"ts": 2_000}, kafka_key="a")
         op.add_message({"ts": 3_000})

@@ -21,7 +21,6 @@ from window_operator.aggset import AggregationSet
 from window_operator.config import CountWindow, OffsetsWindow
 from window_operator.count_windows.offsets import OffsetWindows
 from window_operator.count_windows.per_key import KeyCountWindows
-from window_operator.errors import InvalidArgumentError
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     ClockState,
@@ -132,9 +131,7 @@ class CountWindowAggregator(EventOperator):
         if isinstance(batch, EventBatch):
             self.aggs.check_batch(batch)
             return self.engine.add_batch(batch)
-        if self.decoder is None:
-            raise InvalidArgumentError("add_batch of records needs a RecordDecoder")
-        decoded = self.decoder.decode_records(list(batch))
+        decoded = self._records_decoder().decode_records(list(batch))
         self.engine.kernel.outputs.errors.extend(decoded.errors)
         return self.engine.add_batch(decoded.batch) + StepStats(rejected=len(decoded.errors))
 

@@ -205,6 +205,21 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
 
     decoder: RecordDecoder | None
 
+    def _records_decoder(self) -> RecordDecoder:
+        """The decoder of ``add_batch``'s records, which carry no Kafka timestamp or key:
+        refused (before any change) for a job that reads one of those."""
+        decoder = self.decoder
+        if decoder is None:
+            raise InvalidArgumentError("add_batch of records needs a RecordDecoder")
+        if decoder.timestamp_field is None or decoder.kafka_key:
+            raise InvalidArgumentError(
+                "add_batch of records: the job reads the Kafka record timestamp or key "
+                "(timestamp_from / key_from: kafka), which records alone do not carry; add "
+                "them one by one with add_message(..., wall_ms=, kafka_key=), or as an "
+                "EventBatch"
+            )
+        return decoder
+
     def add_message(
         self,
         message: Mapping[str, Any],

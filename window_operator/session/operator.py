@@ -29,7 +29,6 @@ from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
 from window_operator.arrays import BoolArray, FloatArray, IntArray, one
 from window_operator.config import DEFAULT_CACHE_MB, SessionWindow
-from window_operator.errors import InvalidArgumentError
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     LiveState,
@@ -139,9 +138,7 @@ class SessionAggregator(EventOperator):
         if isinstance(batch, EventBatch):
             self.aggs.check_batch(batch)
             return self._add_columns(batch)
-        if self.decoder is None:
-            raise InvalidArgumentError("add_batch of records needs a RecordDecoder")
-        decoded = self.decoder.decode_records(list(batch))
+        decoded = self._records_decoder().decode_records(list(batch))
         self.kernel.outputs.errors.extend(decoded.errors)
         return self._add_columns(decoded.batch) + StepStats(rejected=len(decoded.errors))
 

@@ -34,7 +34,6 @@ from window_operator.aggregations.base import Ordering
 from window_operator.aggset import AggregationSet
 from window_operator.arrays import FloatArray, IntArray, present_ids
 from window_operator.config import DEFAULT_CACHE_MB
-from window_operator.errors import InvalidArgumentError
 from window_operator.events import DecodedEvent, EventBatch, RecordDecoder
 from window_operator.kernel import (
     LiveState,
@@ -169,14 +168,13 @@ class WindowedAggregator(EventOperator):
         if isinstance(batch, EventBatch):
             self.aggs.check_batch(batch)
             return self._add_columns(batch)
-        if self.decoder is None:
-            raise InvalidArgumentError("add_batch of records needs a RecordDecoder")
+        decoder = self._records_decoder()
         records = list(batch)
         # every record takes the next offset of partition 0, rejected ones too,
         # exactly as add_message does one at a time
         first = self.kernel.positions.get(0, 0) + 1
         offsets = list(range(first, first + len(records)))
-        decoded = self.decoder.decode_records(records, offsets=offsets)
+        decoded = decoder.decode_records(records, offsets=offsets)
         self.kernel.outputs.errors.extend(decoded.errors)
         stats = self._add_columns(decoded.batch)
         if offsets:
