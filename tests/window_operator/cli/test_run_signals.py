@@ -49,8 +49,10 @@ def test_a_sigterm_while_spark_starts_stops_the_job_and_its_jvm(
     )  # fmt: skip
     app = f"spark.app.name=window-operator-{job}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a loaded machine starts a JVM slowly
         while not _processes_naming(app) and time.monotonic() < deadline:
+            if proc.poll() is not None:  # the driver ended before Spark started: why
+                pytest.fail(f"run ended with {proc.returncode}: {proc.communicate()[1][-3000:]}")
             time.sleep(0.05)
         assert _processes_naming(app), "Spark's JVM did not start"
         os.kill(proc.pid, signal.SIGTERM)  # while Spark starts
