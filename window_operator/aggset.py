@@ -22,8 +22,9 @@ from window_operator.aggregations.base import (
     ObjectOp,
     VectorOp,
 )
+from window_operator.columns import check_column_values
 from window_operator.errors import USER_CODE_ERRORS, InvalidArgumentError, exception_text
-from window_operator.events import EventBatch, check_column_values
+from window_operator.events import EventBatch
 from window_operator.results import FailedValue
 
 __all__ = ["AggregationSet", "BoundAggregation", "PendingMessage"]

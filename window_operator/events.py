@@ -10,7 +10,7 @@ finite numbers, keys that encode as UTF-8, object values that serialize.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +18,16 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from window_operator.columns import (
+    MAX_KEY_BYTES,
+    check_column_lengths,
+    check_column_values,
+    check_keys,
+    position_columns,
+)
 from window_operator.errors import InvalidArgumentError
 from window_operator.eventkey import kafka_key_text
-from window_operator.eventtime import MAX_ABS_TS, TimestampUnit, field_time_ms, record_time_ms
+from window_operator.eventtime import TimestampUnit, field_time_ms, record_time_ms
 from window_operator.rejections import (
     MISSING,
     RecordRejected,
@@ -37,67 +44,14 @@ __all__ = [
     "EventBatch",
     "RecordDecoder",
     "TimestampUnit",
-    "check_column_lengths",
-    "position_columns",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-#: Keys longer than this (UTF-8 bytes) are rejected: they would bloat every store key.
-MAX_KEY_BYTES = 4096
 #: Integers of at least this magnitude do not fit a float64.
 _MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
 _CONTAINERS = (dict, list)
-
-
-def position_columns(
-    n: int,
-    partition: int | Sequence[int] | IntArray,
-    offset: Sequence[int] | IntArray | None,
-    wall_ms: Sequence[int] | IntArray | None,
-) -> tuple[IntArray, IntArray, IntArray | None]:
-    """The partition, offset and arrival columns of ``n`` rows as int64 arrays.
-
-    An ``int`` partition is every row's; offsets not given are ``-1`` ("the next offset
-    of the partition"); ``wall_ms`` stays ``None`` when not given.
-    """
-    part = (
-        np.full(n, partition, dtype=np.int64)
-        if isinstance(partition, int)
-        else np.asarray(partition, dtype=np.int64)
-    )
-    off = np.full(n, -1, dtype=np.int64) if offset is None else np.asarray(offset, np.int64)
-    wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)
-    return part, off, wall
-
-
-def check_column_lengths(n: int, lengths: Iterable[tuple[str, int]]) -> None:
-    """Raise :class:`InvalidArgumentError` (a ``ValueError``) for the first named column
-    whose length is not ``n`` (the keys')."""
-    for name, length in lengths:
-        if length != n:
-            raise InvalidArgumentError(f"column {name} has {length} rows, keys have {n}")
-
-
-def check_column_values(ts: IntArray, part: IntArray, off: IntArray) -> None:
-    """Raise :class:`InvalidArgumentError` for a row the job would never decode: a time
-    outside +-2^61 ms (a decoder's ``BAD_TIMESTAMP``; taken, it moved the watermark to
-    where every later event was out of retention), a negative partition, or an offset
-    below -1 (which made the row a replay)."""
-    if len(ts) and (int(ts.min()) <= -MAX_ABS_TS or int(ts.max()) >= MAX_ABS_TS):
-        i = int(np.flatnonzero((ts <= -MAX_ABS_TS) | (ts >= MAX_ABS_TS))[0])
-        raise InvalidArgumentError(
-            f"ts[{i}] = {int(ts[i])} is out of range (event times are within +-2^61 ms)"
-        )
-    if len(part) and int(part.min()) < 0:
-        i = int(np.flatnonzero(part < 0)[0])
-        raise InvalidArgumentError(f"partition[{i}] = {int(part[i])}: partitions are >= 0")
-    if len(off) and int(off.min()) < -1:
-        i = int(np.flatnonzero(off < -1)[0])
-        raise InvalidArgumentError(
-            f"offset[{i}] = {int(off[i])}: offsets are >= 0 (or -1: the next one)"
-        )
 
 
 @dataclass(slots=True)
@@ -135,11 +89,13 @@ class EventBatch:
         """Build a batch from already-decoded columns (lists, NumPy or Arrow arrays).
 
         Raises :class:`InvalidArgumentError` (a ``ValueError``) for columns of other
-        lengths, and for a value the job's decoders would reject: a time beyond +-2^61
-        ms, an infinite number, a negative partition or offset."""
+        lengths, and for a value the job's decoders would reject: a key that is not text
+        or is over 4096 UTF-8 bytes, a time beyond +-2^61 ms, an infinite number, a
+        negative partition or offset."""
         if hasattr(keys, "to_pylist"):
             keys = keys.to_pylist()
         key_list = list(keys) if not isinstance(keys, list) else keys
+        check_keys(key_list)
         ts_arr = np.asarray(ts, dtype=np.int64)
         part, off, wall = position_columns(len(key_list), partition, offset, wall_ms)
         num = {k: np.asarray(v, dtype=np.float64) for k, v in (numeric or {}).items()}

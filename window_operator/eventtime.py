@@ -84,8 +84,12 @@ def _iso_time_ms(raw: Any, name: str | None) -> int:
 def record_time_ms(stamp: int | None) -> int:
     """The Kafka record timestamp ``stamp`` (epoch ms; ``-1`` or ``None``: none) as the
     event time, or raise a rejection."""
-    if stamp is None or stamp < 0:
+    if stamp is None or stamp == -1:
         raise RecordRejected(ErrorCode.MISSING_TIMESTAMP, NO_RECORD_TIME)
+    if stamp < 0:
+        raise RecordRejected(
+            ErrorCode.BAD_TIMESTAMP, f"the Kafka record timestamp {stamp} is negative"
+        )
     if stamp >= MAX_ABS_TS:
         raise RecordRejected(
             ErrorCode.BAD_TIMESTAMP, f"the Kafka record timestamp {stamp} is out of range"

@@ -116,6 +116,12 @@ class Produced:
     off_partition: int = 0
     #: the numbers of the lines larger than the producer's ``message.max.bytes``: skipped
     too_large: list[int] = field(default_factory=list)
+    #: the numbers of the lines of an input that reads the record timestamp without a
+    #: ``wall_ms`` a producer can write as one (an integer from 1 to 2^62): skipped
+    unstamped: list[int] = field(default_factory=list)
+    #: the numbers of the lines of a job keyed by the record key whose ``kafka_key`` is
+    #: not a string: skipped
+    bad_key: list[int] = field(default_factory=list)
     #: the numbers of the lines whose records were not written (the broker refused them,
     #: or they timed out), by the reason
     failed: dict[str, list[int]] = field(default_factory=dict)
@@ -147,9 +153,25 @@ class Produced:
                 f"; {len(self.too_large)} lines are larger than the producer's "
                 f"message.max.bytes (kafka.producer): skipped ({_numbered(self.too_large)})"
             )
+        if self.unstamped:
+            out += (
+                f"; {len(self.unstamped)} lines have no wall_ms from 1 to 2^62, their record "
+                "timestamp (timestamp_from: kafka; a Kafka producer stamps 0 with the time "
+                f"it writes): skipped ({_numbered(self.unstamped)})"
+            )
+        if self.bad_key:
+            out += (
+                f"; {len(self.bad_key)} lines have a kafka_key that is not a string, their "
+                f"record key (key_from: kafka): skipped ({_numbered(self.bad_key)})"
+            )
         for reason, lines in sorted(self.failed.items()):
             out += f"; {len(lines)} records not written: {reason} ({_numbered(lines)})"
         return out
+
+    @property
+    def skipped(self) -> bool:
+        """Whether a line was not written, which ``simulate`` reads (exit status 1)."""
+        return bool(self.failed or self.too_large or self.unstamped or self.bad_key)
 
 
 def _numbered(lines: list[int], most: int = 10) -> str:
@@ -202,12 +224,8 @@ def line_key(record: object) -> bytes | None:
     """The Kafka key a line names in ``kafka_key`` (the key of a job with ``key_from:
     kafka``, as ``simulate`` reads it; ``None``: none, or not text)."""
     key = record.get("kafka_key") if isinstance(record, dict) else None
-    if not isinstance(key, str):
-        return None
-    try:
-        return key.encode()
-    except UnicodeEncodeError:  # a lone surrogate: the job rejects the record, keyless
-        return None
+    # a lone surrogate as its bytes: the job rejects them as BAD_KEY, as simulate does
+    return key.encode("utf-8", "surrogatepass") if isinstance(key, str) else None
 
 
 def _no_key(record: object) -> None:
@@ -231,9 +249,11 @@ def route(
     inputs: dict[str | None, Target],
     produced: Produced,
     meta: Sequence[str] = META_FIELDS,
+    number: int = 0,
 ) -> Routed | None:
-    """Where a line goes, or ``None`` for a join line that is not JSON or names no input
-    (``meta``: the fields that say where a line stands, as ``simulate`` reads them)."""
+    """Where line ``number`` goes, or ``None`` for a join line that is not JSON or names
+    no input, or a line whose record timestamp or key cannot be written (``meta``: the
+    fields that say where a line stands, as ``simulate`` reads them)."""
     record, literals = _parse(line)
     value = line
     named = record.get("partition") if isinstance(record, dict) and "partition" in meta else None
@@ -258,13 +278,18 @@ def route(
             value = target.encode(record)
         except ValueError:  # it does not fit the Avro schema
             produced.unfit += 1  # as it is: the job routes it to the errors
-    stamp = wall if target.record_time and wall >= 0 else None
+    if target.record_time and wall <= 0:  # librdkafka writes 0 as "now"
+        produced.unstamped.append(number)
+        return None
+    key = target.key_of(record)
+    if target.line_keyed and "kafka_key" in meta and isinstance(record, dict):
+        named_key = record.get("kafka_key")
+        if named_key is not None and not isinstance(named_key, str):
+            produced.bad_key.append(number)
+            return None
+        key = line_key(record)
     partition = _partition(named, target, produced)
-    if target.line_keyed:
-        key = line_key(record) if "kafka_key" in meta else None
-    else:
-        key = target.key_of(record)
-    return Routed(target, key, value, partition, stamp)
+    return Routed(target, key, value, partition, wall if target.record_time else None)
 
 
 def _partition(named: object, target: Target, produced: Produced) -> int | None:
@@ -366,7 +391,7 @@ def _finish_once(producer: Producer, produced: Produced) -> bool:
     (``False``): all or nothing, so that a second run loads the file whole."""
     from confluent_kafka import KafkaException
 
-    complete = not (produced.failed or produced.too_large)
+    complete = not produced.skipped
     try:
         if complete:
             producer.commit_transaction(60)
@@ -408,7 +433,7 @@ def _load(
             if bar is not None:
                 bar.update(len(line))
             text = line.strip(JSON_WHITESPACE)  # the form feed goes on: the job rejects it
-            routed = route(text, inputs, produced, meta) if text else None
+            routed = route(text, inputs, produced, meta, number) if text else None
             if routed is not None:
                 _send(producer, routed, produced, number)
     if producer.flush(60):
@@ -450,7 +475,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(produced.summary(), file=sys.stderr)
     # a line not written is one the job never sees, where ``simulate`` reads it
-    return EXIT_FAILED if produced.failed or produced.too_large else 0
+    return EXIT_FAILED if produced.skipped else 0
 
 
 def add_parsers(sub: Subparsers) -> None:

@@ -3,8 +3,9 @@
 A result is the line ``simulate`` writes for it; a retraction, a tombstone on Kafka, is
 its window's key fields with ``"kind": "RETRACT"`` (a tombstone carries no
 ``update_seq`` nor values). An error record is the line of ``simulate --errors`` with
-the input's ``topic``, a join's ``source`` (the input that rejected it) and
-``raw_base64`` (the exact bytes). The output topic is compacted: once the broker has
+the input's ``topic``, a join's ``source`` (the input that rejected it),
+``raw_base64`` (the exact bytes) and the record's Kafka key (``kafka_key``, where it is
+text, and ``kafka_key_base64``). The output topic is compacted: once the broker has
 compacted it, only the latest record of each window is left to read.
 """
 

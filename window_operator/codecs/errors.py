@@ -100,11 +100,24 @@ def error_json(err: ErrorRecord) -> bytes:
 
     :meth:`ErrorRecord.to_dict <window_operator.results.ErrorRecord.to_dict>` (the form
     of ``simulate --errors``), plus a join's ``source`` (the input that rejected it)
-    when known, and ``raw_base64``, the exact original bytes, always (``raw`` is their
-    UTF-8 reading with replacement characters, lossy for binary payloads such as Avro).
+    when known, ``raw_base64``, the exact original bytes, always (``raw`` is their
+    UTF-8 reading with replacement characters, lossy for binary payloads such as Avro),
+    and the input record's Kafka key: ``kafka_key`` where it is UTF-8 text (the field
+    ``simulate`` reads it from), and ``kafka_key_base64``, its exact bytes.
     """
     doc = err.to_dict()
     if err.source is not None:
         doc["source"] = err.source
     doc["raw_base64"] = None if err.raw is None else base64.b64encode(err.raw).decode()
+    key = err.key
+    doc["kafka_key"] = None if key is None else _utf8_text(key)
+    doc["kafka_key_base64"] = None if key is None else base64.b64encode(key).decode()
     return orjson.dumps(doc)
+
+
+def _utf8_text(data: bytes) -> str | None:
+    """``data`` as UTF-8 text, ``None`` where it is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

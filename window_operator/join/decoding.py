@@ -13,14 +13,14 @@ import orjson
 
 from stores.keys import MAX_I64, MIN_I64, FieldValue
 from window_operator.arrays import IntArray, one
-from window_operator.config import JoinInputConfig
-from window_operator.events import (
+from window_operator.columns import (
     MAX_KEY_BYTES,
-    RecordDecoder,
     check_column_lengths,
     check_column_values,
     position_columns,
 )
+from window_operator.config import JoinInputConfig
+from window_operator.events import RecordDecoder
 from window_operator.eventtime import MAX_ABS_TS, record_time_ms
 from window_operator.join.common import JoinKey
 from window_operator.jsonbytes import json_bytes, loads_as

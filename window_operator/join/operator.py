@@ -18,9 +18,9 @@ import numpy as np
 from stores.keys import MIN_I64
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.arrays import IntArray
+from window_operator.columns import check_column_lengths, check_column_values, int_column
 from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.errors import InvalidArgumentError
-from window_operator.events import check_column_lengths, check_column_values
 from window_operator.join.common import (
     LEFT,
     MAX_OFFSET,
@@ -218,10 +218,12 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         part = (
             np.full(n, partition, dtype=np.int64)
             if partitions is None
-            else np.asarray(partitions, dtype=np.int64)
+            else int_column("partitions", partitions)
         )
-        off = np.full(n, -1, dtype=np.int64) if offsets is None else np.asarray(offsets, np.int64)
-        check_column_lengths(n, [("partitions", len(part)), ("offsets", len(off))])
+        off = np.full(n, -1, dtype=np.int64) if offsets is None else int_column("offsets", offsets)
+        walls = None if wall_ms is None else int_column("wall_ms", wall_ms)
+        lengths = [("partitions", len(part)), ("offsets", len(off))]
+        check_column_lengths(n, lengths + ([] if walls is None else [("wall_ms", len(walls))]))
         check_column_values(np.zeros(0, np.int64), part, off)  # before any change
         if len(part) and int(part.max()) > MAX_PARTITION:
             raise InvalidArgumentError(f"partitions must be in [0, {MAX_PARTITION}]")
@@ -230,7 +232,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         adm = self.kernel.admit(side, part, off)
         idx = np.flatnonzero(adm.fresh)
         il = idx.tolist()
-        wall = None if wall_ms is None else np.asarray(wall_ms, dtype=np.int64)[idx]
+        wall = None if walls is None else walls[idx]
         decoded = self.decoders[side].decode_records(
             records if len(il) == n else [records[i] for i in il],
             partitions=part[idx],

@@ -59,11 +59,20 @@ def changes(method: Callable[Concatenate[S, P], RT]) -> Callable[Concatenate[S, 
         except BEFORE_CHANGE:
             raise
         except BaseException as exc:
+            if _not_called(exc):
+                raise  # arguments that do not fit the method: nothing ran
             kernel.fail(name, exc)  # the outermost call names it (add_message: add_batch)
             raise
 
     functools.update_wrapper(call, method)
     return call
+
+
+def _not_called(exc: BaseException) -> bool:
+    """Whether ``exc`` is the ``TypeError`` of a call whose arguments do not bind (an
+    unknown keyword, say): raised in the caller's frame, before the method ran."""
+    tb = exc.__traceback__
+    return isinstance(exc, TypeError) and tb is not None and tb.tb_next is None
 
 
 def timer(method: Callable[[S, int], None]) -> Callable[[S, int], None]:

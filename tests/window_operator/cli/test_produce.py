@@ -322,7 +322,9 @@ def test_no_meta_keeps_a_lines_position_fields_in_the_record() -> None:
 
 def test_a_lines_wall_ms_is_the_record_timestamp_where_the_job_reads_that() -> None:
     """``timestamp_from: kafka``: the job's event time is the record timestamp, which
-    ``simulate`` reads from ``wall_ms``; elsewhere a line goes with the time it is written."""
+    ``simulate`` reads from ``wall_ms``; a line without one it can write is skipped
+    (``simulate`` rejects it), and 0 too (librdkafka writes 0 as the time of writing).
+    Elsewhere a line goes with the time it is written."""
     config = load_any_config(ROOT / "config/clicks.yaml")
     stamped = targets(config.model_copy(update={"input": kafka_time(config.input)}))
     plain = targets(config)
@@ -331,10 +333,15 @@ def test_a_lines_wall_ms_is_the_record_timestamp_where_the_job_reads_that() -> N
         stamped[None], b"/a", line, None, 1700000000123
     )
     assert route(line, plain, Produced()) == Routed(plain[None], b"/a", line)
-    assert route(line, stamped, Produced(), ()) == Routed(stamped[None], b"/a", line)  # --no-meta
-    for unusable in (b'{"page": "/a"}', b'{"page": "/a", "wall_ms": "soon"}', b"{broken"):
-        routed = route(unusable, stamped, Produced())
-        assert routed is not None and routed.timestamp is None
+    produced = Produced()
+    assert route(line, stamped, produced, (), 1) is None  # --no-meta: wall_ms is the event's
+    unusable = [b'{"page": "/a"}', b'{"page": "/a", "wall_ms": "soon"}', b'{"wall_ms": 0}']
+    unusable += [b'{"wall_ms": -5}', b'{"wall_ms": 1.5}', b'{"wall_ms": 9223372036854775807}']
+    for number, bad in enumerate(unusable, 2):
+        assert route(bad, stamped, produced, number=number) is None
+    assert produced.unstamped == list(range(1, 8)) and produced.skipped
+    assert "7 lines have no wall_ms from 1 to 2^62" in produced.summary()
+    assert route(b"{broken", stamped, produced) is None  # the job would reject it anyway
 
 
 def kafka_time(inp: Any, **more: Any) -> Any:
@@ -363,10 +370,14 @@ def test_a_lines_kafka_key_is_the_record_key_where_the_job_groups_by_that() -> N
     )
     line = b'{"page": "/a", "kafka_key": "user-\xc3\xa9", "wall_ms": 5}'
     assert route(line, keyed, Produced()) == Routed(keyed[None], "user-é".encode(), line, None, 5)
-    assert route(line, keyed, Produced(), ()) == Routed(keyed[None], None, line)  # --no-meta
-    for keyless in (b'{"page": "/a"}', b'{"kafka_key": 7}', b'{"kafka_key": null}', b"{broken"):
-        routed = route(keyless, keyed, Produced())
+    for keyless in (b'{"page": "/a", "wall_ms": 5}', b'{"kafka_key": null, "wall_ms": 5}'):
+        routed = route(keyless, keyed, Produced())  # the job rejects it as MISSING_KEY
         assert routed is not None and routed.key is None
+    produced = Produced()
+    for number, bad in enumerate([b'{"kafka_key": 7, "wall_ms": 5}', b'{"kafka_key": ["a"]}'], 1):
+        assert route(bad, keyed, produced, number=number) is None
+    assert produced.bad_key == [1] and produced.unstamped == [2]
+    assert "1 lines have a kafka_key that is not a string" in produced.summary()
     plain = targets(config)  # keyed by the job's key field, whatever the line's kafka_key
     assert route(line, plain, Produced()) == Routed(plain[None], b"/a", line)
 
@@ -383,13 +394,18 @@ def test_produce_stamps_the_records_of_a_job_that_reads_the_kafka_timestamp(
         "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
     )
     lines = tmp_path / "in.jsonl"
-    lines.write_bytes(b'{"page": "/a", "wall_ms": 1700000000123}\n{"page": "/b"}\n')
+    lines.write_bytes(
+        b'{"page": "/a", "wall_ms": 1700000000123}\n{"page": "/b"}\n'
+        b'{"page": "/c", "wall_ms": 1}\n{"page": "/d", "wall_ms": 0}\n'
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
          "--input", str(lines), "--bootstrap-servers", kafka_bootstrap],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    first, second = read_topic(kafka_bootstrap, topic)
-    assert first.timestamp()[1] == 1700000000123
-    assert second.timestamp()[1] > 1700000000123  # written now
+    # the lines simulate rejects, and 0 (librdkafka would stamp it now): skipped, exit 1
+    assert proc.returncode == 1, proc.stderr
+    assert "2 lines have no wall_ms from 1 to 2^62" in proc.stderr
+    assert "skipped (lines 2, 4)" in proc.stderr
+    records = read_topic(kafka_bootstrap, topic)
+    assert [(m.key(), m.timestamp()[1]) for m in records] == [(b"/a", 1700000000123), (b"/c", 1)]

@@ -75,6 +75,7 @@ def test_read_prints_the_results_and_the_error_records_the_job_sent(
         ("MISSING_TIMESTAMP", config.input.topic, 0, 3, '{"k":"b"}'),
     ]  # as simulate --errors writes them
     assert all(e["reason"] for e in errors)
+    assert [(e["kafka_key"], e["kafka_key_base64"]) for e in errors] == [("a", "YQ==")] * 2
 
 
 def test_a_retraction_reads_as_its_window_and_follow_ends_with_ctrl_c(

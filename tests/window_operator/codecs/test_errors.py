@@ -47,3 +47,13 @@ def test_error_record_with_unknown_source_and_no_payload() -> None:
     ]
     doc = orjson.loads(error_json(err))
     assert doc["raw"] is None and doc["raw_base64"] is None and doc["partition"] is None
+    assert doc["kafka_key"] is None and doc["kafka_key_base64"] is None
+
+
+def test_an_error_line_shows_the_records_kafka_key() -> None:
+    """A job keyed by the Kafka record key rejects records for their key (``BAD_KEY``,
+    ``MISSING_KEY``): the line shows it, as text where it is UTF-8, and its bytes."""
+    for key, text in [(b"user-\xc3\xa9", "user-é"), (b"\xff\x00", None), (b"", "")]:
+        err = ErrorRecord(ErrorCode.BAD_KEY, "r", 0, 1, b"{}", "in", key)
+        doc = orjson.loads(error_json(err))
+        assert doc["kafka_key"] == text and base64.b64decode(doc["kafka_key_base64"]) == key

@@ -48,6 +48,7 @@ def test_the_record_time_is_the_event_time_and_a_time_field_is_not_read() -> Non
     [
         (-1, ErrorCode.MISSING_TIMESTAMP, "the record has no Kafka timestamp"),
         (None, ErrorCode.MISSING_TIMESTAMP, "the record has no Kafka timestamp"),
+        (-5, ErrorCode.BAD_TIMESTAMP, "the Kafka record timestamp -5 is negative"),
         (MAX_ABS_TS, ErrorCode.BAD_TIMESTAMP, f"the Kafka record timestamp {MAX_ABS_TS} is"),
     ],
 )

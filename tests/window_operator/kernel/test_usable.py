@@ -26,6 +26,7 @@ from window_operator.errors import (
 )
 from window_operator.events import EventBatch
 from window_operator.join import JoinRows, build_join_runtime
+from window_operator.kernel.shell import _not_called
 
 S = 1_000
 BASE = 1_700_000_000_000
@@ -238,3 +239,65 @@ def test_a_task_number_below_zero_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="task must be an integer >= 0"):
         runtime_for().open_task(tmp_path, -1)
     assert not any(tmp_path.rglob("task--1"))
+
+
+@pytest.mark.parametrize(
+    ("keys", "match"),
+    [
+        ([None], r"keys\[0\] = null: keys are text"),
+        (["a", b"b"], r"keys\[1\] = bytes .*: keys are text"),
+        ([7], r"keys\[0\] = int 7"),
+        (["a", "\ud800"], r"keys\[1\] is not valid Unicode"),
+        (["x" * 5000], r"keys\[0\] is 5000 bytes; the limit is 4096"),
+    ],
+)
+def test_keys_no_decoder_would_yield_are_refused(
+    tmp_path: Path, keys: list[Any], match: str
+) -> None:
+    """Before: ``None``, bytes or a number failed the operator with a ``KeyEncodingError``
+    (where ``key_from: kafka`` users give their Kafka keys), and a 5000-byte key was
+    taken (a decoder rejects it as ``BAD_KEY``)."""
+    with pytest.raises(InvalidArgumentError, match=match):
+        EventBatch.from_columns(keys, [BASE] * len(keys), numeric={"v": [1.0] * len(keys)})
+    assert len(EventBatch.from_columns(["é" * 1024], [BASE])) == 1  # 2048 bytes: taken
+
+
+def test_join_columns_that_are_not_64_bit_integers_are_refused(tmp_path: Path) -> None:
+    """Before: a ``None`` or a ``2**63`` arrival time raised a bare ``TypeError`` or
+    ``OverflowError`` and failed the operator, a short column an ``IndexError``, and
+    ``1.5`` was taken as 1."""
+    op = join_runtime({"rows": 1}, retention="1d").open_task(tmp_path)
+    record = {"k": 1, "ts": BASE, "n": 0}
+    for wall, match in [
+        ([None], "wall_ms must hold integers of 64 bits, got object"),
+        ([2**63], "wall_ms must hold integers of 64 bits, got uint64"),
+        ([1.5], "wall_ms must hold integers of 64 bits, got float64"),
+        ([1, 2], "column wall_ms has 2 rows, keys have 1"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=match):
+            op.add_records("L", [record], wall_ms=wall)
+    with pytest.raises(InvalidArgumentError, match="offsets must hold integers"):
+        op.add_records("L", [record], offsets=[0.5])
+    # an argument the method does not take is a TypeError, and nothing ran
+    with pytest.raises(TypeError, match="kafka_key"):
+        op.add_message("L", record, kafka_key="x")  # type: ignore[call-arg]
+    assert op.add_records("L", [record], wall_ms=[BASE]).applied == 1  # still usable
+    op.close()
+
+
+def test_only_the_type_error_of_a_call_that_does_not_bind_is_not_a_failure() -> None:
+    """A ``TypeError`` raised inside a method (a user operation, say) may come after a
+    change: it fails the operator; one of arguments that do not bind comes before."""
+
+    def method() -> None:
+        raise TypeError("inside")
+
+    def verdict(*args: Any) -> bool:
+        try:
+            method(*args)
+        except TypeError as exc:
+            return _not_called(exc)
+        raise AssertionError("no TypeError")
+
+    assert verdict() is False
+    assert verdict(1) is True
