@@ -9,7 +9,9 @@ it starts no more epochs, reads no more, and ends without committing what it has
 committed yet; the driver then starts the workers again with the new partitions, and
 what was not committed is read again, under a clock that waits for the new partitions
 as for any partition with input. The check happens after the epoch's records were
-read, so a partition added later than the check holds only records newer than them.
+read and taken from the inbox (the other workers' too), so a partition added later than
+the check holds only records newer than them. A lookup that fails (a broker slower than
+its timeout) is not growth: that epoch goes on, and is the one window this leaves.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from window_operator.runtime.longrun.assignment import Assignment, WorkerStart, 
 from window_operator.runtime.longrun.control import ControlClient
 from window_operator.runtime.longrun.growth import InputGrowth
 from window_operator.runtime.longrun.held import HeldBack
-from window_operator.runtime.longrun.inbox import Inbox, TaskClock, merge_reports
+from window_operator.runtime.longrun.inbox import Delivered, Inbox, TaskClock, merge_reports
 from window_operator.runtime.longrun.mesh import Mesh
 from window_operator.runtime.longrun.reader import CHUNK_RECORDS, Chunked, InputReader
 from window_operator.runtime.longrun.wire import Chunk, End, EpochReport, Kind, WorkerSummary
@@ -247,8 +247,12 @@ class Worker:
             full = limit is not None and self._epoch_records >= limit
             if ended or full or time.monotonic() >= next_epoch:
                 self._finish_epoch()
+                # taken before the look: every record of the epoch, the other workers'
+                # too, was read before it (one that came in after the look, read after
+                # a partition was added, would be applied ahead of that partition's)
+                got = self.inbox.take()
                 if not self._stop_for_new_partitions():
-                    self._start_epoch(final=ended)
+                    self._start_epoch(got, final=ended)
                 next_epoch = time.monotonic() + epoch_s
                 if ended:
                     self._finish_epoch()
@@ -334,14 +338,13 @@ class Worker:
 
     # -- state tasks ----------------------------------------------------------------------
 
-    def _start_epoch(self, *, final: bool = False) -> None:
-        """Hand every state task what it got since the last epoch; they run in threads.
+    def _start_epoch(self, got: Delivered, *, final: bool = False) -> None:
+        """Hand every state task what it ``got`` since the last epoch; they run in threads.
 
         ``final``: the workers stop after it, so batched LATE updates go out.
         """
         t0 = time.perf_counter()
         now = int(time.time() * 1000)
-        got = self.inbox.take()
         inputs = {
             t: replace(
                 self.clocks[t].epoch(self.epoch, got.parts[t], now, got.held),
