@@ -278,7 +278,9 @@ def route(
             value = target.encode(record)
         except ValueError:  # it does not fit the Avro schema
             produced.unfit += 1  # as it is: the job routes it to the errors
-    if target.record_time and wall <= 0:  # librdkafka writes 0 as "now"
+    # librdkafka writes 0 as "now"; a line that is no JSON object goes on without a time:
+    # the job rejects it, as simulate does
+    if target.record_time and wall <= 0 and isinstance(record, dict):
         produced.unstamped.append(number)
         return None
     key = target.key_of(record)
@@ -289,7 +291,7 @@ def route(
             return None
         key = line_key(record)
     partition = _partition(named, target, produced)
-    return Routed(target, key, value, partition, wall if target.record_time else None)
+    return Routed(target, key, value, partition, wall if target.record_time and wall > 0 else None)
 
 
 def _partition(named: object, target: Target, produced: Produced) -> int | None:

@@ -341,7 +341,9 @@ def test_a_lines_wall_ms_is_the_record_timestamp_where_the_job_reads_that() -> N
         assert route(bad, stamped, produced, number=number) is None
     assert produced.unstamped == list(range(1, 8)) and produced.skipped
     assert "7 lines have no wall_ms from 1 to 2^62" in produced.summary()
-    assert route(b"{broken", stamped, produced) is None  # the job would reject it anyway
+    for not_an_object in (b"{broken", b"[1]"):  # the job rejects it, whatever its time
+        routed = route(not_an_object, stamped, produced)
+        assert routed is not None and routed.timestamp is None
 
 
 def kafka_time(inp: Any, **more: Any) -> Any:
