@@ -32,18 +32,20 @@ def position_columns(
     partition: int | Sequence[int] | IntArray,
     offset: Sequence[int] | IntArray | None,
     wall_ms: Sequence[int] | IntArray | None,
+    names: tuple[str, str] = ("partition", "offset"),
 ) -> tuple[IntArray, IntArray, IntArray | None]:
     """The partition, offset and arrival columns of ``n`` rows as int64 arrays.
 
-    An ``int`` partition is every row's; offsets not given are ``-1`` ("the next offset
-    of the partition"); ``wall_ms`` stays ``None`` when not given.
+    A single partition (a Python or NumPy integer) is every row's; offsets not given are
+    ``-1`` ("the next offset of the partition"); ``wall_ms`` stays ``None`` when not
+    given. ``names``: the caller's names of the partition and offset columns, for its
+    messages.
     """
-    part = (
-        np.full(n, partition, dtype=np.int64)
-        if isinstance(partition, int)
-        else int_column("partition", partition)
-    )
-    off = np.full(n, -1, dtype=np.int64) if offset is None else int_column("offset", offset)
+    if isinstance(partition, int | np.integer):
+        part = np.full(n, partition, dtype=np.int64)
+    else:
+        part = int_column(names[0], partition)
+    off = np.full(n, -1, dtype=np.int64) if offset is None else int_column(names[1], offset)
     wall = None if wall_ms is None else int_column("wall_ms", wall_ms)
     return part, off, wall
 

@@ -225,6 +225,16 @@ class RecordDecoder:
         """Event time in ms from the raw timestamp value, or raise a rejection."""
         return field_time_ms(raw, self.timestamp_unit, self.timestamp_field)
 
+    def time_of(self, record: Mapping[str, Any], record_time: int | None = None) -> int:
+        """The event time of ``record`` (a dict) whose Kafka timestamp is ``record_time``,
+        or raise a rejection (:meth:`_decode` writes it out: the hot path)."""
+        ts_field = self.timestamp_field
+        if ts_field is None:
+            return record_time_ms(record_time)
+        if ts_field in record:
+            return field_time_ms(record[ts_field], self.timestamp_unit, ts_field)
+        raise RecordRejected(ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}")
+
     def key_of(self, record: Mapping[str, Any]) -> str:
         """The grouping key as a string, or raise a rejection: the key field's text, or
         for several key fields the JSON array of their texts (``["US","7"]``)."""

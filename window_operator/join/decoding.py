@@ -21,7 +21,7 @@ from window_operator.columns import (
 )
 from window_operator.config import JoinInputConfig
 from window_operator.events import RecordDecoder
-from window_operator.eventtime import MAX_ABS_TS, record_time_ms
+from window_operator.eventtime import MAX_ABS_TS
 from window_operator.join.common import JoinKey
 from window_operator.jsonbytes import json_bytes, loads_as
 from window_operator.rejections import RecordRejected, raw_of
@@ -207,15 +207,7 @@ class JoinDecoder:
                 ErrorCode.NOT_AN_OBJECT,
                 f"record must be a JSON object, got {type(record).__name__}",
             )
-        ts_field = self._ts.timestamp_field
-        if ts_field is None:
-            ts = record_time_ms(record_time)
-        elif ts_field in record:
-            ts = self._ts.timestamp_ms(record[ts_field])
-        else:
-            raise RecordRejected(
-                ErrorCode.MISSING_TIMESTAMP, f"missing timestamp field {ts_field!r}"
-            )
+        ts = self._ts.time_of(record, record_time)
         on = self.on
         key: JoinKey
         if len(on) == 1:

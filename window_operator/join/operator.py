@@ -18,7 +18,7 @@ import numpy as np
 from stores.keys import MIN_I64
 from stores.rocks import StoreBatch, TaskStore
 from window_operator.arrays import IntArray
-from window_operator.columns import check_column_lengths, check_column_values, int_column
+from window_operator.columns import check_column_lengths, check_column_values, position_columns
 from window_operator.config import DEFAULT_CACHE_MB
 from window_operator.errors import InvalidArgumentError
 from window_operator.join.common import (
@@ -215,13 +215,13 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         if self.decoders is None:
             raise InvalidArgumentError("records need decoders (build the operator from a job)")
         n = len(records)
-        part = (
-            np.full(n, partition, dtype=np.int64)
-            if partitions is None
-            else int_column("partitions", partitions)
+        part, off, walls = position_columns(
+            n,
+            partition if partitions is None else partitions,
+            offsets,
+            wall_ms,
+            names=("partitions", "offsets"),
         )
-        off = np.full(n, -1, dtype=np.int64) if offsets is None else int_column("offsets", offsets)
-        walls = None if wall_ms is None else int_column("wall_ms", wall_ms)
         lengths = [("partitions", len(part)), ("offsets", len(off))]
         check_column_lengths(n, lengths + ([] if walls is None else [("wall_ms", len(walls))]))
         check_column_values(np.zeros(0, np.int64), part, off)  # before any change
