@@ -10,20 +10,34 @@ committed yet; the driver then starts the workers again with the new partitions,
 what was not committed is read again, under a clock that waits for the new partitions
 as for any partition with input. The check happens after the epoch's records were
 read and taken from the inbox (the other workers' too), so a partition added later than
-the check holds only records newer than them. A lookup that fails (a broker slower than
-its timeout) is not growth: that epoch goes on, and is the one window this leaves.
+the check holds only records newer than them.
+
+A look the broker does not answer in time is :attr:`Look.UNANSWERED`, not "no growth":
+the worker asks again before it starts the epoch (which could not commit without the
+broker either). A cluster that refuses to describe the topics (no permission) will never
+answer: that is taken as no growth, with a warning.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Mapping
 
 from window_operator.kafka_admin import BrokerUnreachableError, KafkaAdmin, KafkaAdminError
 
-__all__ = ["InputGrowth"]
+__all__ = ["InputGrowth", "Look"]
 
 log = logging.getLogger(__name__)
+
+
+class Look(enum.Enum):
+    """What one look at the input topics found."""
+
+    SAME = "same"
+    GREW = "grew"
+    #: the broker did not answer in time: growth is unknown
+    UNANSWERED = "unanswered"
 
 
 class InputGrowth:
@@ -38,23 +52,23 @@ class InputGrowth:
         self.grown: dict[str, tuple[int, int]] = {}
         self._warned = False
 
-    def grew(self) -> bool:
+    def look(self) -> Look:
         """Whether an input has more partitions than the workers read (once it has, the
-        answer stays). A failed lookup is not growth: the epoch goes on."""
+        answer stays)."""
         if self.grown:
-            return True
+            return Look.GREW
         try:
             found = self.admin.partition_counts(self.known, timeout_s=self.timeout_s)
         except BrokerUnreachableError as exc:
             log.debug("input partition lookup: %s", exc)
-            return False
+            return Look.UNANSWERED
         except KafkaAdminError as exc:  # e.g. no permission: growth goes unseen, say so
             if not self._warned:
                 log.warning("cannot look up the input partitions (no growth seen): %s", exc)
                 self._warned = True
-            return False
+            return Look.SAME
         self.grown = {t: (n, found[t]) for t, n in self.known.items() if found.get(t, 0) > n}
-        return bool(self.grown)
+        return Look.GREW if self.grown else Look.SAME
 
     def describe(self) -> str:
         """``topic known -> found`` of each input that grew."""

@@ -48,7 +48,7 @@ from window_operator.runtime.exchange import InputPartition, MapReport, TaskInpu
 from window_operator.runtime.faults import trace
 from window_operator.runtime.longrun.assignment import Assignment, WorkerStart, start_offsets
 from window_operator.runtime.longrun.control import ControlClient
-from window_operator.runtime.longrun.growth import InputGrowth
+from window_operator.runtime.longrun.growth import InputGrowth, Look
 from window_operator.runtime.longrun.held import HeldBack
 from window_operator.runtime.longrun.inbox import Delivered, Inbox, TaskClock, merge_reports
 from window_operator.runtime.longrun.mesh import Mesh
@@ -57,7 +57,7 @@ from window_operator.runtime.longrun.wire import Chunk, End, EpochReport, Kind, 
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.routing import task_of_partition
-from window_operator.runtime.runner import TaskRunner
+from window_operator.runtime.runner import BrokerUnavailableError, TaskRunner
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = ["DEFAULT_EPOCH_MS", "Worker", "WorkerSpec"]
@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 #: The epoch of a long-running job without a trigger interval (``available_now``).
 DEFAULT_EPOCH_MS = 1_000
 _IDLE_WAIT_S = 0.05
+#: how long a worker waits before it asks an unanswered growth look again
+_LOOK_AGAIN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,9 @@ class Worker:
         #: its end (:meth:`_tell_caught_up`)
         self._told_end: dict[InputPosition, int] = {}
         self._sent_end = False
+        #: an epoch was not started (its records are read again at the next start): no
+        #: later one may start, or it would commit positions past them
+        self._held_epochs = False
         self._running: _RunningEpoch | None = None
         self.control: ControlClient | None = None
         self._pool = ThreadPoolExecutor(max(1, len(self.tasks)), thread_name_prefix="task")
@@ -263,18 +268,50 @@ class Worker:
         return self._growth is not None and bool(self._growth.grown)
 
     def _stop_for_new_partitions(self) -> bool:
-        """Whether an input grew (:mod:`.growth`): then the worker ends, committing
-        nothing more, and the driver starts the workers again with the new partitions."""
-        if self._growth is None or not self._growth.grew():
+        """Whether the next epoch must not start: an input grew (:mod:`.growth`), so the
+        worker ends, committing nothing more, and the driver starts the workers again with
+        the new partitions; or the job stops while the broker does not answer the look."""
+        if self._growth is None:
             return False
+        if not self._held_epochs:
+            seen = self._look_for_growth(self._growth)
+            if seen is Look.SAME:
+                return False
+            if seen is Look.GREW:
+                log.info(
+                    "worker %d: input partitions added (%s): it ends for a new start",
+                    self.index,
+                    self._growth.describe(),
+                )
+            else:
+                log.info("worker %d: stopped before the epoch: it is read again", self.index)
+            self._held_epochs = True
         if not self._sent_end:
-            log.info(
-                "worker %d: input partitions added (%s): it ends for a new start",
-                self.index,
-                self._growth.describe(),
-            )
             self._send_end()
         return True
+
+    def _look_for_growth(self, growth: InputGrowth) -> Look:
+        """The growth look, asked again while the broker does not answer it: the epoch
+        waits, as its commit would, until the job stops (then :attr:`Look.UNANSWERED`)
+        or ``processing.broker_timeout`` has passed."""
+        started, tries = time.monotonic(), 0
+        while (seen := growth.look()) is Look.UNANSWERED and not self._stop_requested():
+            waited, tries = time.monotonic() - started, tries + 1
+            if tries == 1:
+                log.warning(
+                    "worker %d: the broker did not say whether the inputs got partitions: "
+                    "the epoch waits for it",
+                    self.index,
+                )
+            if waited > self.settings.broker_timeout_s:
+                raise BrokerUnavailableError(
+                    f"worker {self.index}: Kafka at {self.settings.bootstrap_servers} did "
+                    f"not say for {waited:.0f} s whether the inputs got partitions; the "
+                    "epoch was not started: restart the job once the broker is back"
+                )
+            self.mesh.check()
+            time.sleep(_LOOK_AGAIN_S)
+        return seen
 
     def _held_back(self) -> None:
         """The reader cannot read now: its partitions must not go idle (:mod:`.held`)."""

@@ -1,0 +1,112 @@
+"""The growth look of a long-running worker against a real broker: the same partitions,
+added ones (an answer that stays), a broker that does not answer, and workers that wait
+for it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+from jobkit import (
+    add_partitions,
+    assert_matches_oracle,
+    create_topic,
+    job_config,
+    latest_results,
+    make_stream,
+    oracle,
+    produce,
+    read_topic,
+    sentinels,
+)
+
+from window_operator.broker import LocalBroker, free_port
+from window_operator.kafka_admin import KafkaAdmin
+from window_operator.runtime.longrun.growth import InputGrowth, Look
+from window_operator.runtime.longrun.local import LocalLongRunningJob
+from window_operator.runtime.longrun.prepare import worker_spec
+from window_operator.runtime.settings import TaskSettings
+from window_operator.spark.topics import prepare_topics
+
+pytestmark = [pytest.mark.kafka]
+
+
+def test_added_partitions_are_growth_and_the_answer_stays(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    a, b = unique_name("grow-a"), unique_name("grow-b")
+    create_topic(kafka_bootstrap, a, 2)
+    create_topic(kafka_bootstrap, b, 1)
+    growth = InputGrowth(KafkaAdmin(kafka_bootstrap), {a: 2, b: 1}, timeout_s=30.0)
+    assert growth.look() is Look.SAME
+    assert growth.grown == {} and growth.describe() == ""
+    add_partitions(kafka_bootstrap, a, 3)
+    assert growth.look() is Look.GREW
+    assert growth.grown == {a: (2, 3)} and growth.describe() == f"{a} 2 -> 3"
+    # once grown, the workers end: the answer stays without another lookup
+    growth.admin = KafkaAdmin(f"127.0.0.1:{free_port()}", metadata_timeout_s=0.5)
+    assert growth.look() is Look.GREW
+
+
+def test_a_broker_that_does_not_answer_leaves_growth_unknown() -> None:
+    # nothing listens there: the lookup times out, which is no answer, not "no growth"
+    admin = KafkaAdmin(f"127.0.0.1:{free_port()}", metadata_timeout_s=0.5)
+    growth = InputGrowth(admin, {"clicks": 4}, timeout_s=0.5)
+    assert growth.look() is Look.UNANSWERED
+    assert growth.grown == {}
+
+
+def test_an_epoch_waits_for_a_broker_that_does_not_answer_its_look(
+    tmp_path: Path, unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker goes away while the workers wait for input: the growth look before the
+    next epoch goes unanswered, and the epoch waits (it used to go on as if no partition
+    had been added). Once the broker is back, the run goes on and ends exact."""
+    caplog.set_level(logging.WARNING, logger="window_operator")
+    broker = LocalBroker(port=free_port(), data_dir=tmp_path / "broker").start()
+    job: LocalLongRunningJob | None = None
+    try:
+        bootstrap = broker.bootstrap_servers
+        topic = unique_name("outage")
+        stream = make_stream(2_000, keys=40, seed=41)
+        records = stream.records()
+        create_topic(bootstrap, topic, 2)
+        produce(bootstrap, topic, records[:1_000], round_robin=True, partitions=2)
+        config = job_config(tmp_path, topic, unique_name("job"), spark={"trigger": "200ms"})
+        tasks = prepare_topics(config, bootstrap)
+        settings = TaskSettings(config, bootstrap, str(config.state.dir), tasks=tasks)
+        spec = worker_spec(settings, 2, checkpoint_dir=tmp_path / "checkpoint")
+        job = LocalLongRunningJob(replace(spec, watch_inputs=True))
+        job.start()
+        wait_until(lambda: applied(job) == 1_000, "the first half applied")
+        broker.stop()
+        wait_until(lambda: "the epoch waits for it" in caplog.text, "an unanswered look")
+        broker.start()
+        ends = sentinels(int(stream.ts.max()), 2)
+        produce(bootstrap, topic, records[1_000:], round_robin=True, partitions=2)
+        produce(bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+        wait_until(lambda: applied(job) == 2_002, "every record applied")
+        job.stop()
+        job.wait(120)
+        got = latest_results(config, read_topic(bootstrap, config.output.topic))
+    finally:
+        if job is not None:
+            job.stop()
+        broker.stop()
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def applied(job: LocalLongRunningJob) -> int:
+    return sum(t.applied for r in list(job.reports) for t in r.tasks)
+
+
+def wait_until(done: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
