@@ -284,7 +284,11 @@ class Worker:
                     self._growth.describe(),
                 )
             else:
-                log.info("worker %d: stopped before the epoch: it is read again", self.index)
+                log.warning(
+                    "worker %d: stopped while the broker did not answer: the epoch's records "
+                    "are read again at the next start",
+                    self.index,
+                )
             self._held_epochs = True
         if not self._sent_end:
             self._send_end()

@@ -61,15 +61,31 @@ def test_a_broker_that_does_not_answer_leaves_growth_unknown() -> None:
     assert growth.grown == {}
 
 
+@pytest.mark.parametrize("then", ["broker_back", "job_stopped"])
 def test_an_epoch_waits_for_a_broker_that_does_not_answer_its_look(
-    tmp_path: Path, unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+    then: str,
 ) -> None:
     """The broker goes away while the workers wait for input: the growth look before the
     next epoch goes unanswered, and the epoch waits (it used to go on as if no partition
-    had been added). Once the broker is back, the run goes on and ends exact."""
+    had been added). Then either the broker comes back and the run goes on, or the job is
+    stopped meanwhile and a second run takes the rest; either way the windows are exact."""
     caplog.set_level(logging.WARNING, logger="window_operator")
     broker = LocalBroker(port=free_port(), data_dir=tmp_path / "broker").start()
-    job: LocalLongRunningJob | None = None
+    jobs: list[LocalLongRunningJob] = []
+
+    def start(available_now: bool = False) -> LocalLongRunningJob:
+        tasks = prepare_topics(config, bootstrap)
+        settings = TaskSettings(config, bootstrap, str(config.state.dir), tasks=tasks)
+        spec = worker_spec(
+            settings, 2, checkpoint_dir=tmp_path / "checkpoint", available_now=available_now
+        )
+        jobs.append(LocalLongRunningJob(replace(spec, watch_inputs=True)))
+        jobs[-1].start()
+        return jobs[-1]
+
     try:
         bootstrap = broker.bootstrap_servers
         topic = unique_name("outage")
@@ -78,25 +94,29 @@ def test_an_epoch_waits_for_a_broker_that_does_not_answer_its_look(
         create_topic(bootstrap, topic, 2)
         produce(bootstrap, topic, records[:1_000], round_robin=True, partitions=2)
         config = job_config(tmp_path, topic, unique_name("job"), spark={"trigger": "200ms"})
-        tasks = prepare_topics(config, bootstrap)
-        settings = TaskSettings(config, bootstrap, str(config.state.dir), tasks=tasks)
-        spec = worker_spec(settings, 2, checkpoint_dir=tmp_path / "checkpoint")
-        job = LocalLongRunningJob(replace(spec, watch_inputs=True))
-        job.start()
+        job = start()
         wait_until(lambda: applied(job) == 1_000, "the first half applied")
         broker.stop()
         wait_until(lambda: "the epoch waits for it" in caplog.text, "an unanswered look")
+        if then == "job_stopped":
+            job.stop()
+            job.wait(120)
+            assert not any(s.inputs_grew for s in job.summaries)
+            assert "the epoch's records are read again at the next start" in caplog.text
         broker.start()
         ends = sentinels(int(stream.ts.max()), 2)
         produce(bootstrap, topic, records[1_000:], round_robin=True, partitions=2)
         produce(bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
-        wait_until(lambda: applied(job) == 2_002, "every record applied")
-        job.stop()
-        job.wait(120)
+        if then == "job_stopped":
+            job = start(available_now=True)
+            job.wait(120)
+        else:
+            wait_until(lambda: applied(job) == 2_002, "every record applied")
         got = latest_results(config, read_topic(bootstrap, config.output.topic))
     finally:
-        if job is not None:
-            job.stop()
+        for j in jobs:
+            j.stop()
+            j.wait(120)
         broker.stop()
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
 
