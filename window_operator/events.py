@@ -26,7 +26,7 @@ from window_operator.columns import (
     position_columns,
 )
 from window_operator.errors import InvalidArgumentError
-from window_operator.eventkey import kafka_key_text
+from window_operator.eventkey import KEY_FORMATS, KeyFormat, kafka_key_text
 from window_operator.eventtime import TimestampUnit, field_time_ms, record_time_ms
 from window_operator.rejections import (
     MISSING,
@@ -180,8 +180,8 @@ class RecordDecoder:
 
     ``timestamp_field`` ``None``: the event time is each record's Kafka timestamp, given
     beside the records (``record_times``; :func:`record_time_ms` judges it). ``kafka_key``:
-    the key is each record's Kafka key (``record_keys``; :func:`kafka_key_text` judges
-    it), and there are no key fields.
+    the key is each record's Kafka key (``record_keys``), read as ``key_format``
+    (:func:`kafka_key_text` judges it), and there are no key fields.
     """
 
     def __init__(
@@ -195,10 +195,16 @@ class RecordDecoder:
         counted_fields: Sequence[str] = (),
         max_key_bytes: int = MAX_KEY_BYTES,
         kafka_key: bool = False,
+        key_format: KeyFormat = "string",
     ) -> None:
         if kafka_key and key_field not in (None, (), []):
             raise InvalidArgumentError("key fields and the Kafka key cannot both be the key")
+        if key_format not in KEY_FORMATS:
+            raise InvalidArgumentError(
+                f"key_format must be one of {', '.join(KEY_FORMATS)} (got {key_format!r})"
+            )
         self.kafka_key = kafka_key
+        self.key_format: KeyFormat = key_format
         #: The grouping fields: none (one global key ``""``), one, or several.
         if key_field is None:
             self.key_fields: tuple[str, ...] = ()
@@ -367,7 +373,7 @@ class RecordDecoder:
         if self.timestamp_field is None:
             ts = record_time_ms(record_time)
         if self.kafka_key:
-            key = kafka_key_text(record_key, self.max_key_bytes)
+            key = kafka_key_text(record_key, self.max_key_bytes, self.key_format)
         # _decode gives one value per field, in field order
         return DecodedEvent(
             key=key,
@@ -425,7 +431,7 @@ class RecordDecoder:
                 if times is not None:
                     ts = record_time_ms(times[i])
                 if kafka_keys is not None:
-                    key = kafka_key_text(kafka_keys[i], self.max_key_bytes)
+                    key = kafka_key_text(kafka_keys[i], self.max_key_bytes, self.key_format)
             except RecordRejected as rej:
                 partition = partitions[i] if partitions is not None else default_partition
                 offset = offsets[i] if offsets is not None else None

@@ -192,6 +192,7 @@ def _decoder(config: JobConfig, bound: list[BoundAggregation]) -> RecordDecoder:
         timestamp_field=inp.timestamp_field,
         timestamp_unit=inp.timestamp_unit,
         kafka_key=inp.kafka_key,
+        key_format=inp.key_format,
         numeric_fields=numeric,
         object_fields=objects,
         counted_fields=counted,

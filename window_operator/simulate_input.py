@@ -2,7 +2,8 @@
 
 Besides the event's own fields a line may carry ``partition`` (default 0), ``offset``
 (default: the next offset of its partition), ``wall_ms`` (its arrival wall clock, which
-stands for its Kafka record timestamp) and ``kafka_key`` (its Kafka record key, as text).
+stands for its Kafka record timestamp) and ``kafka_key`` (its Kafka record key: a string,
+or what ``input.key_format`` reads, see :mod:`window_operator.eventkey`).
 A line is parsed as a Kafka value would be (:func:`~window_operator.codecs.json_input.
 parse_json`), so every line gets the verdict the streaming job would give its payload;
 chunks of clean lines without position fields take the columnar path, with the same

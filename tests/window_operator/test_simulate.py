@@ -740,3 +740,26 @@ def test_the_kafka_key_is_the_lines_kafka_key(tmp_path: Path, batch_size: int) -
     # --no-meta: kafka_key is the event's own field, and no line has a Kafka key
     results, errors, _ = run(lines, tmp_path / "no-meta", batch_size, meta=(), input=keyed)
     assert results == [] and {e["code"] for e in errors} == {"MISSING_KEY"}
+
+
+@pytest.mark.parametrize("batch_size", [1, 100])
+def test_a_kafka_key_of_another_format_is_the_value_it_stands_for(
+    tmp_path: Path, batch_size: int
+) -> None:
+    """``key_format: long``: a line's ``kafka_key`` is the integer a LongSerializer wrote;
+    the windows are keyed by its decimal text, and a key that is no such integer is
+    rejected."""
+    lines = [
+        orjson.dumps({"kafka_key": 1234, "ts": BASE, "v": 1}),
+        orjson.dumps({"kafka_key": "1234", "ts": BASE, "v": 2}),
+        orjson.dumps({"kafka_key": -1, "ts": BASE, "v": 4}),
+        orjson.dumps({"kafka_key": 2**63, "ts": BASE, "v": 8}),
+        orjson.dumps({"kafka_key": 1234, "ts": BASE + S, "v": 16}),
+    ]
+    keyed = {"key_from": "kafka", "key_format": "long", "timestamp": "ts"}
+    results, errors, _ = run(lines, tmp_path, batch_size, input=keyed)
+    assert [(e["code"], e["offset"]) for e in errors] == [("BAD_KEY", 1), ("BAD_KEY", 3)]
+    assert final_windows(results) == {
+        ("1234", BASE): {"n": 2, "s": 17.0},
+        ("-1", BASE): {"n": 1, "s": 4.0},
+    }

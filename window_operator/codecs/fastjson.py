@@ -212,7 +212,7 @@ class ColumnarJsonDecoder:
             if record_keys is None or len(record_keys) != n:
                 return None
             try:
-                keys = [kafka_key_text(k, d.max_key_bytes) for k in record_keys]
+                keys = [kafka_key_text(k, d.max_key_bytes, d.key_format) for k in record_keys]
             except RecordRejected:
                 return None
         return KafkaColumns(stamps, keys)

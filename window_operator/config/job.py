@@ -24,6 +24,7 @@ from window_operator.config.windows import (
     SessionWindow,
     WindowConfig,
 )
+from window_operator.eventkey import KeyFormat
 
 __all__ = ["AggregationConfig", "InputConfig", "JobConfig"]
 
@@ -62,7 +63,8 @@ class InputConfig(InputModel):
 
     ``key`` is the grouping field, or a list of them (a list of one is that field);
     ``None`` puts every event under the one global key ``""``; ``key_from: kafka`` groups
-    by the Kafka record key (as UTF-8 text) instead. ``timestamp`` is the event-time
+    by the Kafka record key instead, read as ``key_format`` (see
+    :mod:`window_operator.eventkey`). ``timestamp`` is the event-time
     field, read in ``timestamp_unit``; ``timestamp_from: kafka`` takes the Kafka record
     timestamp instead.
     ``fields`` lists the value fields to decode (``None``: the fields the aggregations
@@ -79,6 +81,7 @@ class InputConfig(InputModel):
         None
     )
     key_from: Literal["field", "kafka"] = "field"
+    key_format: KeyFormat = "string"
     timestamp: NonEmptyStr | None = None
     timestamp_from: Literal["field", "kafka"] = "field"
     timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"] = Field(
@@ -109,6 +112,12 @@ class InputConfig(InputModel):
                 f"key, not {show(self.key)})"
             )
             raise FieldProblems([(("key",), message)])
+        if not self.kafka_key and self.key_format != "string":
+            message = (
+                f"applies to key_from: kafka only (it says how the Kafka record key is "
+                f"written); with key_from: field, leave it out (got {self.key_format})"
+            )
+            raise FieldProblems([(("key_format",), message)])
         return self
 
 

@@ -15,7 +15,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from jobkit import read_topic
 
-from window_operator.cli.produce import Produced, Routed, Target, kafka_key, route, targets
+from window_operator.cli.routing import Produced, Routed, Target, kafka_key, route, targets
 from window_operator.config import load_any_config
 from window_operator.kafka_admin import KafkaAdmin
 
@@ -382,6 +382,30 @@ def test_a_lines_kafka_key_is_the_record_key_where_the_job_groups_by_that() -> N
     assert "1 lines have a kafka_key that is not a string" in produced.summary()
     plain = targets(config)  # keyed by the job's key field, whatever the line's kafka_key
     assert route(line, plain, Produced()) == Routed(plain[None], b"/a", line)
+
+
+@pytest.mark.parametrize(
+    ("key_format", "key", "written"),
+    [
+        ("long", 1234, (1234).to_bytes(8, "big")),
+        ("int", -2, (-2).to_bytes(4, "big", signed=True)),
+        ("bytes", "00ff", b"\x00\xff"),
+    ],
+)
+def test_a_lines_kafka_key_is_written_as_its_key_format_writes_it(
+    key_format: str, key: object, written: bytes
+) -> None:
+    config = load_any_config(ROOT / "config/clicks.yaml")
+    inp = kafka_time(config.input, key=None, key_from="kafka", key_format=key_format)
+    keyed = targets(config.model_copy(update={"input": inp}))
+    line = orjson.dumps({"page": "/a", "kafka_key": key, "wall_ms": 5})
+    assert route(line, keyed, Produced()) == Routed(keyed[None], written, line, None, 5)
+    produced = Produced()
+    unwritable = {"long": b"9223372036854775808", "int": b"2147483648", "bytes": b'"0g"'}
+    unwritable_line = b'{"kafka_key": ' + unwritable[key_format] + b', "wall_ms": 5}'
+    assert route(unwritable_line, keyed, produced, number=1) is None
+    assert produced.bad_key == [1] and produced.skipped
+    assert f"(key_from: kafka, key_format {key_format}): skipped (line 1)" in produced.summary()
 
 
 @pytest.mark.kafka

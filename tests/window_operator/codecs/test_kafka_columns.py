@@ -17,7 +17,7 @@ from window_operator.codecs.inputs import InputDecoder
 from window_operator.codecs.json_input import JsonPayloadDecoder
 from window_operator.config import JoinInputConfig
 from window_operator.errors import InvalidArgumentError
-from window_operator.eventkey import kafka_key_text
+from window_operator.eventkey import KEY_FORMATS, KeyFormat, kafka_key_text
 from window_operator.events import RecordDecoder
 from window_operator.eventtime import MAX_ABS_TS, record_time_ms
 from window_operator.join import LEFT, JoinDecoder, JoinRecord
@@ -133,7 +133,7 @@ def test_a_join_side_reads_the_record_time_on_both_paths(rows: list[Any]) -> Non
 KEYED = RecordDecoder(key_field=None, timestamp_field="ts", numeric_fields=["v"], kafka_key=True)
 kafka_key = st.one_of(
     st.sampled_from([b"a", b"b", "é".encode(), b"", None, b"\xff", b"x" * 4097]),
-    st.binary(max_size=3),
+    st.binary(max_size=9),  # 4 and 8 bytes: keys of key_format int and long
 )
 
 
@@ -170,11 +170,21 @@ def test_a_record_without_a_usable_kafka_key_is_rejected(
     ]
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.parametrize("key_format", KEY_FORMATS)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(event, stamp, kafka_key), min_size=1, max_size=12))
-def test_both_from_kafka_the_job_decoder_gives_every_payload_one_verdict(rows: list[Any]) -> None:
-    """The columnar path or record by record: the same rows and the same errors."""
-    both = RecordDecoder(key_field=None, timestamp_field=None, numeric_fields=["v"], kafka_key=True)
+def test_both_from_kafka_the_job_decoder_gives_every_payload_one_verdict(
+    key_format: KeyFormat, rows: list[Any]
+) -> None:
+    """The columnar path or record by record: the same rows and the same errors, in every
+    key format."""
+    both = RecordDecoder(
+        key_field=None,
+        timestamp_field=None,
+        numeric_fields=["v"],
+        kafka_key=True,
+        key_format=key_format,
+    )
     payloads = [orjson.dumps(e) for e, _, _ in rows]
     times, keys = [t for _, t, _ in rows], [k for _, _, k in rows]
     results = [
@@ -191,7 +201,7 @@ def test_both_from_kafka_the_job_decoder_gives_every_payload_one_verdict(rows: l
     want = []
     for i, (t, k) in enumerate(zip(times, keys, strict=True)):
         try:
-            want.append((i, kafka_key_text(k, 4096), record_time_ms(t)))
+            want.append((i, kafka_key_text(k, 4096, key_format), record_time_ms(t)))
         except RecordRejected:
             pass
     if len(want) == len(rows):  # nothing to reject: the fast path takes the chunk

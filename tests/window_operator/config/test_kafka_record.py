@@ -108,3 +108,29 @@ def test_a_join_side_has_no_key_from() -> None:
     with pytest.raises(ConfigError) as info:
         parse_any_config(join_doc(key_from="kafka"), base_dir=ROOT)
     assert "join.left.key_from: unknown key" in str(info.value)
+
+
+@pytest.mark.parametrize("key_format", ["string", "long", "int", "bytes"])
+def test_the_kafka_key_is_read_in_its_format(key_format: str) -> None:
+    doc = minimal()
+    doc["input"] |= {"key_from": "kafka", "key_format": key_format}
+    config = parse_config(doc, base_dir=ROOT)
+    assert config.input.key_format == key_format
+    assert parse_config(minimal(), base_dir=ROOT).input.key_format == "string"
+
+
+def test_a_key_format_without_the_kafka_key_is_refused() -> None:
+    """Key fields are read as their values are: a key format would do nothing."""
+    doc = minimal()
+    doc["input"] |= {"key_format": "long"}
+    path, message = one_problem(doc)
+    assert path == "input.key_format"
+    assert message.startswith("applies to key_from: kafka only")
+
+
+def test_an_unknown_key_format_names_the_choices() -> None:
+    doc = minimal()
+    doc["input"] |= {"key_from": "kafka", "key_format": "uuid"}
+    path, message = one_problem(doc)
+    assert path == "input.key_format"
+    assert message == "must be one of string, long, int, bytes (got 'uuid')"

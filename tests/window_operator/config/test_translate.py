@@ -92,7 +92,8 @@ def test_error_message_format_is_exact() -> None:
             lambda d: d["input"].update(tiemstamp="t"),
             "input.tiemstamp",
             "unknown key (allowed keys: topic, format, avro_schema, avro_wire, key, key_from,"
-            " timestamp, timestamp_from, timestamp_unit, fields); did you mean 'timestamp'?",
+            " key_format, timestamp, timestamp_from, timestamp_unit, fields); did you mean"
+            " 'timestamp'?",
             id="nested-unknown-key",
         ),
         pytest.param(

@@ -68,12 +68,18 @@ def test_json_end_to_end_matches_the_oracle(
     assert "LATE" in kinds  # late events re-emitted their windows
 
 
+@pytest.mark.parametrize("key_format", ["string", "bytes"])
 def test_the_kafka_record_key_and_timestamp_as_key_and_event_time_match_the_oracle(
-    tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    key_format: str,
 ) -> None:
     """``key_from: kafka`` and ``timestamp_from: kafka``: the records carry neither a key
     nor a time field; each one's Kafka key and timestamp are its key and event time (late
-    events included)."""
+    events included). With ``key_format: bytes`` the key is the hexadecimal text of the
+    record key's bytes."""
     topic = unique_name("stamped")
     create_topic(kafka_bootstrap, topic, 4)
     stream = make_stream(3_000)
@@ -89,13 +95,21 @@ def test_the_kafka_record_key_and_timestamp_as_key_and_event_time_match_the_orac
         tmp_path,
         topic,
         unique_name("job"),
-        input={"key": None, "key_from": "kafka", "timestamp": None, "timestamp_from": "kafka"},
+        input={
+            "key": None,
+            "key_from": "kafka",
+            "key_format": key_format,
+            "timestamp": None,
+            "timestamp_from": "kafka",
+        },
         spark={"max_offsets_per_trigger": 1_000},
     )
     job = run_to_end(config, kafka_bootstrap, spark)
     assert job.run_totals.totals["applied"] == 3_000 + 4
     assert job.run_totals.totals["rejected"] == 0
     got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
+    if key_format == "bytes":  # keyed by the hexadecimal text of the keys' UTF-8 bytes
+        got = {(bytes.fromhex(k).decode(), w): r for (k, w), r in got.items()}
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
     assert "LATE" in {r["kind"] for r in got.values()}
 
