@@ -64,6 +64,11 @@ class JoinInputConfig(InputModel):
     fields: tuple[NonEmptyStr, ...] | None = None
 
     section: ClassVar[str] = "join"
+    #: why a key of ``input:`` is not one of a join side (see ``config.translate``)
+    unknown_key_hints: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("key", "key_from", "key_format"),
+        "a join keys both sides by the fields of join.on, read from each record's value",
+    )
 
     @model_validator(mode="after")
     def _name_is_a_topic(self) -> Self:

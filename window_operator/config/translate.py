@@ -202,8 +202,12 @@ def _unknown_key_message(error: _Error) -> str:
             parent.section_names() if issubclass(parent, JobSections) else list(parent.model_fields)
         )
         message += f" (allowed keys: {', '.join(keys)})"
-        close = difflib.get_close_matches(str(error.raw_loc[-1]), keys, n=1)
-        if close:
+        name = str(error.raw_loc[-1])
+        hint = getattr(parent, "unknown_key_hints", {}).get(name)
+        close = difflib.get_close_matches(name, keys, n=1)
+        if hint:
+            message += f"; {hint}"
+        elif close:
             message += f"; did you mean {close[0]!r}?"
     return message
 

@@ -103,11 +103,17 @@ def test_key_fields_and_the_kafka_key_are_refused_together(key: Any) -> None:
     assert message.startswith("leave it out with key_from: kafka")
 
 
-def test_a_join_side_has_no_key_from() -> None:
+@pytest.mark.parametrize(
+    ("key", "value"), [("key_from", "kafka"), ("key_format", "long"), ("key", "id")]
+)
+def test_a_join_side_has_no_key_and_says_why(key: str, value: str) -> None:
     """A join keys both sides by its ``on`` fields."""
     with pytest.raises(ConfigError) as info:
-        parse_any_config(join_doc(key_from="kafka"), base_dir=ROOT)
-    assert "join.left.key_from: unknown key" in str(info.value)
+        parse_any_config(join_doc(**{key: value}), base_dir=ROOT)
+    assert f"join.left.{key}: unknown key (allowed keys: name, topic, format" in str(info.value)
+    assert str(info.value).endswith(
+        "; a join keys both sides by the fields of join.on, read from each record's value"
+    )
 
 
 @pytest.mark.parametrize("key_format", ["string", "long", "int", "bytes"])
