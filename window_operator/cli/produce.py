@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
@@ -189,6 +190,24 @@ def _load(
         raise CliError("some records were not acknowledged by the broker", EXIT_FAILED)
 
 
+def _retention(admin: KafkaAdmin, topic: str) -> tuple[int, int] | None:
+    """The ``retention.ms`` of ``topic`` and the oldest record timestamp it keeps now, if
+    it deletes records by their producers' timestamps (``None``: it keeps every record,
+    the broker stamps them, or it does not say)."""
+    settings = admin.topic_config(topic)
+    try:
+        retention = int(settings.get("retention.ms", "-1"))
+    except ValueError:
+        return None
+    if (
+        retention < 0
+        or "delete" not in settings.get("cleanup.policy", "delete")
+        or settings.get("message.timestamp.type", "CreateTime") != "CreateTime"
+    ):
+        return None
+    return retention, int(time.time() * 1000) - retention
+
+
 def _cmd_produce(args: argparse.Namespace) -> int:
     config = load_simulation_runtime(args.config).config
     input_path = input_file(args.input)
@@ -205,7 +224,14 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             replication_factor=config.kafka.replication_factor,
         )
         partitions[topic] = admin.require_topic(topic, hint="create it", kind="input topic")
-    inputs = {name: replace(t, partitions=partitions[t.topic]) for name, t in inputs.items()}
+    inputs = {
+        name: replace(
+            t,
+            partitions=partitions[t.topic],
+            retention=_retention(admin, t.topic) if t.record_time else None,
+        )
+        for name, t in inputs.items()
+    }
     producer = _producer(config, bootstrap, args.once)
     consumer = {**config.kafka.consumer, "bootstrap.servers": bootstrap}
     if args.once and not _load_once(producer, admin, consumer, partitions):

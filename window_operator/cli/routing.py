@@ -15,6 +15,7 @@ import orjson
 
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.durations import format_duration_ms
 from window_operator.eventkey import KeyFormat, kafka_key_bytes
 from window_operator.events import RecordDecoder
 from window_operator.simulate_input import META_FIELDS, line_wall
@@ -42,6 +43,9 @@ class Target:
     partitions: int | None = None
     #: how the record keys of a job keyed by them are written (``input.key_format``)
     key_format: KeyFormat = "string"
+    #: the topic's ``retention.ms`` and the oldest record timestamp it keeps when the
+    #: lines are written (``None``: it keeps every record, or the broker stamps them)
+    retention: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,9 @@ class Produced:
     #: the numbers of the lines whose records were not written (the broker refused them,
     #: or they timed out), by the reason
     failed: dict[str, list[int]] = field(default_factory=dict)
+    #: per topic: its ``retention.ms``, and how many records were written with a
+    #: timestamp older than it keeps
+    expiring: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def delivered(self, line: int, err: Any, msg: Any) -> None:
         """The producer's delivery report of the record of line ``line`` (a failed one
@@ -119,6 +126,13 @@ class Produced:
                 f"; {len(self.bad_key)} lines have a kafka_key that is not "
                 f"{_KEY_VALUES[self.key_format]}, their record key (key_from: kafka, "
                 f"key_format {self.key_format}): skipped ({_numbered(self.bad_key)})"
+            )
+        for topic, (retention, n) in sorted(self.expiring.items()):
+            out += (
+                f"; {n} records to {topic} carry a timestamp (wall_ms) older than its "
+                f"retention.ms ({format_duration_ms(retention)}): the broker deletes them, "
+                "maybe before the job reads them (give the topic retention.ms -1, as "
+                "produce does with a topic it creates)"
             )
         for reason, lines in sorted(self.failed.items()):
             out += f"; {len(lines)} records not written: {reason} ({_numbered(lines)})"
@@ -251,6 +265,9 @@ def route(
     if target.record_time and wall <= 0 and isinstance(record, dict):
         produced.unstamped.append(number)
         return None
+    if target.record_time and target.retention is not None and 0 < wall < target.retention[1]:
+        retention, n = produced.expiring.get(target.topic, (target.retention[0], 0))
+        produced.expiring[target.topic] = (retention, n + 1)
     key = target.key_of(record)
     if target.line_keyed and "kafka_key" in meta and isinstance(record, dict):
         named_key = record.get("kafka_key")

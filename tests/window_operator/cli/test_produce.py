@@ -409,6 +409,41 @@ def test_a_lines_kafka_key_is_written_as_its_key_format_writes_it(
 
 
 @pytest.mark.kafka
+def test_produce_warns_of_records_older_than_the_topic_keeps(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """An input topic that deletes records after a day gets lines stamped in 2023: they
+    are written (the job may still read them), with a warning that the broker deletes
+    them."""
+    import time
+
+    topic = unique_name("retained")
+    KafkaAdmin(kafka_bootstrap).create_topic(topic, 1, {"retention.ms": "86400000"})
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp_from: kafka}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    now = int(time.time() * 1000)
+    lines = tmp_path / "in.jsonl"
+    lines.write_bytes(
+        b'{"page": "/a", "wall_ms": 1700000000123}\n{"page": "/b", "wall_ms": 1700000000124}\n'
+        + orjson.dumps({"page": "/c", "wall_ms": now})
+        + b"\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
+         "--input", str(lines), "--bootstrap-servers", kafka_bootstrap],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"; 2 records to {topic} carry a timestamp (wall_ms) older than its retention.ms (1d)"
+        in proc.stderr
+    ), proc.stderr
+
+
+@pytest.mark.kafka
 def test_produce_stamps_the_records_of_a_job_that_reads_the_kafka_timestamp(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
