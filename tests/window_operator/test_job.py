@@ -223,3 +223,19 @@ def test_a_job_on_the_kafka_key_takes_a_messages_kafka_key_as_its_key(tmp_path: 
         assert codes == [("MISSING_KEY", 2), ("BAD_KEY", 3)]
     finally:
         op.close()
+
+
+def test_a_job_on_long_kafka_keys_takes_their_bytes_or_the_integer(tmp_path: Path) -> None:
+    rt = runtime_for(input={"key_from": "kafka", "key_format": "long", "timestamp": "ts"})
+    op = rt.open_task(tmp_path)
+    try:
+        op.add_message({"ts": 1_000}, kafka_key=(7).to_bytes(8, "big"))
+        op.add_message({"ts": 2_000}, kafka_key=7)
+        op.add_message({"ts": 3_000}, kafka_key="7")  # not an integer
+        op.add_message({"ts": 4_000}, kafka_key=b"\x07")  # not 8 bytes
+        op.timeout(END_OF_TIME)
+        assert [(r.key, r.window_start, r.values["n"]) for r in op.get_result()] == [("7", 0, 2)]
+        codes = [(e.code.name, e.offset) for e in op.get_errors()]
+        assert codes == [("BAD_KEY", 2), ("BAD_KEY", 3)]
+    finally:
+        op.close()

@@ -236,13 +236,15 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
         partition: int = 0,
         offset: int | None = None,
         wall_ms: int | None = None,
-        kafka_key: bytes | str | None = None,
+        kafka_key: bytes | str | int | None = None,
     ) -> StepStats:
         """Add one decoded input record (a dict in the job's input schema).
 
         ``wall_ms`` is its arrival time, which stands for its Kafka record timestamp (the
         event time of a job with ``timestamp_from: kafka``, as in ``simulate``);
-        ``kafka_key`` is its Kafka record key (the key of a job with ``key_from: kafka``).
+        ``kafka_key`` is its Kafka record key (the key of a job with ``key_from: kafka``):
+        its bytes, or the value they stand for, as in ``simulate`` (a string; an integer
+        for ``key_format`` ``long`` or ``int``; hexadecimal text for ``bytes``).
 
         A replay is skipped; a record that does not decode is queued as an error record
         with its offset; any other goes to :meth:`_add_decoded`. What :func:`changes`
