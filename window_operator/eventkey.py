@@ -24,7 +24,14 @@ from typing import Final, Literal
 from window_operator.rejections import RecordRejected, show
 from window_operator.results import ErrorCode
 
-__all__ = ["KEY_FORMATS", "NO_RECORD_KEY", "KeyFormat", "kafka_key_bytes", "kafka_key_text"]
+__all__ = [
+    "KEY_FORMATS",
+    "NO_RECORD_KEY",
+    "KeyFormat",
+    "kafka_key_bytes",
+    "kafka_key_text",
+    "kafka_key_value",
+]
 
 #: How the Kafka record keys of an input are written (see the module doc).
 KeyFormat = Literal["string", "long", "int", "bytes"]
@@ -82,6 +89,21 @@ def kafka_key_bytes(value: object, key_format: KeyFormat) -> bytes | None:
     return None
 
 
+def kafka_key_value(key: bytes, key_format: KeyFormat) -> str | int | None:
+    """The value record key bytes ``key`` stand for in ``key_format``, as ``simulate``
+    reads a line's ``kafka_key`` (``None``: the format does not read them)."""
+    if key_format == "bytes":
+        return key.hex()
+    if key_format == "string":
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if len(key) != _INTEGERS[key_format][0]:
+        return None
+    return int.from_bytes(key, "big", signed=True)
+
+
 def _string(key: object) -> str:
     if isinstance(key, bytes):
         try:
@@ -94,8 +116,9 @@ def _string(key: object) -> str:
             ) from None
     if isinstance(key, str):
         return key
+    hint = " (input.key_format long or int reads integer keys)" if isinstance(key, int) else ""
     raise RecordRejected(
-        ErrorCode.BAD_KEY, f"a Kafka record key is text (a string), got {show(key)}"
+        ErrorCode.BAD_KEY, f"a Kafka record key is text (a string), got {show(key)}{hint}"
     )
 
 
@@ -127,7 +150,15 @@ def _integer(key: object, key_format: KeyFormat) -> str:
         if -(1 << (8 * size - 1)) <= key < 1 << (8 * size - 1):
             return str(key)
         raise RecordRejected(
-            ErrorCode.BAD_KEY, f"the Kafka record key {key} does not fit key_format {key_format}"
+            ErrorCode.BAD_KEY,
+            f"the Kafka record key {key} does not fit key_format {key_format} ({size} "
+            "signed bytes)",
+        )
+    if isinstance(key, float) and abs(key) >= 1 << 63:  # JSON's integers beyond 64 bits
+        raise RecordRejected(
+            ErrorCode.BAD_KEY,
+            f"the Kafka record key {int(key)} does not fit key_format {key_format} ({size} "
+            "signed bytes)",
         )
     raise RecordRejected(
         ErrorCode.BAD_KEY,

@@ -43,13 +43,17 @@ def test_each_format_reads_its_keys(key: object, key_format: KeyFormat, text: st
         (b"1234", "long", "the Kafka record key is 4 bytes: key_format long reads 8 "
          "(LongSerializer); got b'1234'"),
         (struct.pack(">q", 5), "int", "the Kafka record key is 8 bytes: key_format int reads 4"),
-        (2**31, "int", "the Kafka record key 2147483648 does not fit key_format int"),
+        (2**31, "int", "the Kafka record key 2147483648 does not fit key_format int (4 signed "
+         "bytes)"),
+        (-(2.0**64), "long", "the Kafka record key -18446744073709551616 does not fit "
+         "key_format long (8 signed bytes)"),  # JSON's integer beyond 64 bits, a float
         ("12", "long", "a Kafka record key of key_format long is an integer, got string \"12\""),
         (True, "long", "a Kafka record key of key_format long is an integer, got boolean true"),
         ("0g", "bytes", "a Kafka record key of key_format bytes is given as hexadecimal text"),
         (b"x" * 2049, "bytes", "the Kafka record key's hexadecimal text is 4098 bytes; the "
          "limit is 4096"),
-        (7, "string", "a Kafka record key is text (a string), got int 7"),
+        (7, "string", "a Kafka record key is text (a string), got int 7 (input.key_format "
+         "long or int reads integer keys)"),
     ],
 )  # fmt: skip
 def test_a_key_its_format_does_not_read_is_rejected_with_the_reason(

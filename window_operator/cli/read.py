@@ -4,9 +4,10 @@ A result is the line ``simulate`` writes for it; a retraction, a tombstone on Ka
 its window's key fields with ``"kind": "RETRACT"`` (a tombstone carries no
 ``update_seq`` nor values). An error record is the line of ``simulate --errors`` with
 the input's ``topic``, a join's ``source`` (the input that rejected it),
-``raw_base64`` (the exact bytes) and the record's Kafka key (``kafka_key``, where it is
-text, and ``kafka_key_base64``). The output topic is compacted: once the broker has
-compacted it, only the latest record of each window is left to read.
+``raw_base64`` (the exact bytes) and the record's Kafka key (``kafka_key``, the value it
+stands for in ``input.key_format``, and ``kafka_key_base64``). The output topic is
+compacted: once the broker has compacted it, only the latest record of each window is
+left to read.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def _cmd_read(args: argparse.Namespace) -> int:
             "starts (`window-operator run`)",
             EXIT_CONFIG,
         )
-    line = _error_line if args.errors else _result_line(config)
+    line = _error_line(config) if args.errors else _result_line(config)
     consumer_config = {**config.kafka.consumer, "bootstrap.servers": bootstrap}
     counts = _Counts()
     stop = threading.Event()  # set by Ctrl-C or SIGTERM: how --follow ends
@@ -170,14 +171,20 @@ def _retraction(key: bytes | None) -> dict[str, Any] | None:
     return {**doc, "kind": "RETRACT"} if isinstance(doc, dict) else None
 
 
-def _error_line(m: Message) -> bytes | None:
-    headers = m.headers()
-    if isinstance(headers, dict):  # confluent-kafka gives a list; a dict is the same
-        headers = list(headers.items())
-    try:
-        return error_json(decode_error(m.key(), m.value(), headers))
-    except ValueError:
-        return None
+def _error_line(config: JobConfig | JoinJobConfig) -> Callable[[Message], bytes | None]:
+    """An error record's line, its input record's key read as the job reads it."""
+    key_format = config.input.key_format if isinstance(config, JobConfig) else "string"
+
+    def line(m: Message) -> bytes | None:
+        headers = m.headers()
+        if isinstance(headers, dict):  # confluent-kafka gives a list; a dict is the same
+            headers = list(headers.items())
+        try:
+            return error_json(decode_error(m.key(), m.value(), headers), key_format)
+        except ValueError:
+            return None
+
+    return line
 
 
 def _messages(

@@ -147,8 +147,8 @@ class Produced:
 #: What a line's ``kafka_key`` is for each key format (see :mod:`window_operator.eventkey`).
 _KEY_VALUES: dict[KeyFormat, str] = {
     "string": "a string",
-    "long": "an integer of 8 bytes",
-    "int": "an integer of 4 bytes",
+    "long": "an integer that fits 8 signed bytes",
+    "int": "an integer that fits 4 signed bytes",
     "bytes": "hexadecimal text",
 }
 

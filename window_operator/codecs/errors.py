@@ -13,6 +13,7 @@ from typing import Final
 
 import orjson
 
+from window_operator.eventkey import KeyFormat, kafka_key_value
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = [
@@ -94,7 +95,7 @@ def decode_error(
     )
 
 
-def error_json(err: ErrorRecord) -> bytes:
+def error_json(err: ErrorRecord, key_format: KeyFormat = "string") -> bytes:
     """One JSON object for an error record read from Kafka (``window-operator read
     --errors``; no trailing newline).
 
@@ -102,22 +103,15 @@ def error_json(err: ErrorRecord) -> bytes:
     of ``simulate --errors``), plus a join's ``source`` (the input that rejected it)
     when known, ``raw_base64``, the exact original bytes, always (``raw`` is their
     UTF-8 reading with replacement characters, lossy for binary payloads such as Avro),
-    and the input record's Kafka key: ``kafka_key`` where it is UTF-8 text (the field
-    ``simulate`` reads it from), and ``kafka_key_base64``, its exact bytes.
+    and the input record's Kafka key: ``kafka_key``, the value it stands for in the
+    input's ``key_format`` (the field ``simulate`` reads it from; ``null`` where the
+    format does not read it), and ``kafka_key_base64``, its exact bytes.
     """
     doc = err.to_dict()
     if err.source is not None:
         doc["source"] = err.source
     doc["raw_base64"] = None if err.raw is None else base64.b64encode(err.raw).decode()
     key = err.key
-    doc["kafka_key"] = None if key is None else _utf8_text(key)
+    doc["kafka_key"] = None if key is None else kafka_key_value(key, key_format)
     doc["kafka_key_base64"] = None if key is None else base64.b64encode(key).decode()
     return orjson.dumps(doc)
-
-
-def _utf8_text(data: bytes) -> str | None:
-    """``data`` as UTF-8 text, ``None`` where it is not."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None

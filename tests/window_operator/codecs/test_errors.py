@@ -57,3 +57,21 @@ def test_an_error_line_shows_the_records_kafka_key() -> None:
         err = ErrorRecord(ErrorCode.BAD_KEY, "r", 0, 1, b"{}", "in", key)
         doc = orjson.loads(error_json(err))
         assert doc["kafka_key"] == text and base64.b64decode(doc["kafka_key_base64"]) == key
+
+
+def test_an_error_lines_kafka_key_is_the_value_simulate_reads_in_the_key_format() -> None:
+    """Fed back to ``simulate``, the line's ``kafka_key`` stands for the same record key:
+    an integer for ``long`` and ``int``, hexadecimal text for ``bytes``; ``null`` where
+    the format does not read the key."""
+    cases = [
+        ("long", (1234).to_bytes(8, "big"), 1234),
+        ("long", b"\x05", None),
+        ("int", (-5).to_bytes(4, "big", signed=True), -5),
+        ("bytes", b"\x00\xff", "00ff"),
+        ("string", b"\x00\xff", None),
+    ]
+    for key_format, key, value in cases:
+        err = ErrorRecord(ErrorCode.BAD_KEY, "r", 0, 1, b"{}", "in", key)
+        doc = orjson.loads(error_json(err, key_format))  # type: ignore[arg-type]
+        assert doc["kafka_key"] == value, (key_format, key)
+        assert base64.b64decode(doc["kafka_key_base64"]) == key

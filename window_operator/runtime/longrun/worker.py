@@ -314,6 +314,9 @@ class Worker:
                     "epoch was not started: restart the job once the broker is back"
                 )
             self.mesh.check()
+            # the reader is not read meanwhile: its partitions with records must not go
+            # idle, or those records would be late once read
+            self._held_back()
             time.sleep(_LOOK_AGAIN_S)
         return seen
 
