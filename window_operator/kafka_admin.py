@@ -193,8 +193,9 @@ class KafkaAdmin:
         out), asked for by name: unlike :meth:`topics`, the answer does not grow with the
         cluster, for the checks a running job makes every batch. The request (Kafka's
         DescribeTopics) creates no topic. Raises :class:`BrokerUnreachableError` as
-        :meth:`topics` does, and :class:`KafkaAdminError` if the cluster refuses to
-        describe a topic (for example, no permission).
+        :meth:`topics` does (and for any error Kafka calls retriable), and
+        :class:`KafkaAdminError` if the cluster refuses to describe a topic (for example,
+        no permission).
         """
         from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -207,6 +208,7 @@ class KafkaAdmin:
             KafkaError._TIMED_OUT,
             KafkaError._TRANSPORT,
             KafkaError._ALL_BROKERS_DOWN,
+            KafkaError._RESOLVE,
             KafkaError.REQUEST_TIMED_OUT,
         )
         self._client.poll(0)
@@ -225,7 +227,7 @@ class KafkaAdmin:
                 if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue
                 self._client.poll(0)
-                if error.code() in unanswered:
+                if error.code() in unanswered or error.retriable():  # asked again, it may
                     cause = self._last_error.text or str(error.str())
                     raise BrokerUnreachableError(self.bootstrap_servers, wait, cause) from None
                 raise KafkaAdminError(f"describing topic {name!r} failed: {error.str()}") from None
