@@ -297,11 +297,9 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
     def timeout(self, now_ms: int) -> None:
         """Advance the wall clock; :data:`END_OF_TIME` ends both inputs."""
         clock = self.kernel.clock
-        if now_ms >= END_OF_TIME:
-            clock.now = END_OF_TIME
+        if clock.tick(now_ms):
             self._advance_watermark(END_OF_TIME)
             return
-        clock.note_now(now_ms)
         if self.spec.idle_timeout is not None:
             self._advance_watermark(clock.coalesced())
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from window_operator.arrays import IntArray, distinct
 from window_operator.kernel.positions import InputPosition, input_position
-from window_operator.policies import NO_WATERMARK
+from window_operator.policies import END_OF_TIME, NO_WATERMARK
 
 __all__ = ["ClockState", "EventClock", "PartitionActivity", "fold_clock"]
 
@@ -110,6 +110,15 @@ class EventClock:
             self.first_wall = now
         if now > self.now:
             self.now = now
+
+    def tick(self, now: int) -> bool:
+        """A timer pass at wall clock ``now``: note it; whether it is :data:`END_OF_TIME`,
+        the end of the input (the clock then stands there, whatever it read before)."""
+        if now >= END_OF_TIME:
+            self.now = END_OF_TIME
+            return True
+        self.note_now(now)
+        return False
 
     def note_wall(self, source: int, part: IntArray, wall: IntArray) -> None:
         """Advance the wall clock and the last activity of every partition in ``part``."""

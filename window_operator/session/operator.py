@@ -146,15 +146,13 @@ class SessionAggregator(EventOperator):
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` ends the input."""
         clock = self.kernel.clock
-        if now_ms >= END_OF_TIME:
-            clock.now = END_OF_TIME
+        if clock.tick(now_ms):
             self._eot = True
             self._advance_watermark(END_OF_TIME)
             if self.by_offsets:
                 self._fire()
             self._emit_late()
             return
-        clock.note_now(now_ms)
         if self.policy.idle_timeout is not None and clock.max_ts:
             self._advance_watermark(clock.coalesced())
         late_pending = self.policy.late_mode is LateMode.PERIOD and self.cache.any_pending()

@@ -193,12 +193,10 @@ class WindowedAggregator(EventOperator):
     def timeout(self, now_ms: int) -> None:
         """Run the wall-clock policies at ``now_ms``; :data:`END_OF_TIME` fires everything."""
         clock = self.kernel.clock
-        if now_ms >= END_OF_TIME:
-            clock.now = END_OF_TIME
+        if clock.tick(now_ms):
             self._advance_watermark(END_OF_TIME)
             self._emit_late()
             return
-        clock.note_now(now_ms)
         if self.policy.idle_timeout is not None and clock.max_ts:
             self._advance_watermark(clock.coalesced())
         action = self.kernel.timers_due(bool(self.book.pending))

@@ -6,7 +6,7 @@ import numpy as np
 
 from window_operator.kernel import ClockState, EventClock, InputPosition
 from window_operator.kernel.clock import PartitionActivity, fold_clock
-from window_operator.policies import NO_WATERMARK
+from window_operator.policies import END_OF_TIME, NO_WATERMARK
 
 S = 1000
 
@@ -34,6 +34,14 @@ def test_an_idle_partition_stops_holding_the_watermark_back() -> None:
     assert clock.coalesced() == 10 * S  # partition 1 silent for 25 s: not idle yet
     clock.note_now(131 * S)
     assert clock.coalesced() == 50 * S
+
+
+def test_a_timer_pass_moves_the_wall_clock_on_and_the_end_of_time_ends_it() -> None:
+    clock = EventClock(sources=1, allowed_lateness=0, idle_timeout=None)
+    assert clock.tick(5 * S) is False and (clock.first_wall, clock.now) == (5 * S, 5 * S)
+    assert clock.tick(3 * S) is False and clock.now == 5 * S  # never backwards
+    assert clock.tick(END_OF_TIME) is True and clock.now == END_OF_TIME
+    assert clock.tick(END_OF_TIME + 1) is True and clock.now == END_OF_TIME
 
 
 def test_a_join_waits_for_both_inputs() -> None:
