@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from window_operator.kafka_admin import KafkaAdmin
 
 if TYPE_CHECKING:
     from window_operator.cli.common import Subparsers
+    from window_operator.eventkey import KeyFormat
     from window_operator.runtime.settings import TaskSettings
 
 __all__ = ["RESTORE_LOCK_WAIT_S", "add_parsers"]
@@ -109,8 +111,10 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
 
     if not isinstance(config, JobConfig):
         return given, ""
+    if config.input.kafka_key and config.input.key_format != "string":
+        return _kafka_key(given, config.input.key_format)
     fields = config.input.key_fields
-    if not fields:  # one global key, or the Kafka record key: the text as it is
+    if not fields:  # one global key, or a text Kafka record key: the text as it is
         return given, ""
     if len(fields) == 1:
         return given, _number_hint(given, fields[0])
@@ -123,6 +127,23 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
         return given, hint
     decoder = RecordDecoder(key_field=fields, timestamp_field=None)
     return decoder.key_or_none(dict(zip(fields, values, strict=True))) or given, hint
+
+
+def _kafka_key(given: str, key_format: KeyFormat) -> tuple[str, str]:
+    """The text of the Kafka record key ``given`` in ``key_format`` (``long`` and
+    ``int``: an integer, ``+1`` and ``01`` are ``1``; ``bytes``: hexadecimal text in
+    either case), and a hint for a miss."""
+    from window_operator.eventkey import kafka_key_text
+    from window_operator.rejections import RecordRejected
+
+    value: object = given
+    if key_format != "bytes":
+        with contextlib.suppress(ValueError):
+            value = int(given)
+    try:
+        return kafka_key_text(value, 1 << 20, key_format), ""
+    except RecordRejected as rej:
+        return given, f" ({rej.reason})"
 
 
 def _number_hint(given: str, field: str) -> str:

@@ -43,6 +43,14 @@ def _signed_duration(value: object) -> object:
 SignedDuration = Annotated[int, BeforeValidator(_signed_duration)]
 
 
+#: Why the keys of ``input:`` that set the grouping key are unknown in ``join:`` and its
+#: sides (see ``config.translate``).
+_JOIN_KEY_HINTS: dict[str, str] = dict.fromkeys(
+    ("key", "key_from", "key_format"),
+    "a join keys both sides by the fields of join.on, read from each record's value",
+)
+
+
 class JoinInputConfig(InputModel):
     """One side of a join: ``join.left`` or ``join.right``.
 
@@ -65,10 +73,7 @@ class JoinInputConfig(InputModel):
 
     section: ClassVar[str] = "join"
     #: why a key of ``input:`` is not one of a join side (see ``config.translate``)
-    unknown_key_hints: ClassVar[dict[str, str]] = dict.fromkeys(
-        ("key", "key_from", "key_format"),
-        "a join keys both sides by the fields of join.on, read from each record's value",
-    )
+    unknown_key_hints: ClassVar[dict[str, str]] = _JOIN_KEY_HINTS
 
     @model_validator(mode="after")
     def _name_is_a_topic(self) -> Self:
@@ -119,6 +124,8 @@ class JoinConfig(FrozenModel):
     between: tuple[SignedDuration, SignedDuration] | None = None
     rows: StrictPositiveInt | None = None
     store: Literal["auto", "ts_offset", "fields_ts_offset", "ts_fields_offset"] = "auto"
+
+    unknown_key_hints: ClassVar[dict[str, str]] = _JOIN_KEY_HINTS
 
     @model_validator(mode="before")
     @classmethod

@@ -418,9 +418,18 @@ class JobSections(FrozenModel):
                 for name in ("workers", "partition_discovery")
                 if name in self.spark.model_fields_set
             ]
-        for where, section in self.input_models():
+        inputs = self.input_models()
+        for where, section in inputs:
             if section.format != "avro" and "avro_wire" in section.model_fields_set:
                 out.append(f"{where}.avro_wire applies to format avro only (this input is json)")
+        kafka_time = [section.timestamp_from == "kafka" for _, section in inputs]
+        if kafka_time and all(kafka_time) and "max_future" in self.watermark.model_fields_set:
+            out.append(
+                "watermark.max_future applies to event times read from a field only (this "
+                "job's event time is the Kafka record timestamp, which the guard compares "
+                "with itself: bound the producers' clocks on the topic instead, with "
+                "LogAppendTime or message.timestamp.after.max.ms)"
+            )
         return out
 
     def input_models(self) -> list[tuple[str, InputModel]]:

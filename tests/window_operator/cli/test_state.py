@@ -63,6 +63,28 @@ def test_inspect_takes_a_several_field_key_as_any_json_array_of_it() -> None:
         assert _group_key(other, '["US", 2024]') == ('["US", 2024]', "")
 
 
+def test_inspect_takes_a_kafka_key_as_its_key_format_writes_its_text() -> None:
+    """A ``long`` key is any spelling of its integer, a ``bytes`` key hexadecimal text in
+    either case; a key the format cannot have is looked up as given, with the reason."""
+    doc = {
+        "job": "j",
+        "input": {"key_from": "kafka", "key_format": "long", "timestamp": "ts"},
+        "window": {"type": "tumbling", "size": "10s"},
+        "aggregations": [{"name": "n", "op": "count"}],
+    }
+    longs = parse_config(doc, base_dir=Path("."))
+    assert _group_key(longs, "1234") == ("1234", "")
+    assert _group_key(longs, "+01234") == ("1234", "")
+    assert _group_key(longs, "user") == (
+        "user",
+        ' (a Kafka record key of key_format long is an integer, got string "user")',
+    )
+    doc["input"] = {**doc["input"], "key_format": "bytes"}
+    hashes = parse_config(doc, base_dir=Path("."))
+    assert _group_key(hashes, "F9 7C") == ("f97c", "")
+    assert _group_key(hashes, "f9x")[0] == "f9x"
+
+
 def test_inspect_times_without_a_zone_are_utc_as_the_log_prints_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -114,6 +114,12 @@ def test_a_join_side_has_no_key_and_says_why(key: str, value: str) -> None:
     assert str(info.value).endswith(
         "; a join keys both sides by the fields of join.on, read from each record's value"
     )
+    doc = join_doc()
+    doc["join"][key] = value  # on the join itself
+    with pytest.raises(ConfigError) as info:
+        parse_any_config(doc, base_dir=ROOT)
+    assert f"join.{key}: unknown key (allowed keys: left, right, on" in str(info.value)
+    assert str(info.value).endswith("fields of join.on, read from each record's value")
 
 
 @pytest.mark.parametrize("key_format", ["string", "long", "int", "bytes"])
@@ -140,3 +146,20 @@ def test_an_unknown_key_format_names_the_choices() -> None:
     path, message = one_problem(doc)
     assert path == "input.key_format"
     assert message == "must be one of string, long, int, bytes (got 'uuid')"
+
+
+def test_the_far_future_guard_of_a_job_on_kafka_timestamps_is_said_to_be_ignored() -> None:
+    """``max_future`` compares the event time with the record timestamp: with
+    ``timestamp_from: kafka`` they are one value, and the guard cannot reject anything."""
+    doc = minimal()
+    doc["input"] = {"timestamp_from": "kafka"}
+    doc["watermark"] = {"max_future": "1h"}
+    ignored = parse_config(doc, base_dir=ROOT).ignored_settings()
+    assert len(ignored) == 1 and ignored[0].startswith(
+        "watermark.max_future applies to event times read from a field only"
+    )
+    del doc["watermark"]  # the default is not the user's
+    assert parse_config(doc, base_dir=ROOT).ignored_settings() == []
+    join = join_doc(timestamp_from="kafka", timestamp=None)  # the right side reads a field
+    join["watermark"] = {"max_future": "1h"}
+    assert parse_any_config(join, base_dir=ROOT).ignored_settings() == []
