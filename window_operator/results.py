@@ -185,6 +185,9 @@ class ErrorRecord:
     #: The job's name of the input (a join's ``left`` / ``right`` name), when it has several:
     #: set by the job and ``simulate`` (a join's operator alone names the ``topic``).
     source: str | None = None
+    #: The original Kafka record timestamp (epoch ms), when the record came from Kafka
+    #: with one (the event time of an input with ``timestamp_from: kafka``).
+    timestamp: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``raw`` is the raw bytes read as UTF-8, with replacement

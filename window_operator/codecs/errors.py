@@ -20,6 +20,7 @@ __all__ = [
     "HEADER_ERROR_CODE",
     "HEADER_ERROR_REASON",
     "HEADER_SOURCE_OFFSET",
+    "HEADER_SOURCE_TIMESTAMP",
     "HEADER_SOURCE_PARTITION",
     "HEADER_SOURCE_INPUT",
     "HEADER_SOURCE_TOPIC",
@@ -35,6 +36,7 @@ HEADER_SOURCE_TOPIC: Final = "source.topic"
 HEADER_SOURCE_INPUT: Final = "source.input"
 HEADER_SOURCE_PARTITION: Final = "source.partition"
 HEADER_SOURCE_OFFSET: Final = "source.offset"
+HEADER_SOURCE_TIMESTAMP: Final = "source.timestamp"
 
 
 def encode_error(
@@ -45,8 +47,8 @@ def encode_error(
     Key and value are the original message's bytes (``key`` when the caller knows it,
     ``err.raw``), so the record can be replayed as is. Headers, UTF-8: ``error.code``,
     ``error.reason`` and, when known, ``source.input`` (a join's input name),
-    ``source.topic``, ``source.partition``,
-    ``source.offset`` (a header whose value is unknown is left out).
+    ``source.topic``, ``source.partition``, ``source.offset`` and ``source.timestamp``
+    (the original record's Kafka timestamp; a header whose value is unknown is left out).
     """
     headers: list[tuple[str, bytes]] = [
         (HEADER_ERROR_CODE, err.code.value.encode()),
@@ -60,6 +62,8 @@ def encode_error(
         headers.append((HEADER_SOURCE_PARTITION, str(err.partition).encode()))
     if err.offset is not None:
         headers.append((HEADER_SOURCE_OFFSET, str(err.offset).encode()))
+    if err.timestamp is not None:
+        headers.append((HEADER_SOURCE_TIMESTAMP, str(err.timestamp).encode()))
     return key, err.raw, headers
 
 
@@ -92,6 +96,7 @@ def decode_error(
         text.get(HEADER_SOURCE_TOPIC),
         key,
         text.get(HEADER_SOURCE_INPUT),
+        number(HEADER_SOURCE_TIMESTAMP),
     )
 
 
@@ -105,7 +110,8 @@ def error_json(err: ErrorRecord, key_format: KeyFormat = "string") -> bytes:
     UTF-8 reading with replacement characters, lossy for binary payloads such as Avro),
     and the input record's Kafka key: ``kafka_key``, the value it stands for in the
     input's ``key_format`` (the field ``simulate`` reads it from; ``null`` where the
-    format does not read it), and ``kafka_key_base64``, its exact bytes.
+    format does not read it), ``kafka_key_base64``, its exact bytes, and ``wall_ms``, its
+    Kafka timestamp (the field ``simulate`` reads that from; ``null``: not known).
     """
     doc = err.to_dict()
     if err.source is not None:
@@ -114,4 +120,5 @@ def error_json(err: ErrorRecord, key_format: KeyFormat = "string") -> bytes:
     key = err.key
     doc["kafka_key"] = None if key is None else kafka_key_value(key, key_format)
     doc["kafka_key_base64"] = None if key is None else base64.b64encode(key).decode()
+    doc["wall_ms"] = err.timestamp
     return orjson.dumps(doc)

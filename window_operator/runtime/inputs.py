@@ -25,3 +25,9 @@ class InputRecords:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def timestamp(self, i: int) -> int | None:
+        """Record ``i``'s Kafka timestamp (``None``: not known, or it has none)."""
+        if self.timestamps is None or self.timestamps[i] < 0:
+            return None
+        return self.timestamps[i]

@@ -121,6 +121,7 @@ class JoinPlan:
                 topic,
                 records.keys[i],
                 name,
+                records.timestamp(i),
             )
             for i, e in sorted(errors.items())
         ]

@@ -7,17 +7,26 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from window_operator.kafka_range import KafkaSourceError
 from window_operator.results import ErrorCode, ErrorRecord
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.settings import KafkaConfig
 
-__all__ = ["read_input", "read_records", "with_originals"]
+__all__ = ["Original", "read_input", "read_records", "with_originals"]
 
 #: Offsets wanted this close together are read as one range, not looked up one by one.
 _RUN_GAP = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Original:
+    """An input record read back: its Kafka key, value and timestamp (``None``: none)."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None = None
 
 
 def with_originals(
@@ -45,7 +54,11 @@ def with_originals(
         got = None
         if e.code is ErrorCode.OUT_OF_RETENTION and e.partition is not None:
             got = found.get((topic, e.partition), {}).get(e.offset if e.offset is not None else -1)
-        out.append(e if got is None else replace(e, key=got[0], raw=got[1], topic=topic))
+        out.append(
+            e
+            if got is None
+            else replace(e, key=got.key, raw=got.value, topic=topic, timestamp=got.timestamp)
+        )
     return out
 
 
@@ -56,14 +69,14 @@ def read_records(
     offsets: Iterable[int],
     *,
     timeout_s: float = 10.0,
-) -> dict[int, tuple[bytes | None, bytes | None]]:
-    """``{offset: (key, value)}`` of the records at ``offsets`` (missing ones are left out).
+) -> dict[int, Original]:
+    """The records at ``offsets``, by offset (missing ones are left out).
 
     Offsets close together are read as one range (a backfill may reject many records
     of a batch), far ones each on their own.
     """
     wanted = sorted(set(offsets))
-    found: dict[int, tuple[bytes | None, bytes | None]] = {}
+    found: dict[int, Original] = {}
     runs: list[list[int]] = []
     for offset in wanted:
         if runs and offset - runs[-1][-1] <= _RUN_GAP:
@@ -78,9 +91,9 @@ def read_records(
         except KafkaSourceError:
             continue  # gone (retention) or not delivered: the error keeps its summary
         at = set(run)
-        for offset, key, value in zip(records.offsets, records.keys, records.values, strict=True):
+        for i, offset in enumerate(records.offsets):
             if offset in at:
-                found[offset] = (key, value)
+                found[offset] = Original(records.keys[i], records.values[i], records.timestamp(i))
     return found
 
 

@@ -151,11 +151,12 @@ class AggregationPlan:
 
 
 def _with_keys(decoded: DecodeResult, records: InputRecords) -> DecodedInput[EventBatch]:
-    """Error records carry their Kafka key; ``max_ts`` of the rows."""
+    """Error records carry their Kafka key and timestamp; ``max_ts`` of the rows."""
     kept = set(decoded.kept)
     failed = [i for i in range(len(records)) if i not in kept]
     errors = [
-        replace(err, key=records.keys[i]) for i, err in zip(failed, decoded.errors, strict=True)
+        replace(err, key=records.keys[i], timestamp=records.timestamp(i))
+        for i, err in zip(failed, decoded.errors, strict=True)
     ]
     batch = decoded.batch
     max_ts = int(batch.ts.max()) if len(batch) else None

@@ -59,7 +59,7 @@ from window_operator.runtime.gaps import (
 )
 from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.runtime.inputs import InputRecords
-from window_operator.runtime.lookup import read_input, read_records, with_originals
+from window_operator.runtime.lookup import Original, read_input, read_records, with_originals
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import (
     discard_producer,
@@ -404,11 +404,11 @@ class TaskRunner(Generic[B, R]):
         for row, exc in failed:
             partition, offset = int(parts[row]), int(offs[row])
             original = read_records(self.settings.consumer_config(), topic, partition, [offset])
-            key, raw = original.get(offset, (None, None))
+            got = original.get(offset, Original(None, None))
             err = internal_error(
-                "the operator", exc, topic=topic, partition=partition, offset=offset, raw=raw
+                "the operator", exc, topic=topic, partition=partition, offset=offset, raw=got.value
             )
-            out.append(replace(err, key=key))
+            out.append(replace(err, key=got.key, timestamp=got.timestamp))
         return out
 
     def _send(

@@ -50,7 +50,8 @@ def ran_job(tmp: Path, bootstrap: str, name: Callable[[str], str], output: str) 
     values = [b'{"k":"a","ts":1000}', b"{broken", b'{"k":"a","ts":2000}', b'{"k":"b"}',
               b'{"k":"a","ts":25000}']  # fmt: skip
     job = LocalJob(TaskSettings(config, bootstrap, str(tmp), prepare_topics(config, bootstrap)))
-    job.run_batch([InputRecords(topic, 0, list(range(5)), [b"a"] * 5, values)], 1_000)
+    stamps = [7_000, 7_001, 7_002, -1, 7_004]  # the fourth record has no Kafka timestamp
+    job.run_batch([InputRecords(topic, 0, list(range(5)), [b"a"] * 5, values, stamps)], 1_000)
     return config
 
 
@@ -76,6 +77,7 @@ def test_read_prints_the_results_and_the_error_records_the_job_sent(
     ]  # as simulate --errors writes them
     assert all(e["reason"] for e in errors)
     assert [(e["kafka_key"], e["kafka_key_base64"]) for e in errors] == [("a", "YQ==")] * 2
+    assert [e["wall_ms"] for e in errors] == [7_001, None]  # the records' Kafka timestamps
 
 
 def test_a_retraction_reads_as_its_window_and_follow_ends_with_ctrl_c(

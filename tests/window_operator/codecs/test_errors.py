@@ -7,6 +7,7 @@ import base64
 import orjson
 
 from window_operator.codecs import (
+    decode_error,
     encode_error,
     error_json,
 )
@@ -75,3 +76,17 @@ def test_an_error_lines_kafka_key_is_the_value_simulate_reads_in_the_key_format(
         doc = orjson.loads(error_json(err, key_format))  # type: ignore[arg-type]
         assert doc["kafka_key"] == value, (key_format, key)
         assert base64.b64decode(doc["kafka_key_base64"]) == key
+
+
+def test_an_error_records_kafka_timestamp_goes_with_it() -> None:
+    """The rejected record's Kafka timestamp (the event time of a ``timestamp_from:
+    kafka`` input) travels in a header, and ``read --errors`` gives it as ``wall_ms``, the
+    field ``simulate`` reads it from."""
+    err = ErrorRecord(ErrorCode.BAD_KEY, "r", 0, 1, b"{}", "in", b"k", timestamp=1_700_000_000_123)
+    key, value, headers = encode_error(err, key=err.key)
+    assert ("source.timestamp", b"1700000000123") in headers
+    back = decode_error(key, value, headers)
+    assert back == err
+    assert orjson.loads(error_json(back))["wall_ms"] == 1_700_000_000_123
+    unknown = decode_error(*encode_error(ErrorRecord(ErrorCode.BAD_JSON, "r")))
+    assert unknown.timestamp is None and orjson.loads(error_json(unknown))["wall_ms"] is None

@@ -76,10 +76,13 @@ def assert_errors_exactly_once(bootstrap: str, config: JobConfig, topic: str) ->
     errors = read_topic(bootstrap, config.output.errors_topic)
     assert sorted(m.key() for m in errors) == sorted(k for k, _, _ in BAD)
     by_key = {m.key(): m for m in errors}
+    stamps = {m.key(): m.timestamp()[1] for m in read_topic(bootstrap, topic)}
     for key, value, code in BAD:
         headers = {k: v.decode() for k, v in by_key[key].headers()}
         assert headers["error.code"] == code, key
         assert headers["source.topic"] == topic and headers["source.offset"].isdigit()
+        # the record's Kafka timestamp, read back with it where the operator rejected it
+        assert headers["source.timestamp"] == str(stamps[key]), key
         assert by_key[key].value() == value
 
 
