@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig, parse_config
 from window_operator.kafka_admin import KafkaAdmin
+from window_operator.runtime.longrun.local import LocalLongRunningJob
+from window_operator.runtime.longrun.prepare import worker_spec
+from window_operator.runtime.settings import TaskSettings
 from window_operator.sample_data import click_stream
 
 SENTINEL_KEY = "__end__"
@@ -299,3 +302,23 @@ def run_to_end(
     job.start()
     assert job.await_termination(timeout_s), f"the {config.spark.mode} run did not end"
     return job
+
+
+def local_job(
+    config: JobConfig,
+    bootstrap: str,
+    tmp: Path,
+    workers: int,
+    *,
+    watch_inputs: bool = False,
+    on_report: Callable[[Any], None] | None = None,
+    **spec: Any,
+) -> LocalLongRunningJob:
+    """A long-running job of ``config`` whose ``workers`` are threads of this process
+    (not started); ``spec``: :func:`worker_spec` options (``available_now=True``, ...)."""
+    from window_operator.spark.topics import prepare_topics
+
+    tasks = prepare_topics(config, bootstrap)
+    settings = TaskSettings(config, bootstrap, str(config.state.dir), tasks=tasks)
+    made = worker_spec(settings, workers, checkpoint_dir=tmp / "checkpoint", **spec)
+    return LocalLongRunningJob(replace(made, watch_inputs=watch_inputs), on_report=on_report)

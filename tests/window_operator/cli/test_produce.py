@@ -408,6 +408,24 @@ def test_a_lines_kafka_key_is_written_as_its_key_format_writes_it(
     assert f"(key_from: kafka, key_format {key_format}): skipped (line 1)" in produced.summary()
 
 
+def produce_kafka_time_job(
+    tmp: Path, bootstrap: str, topic: str, lines: bytes
+) -> subprocess.CompletedProcess[str]:
+    """``produce`` of ``lines`` for a count over ``topic`` that takes the Kafka record
+    timestamp as the event time."""
+    job = tmp / "job.yaml"
+    job.write_text(
+        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp_from: kafka}}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    (tmp / "in.jsonl").write_bytes(lines)
+    return subprocess.run(
+        [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
+         "--input", str(tmp / "in.jsonl"), "--bootstrap-servers", bootstrap],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
 @pytest.mark.kafka
 def test_produce_warns_of_records_older_than_the_topic_keeps(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
@@ -419,23 +437,13 @@ def test_produce_warns_of_records_older_than_the_topic_keeps(
 
     topic = unique_name("retained")
     KafkaAdmin(kafka_bootstrap).create_topic(topic, 1, {"retention.ms": "86400000"})
-    job = tmp_path / "job.yaml"
-    job.write_text(
-        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp_from: kafka}}\n"
-        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
-    )
     now = int(time.time() * 1000)
-    lines = tmp_path / "in.jsonl"
-    lines.write_bytes(
+    lines = (
         b'{"page": "/a", "wall_ms": 1700000000123}\n{"page": "/b", "wall_ms": 1700000000124}\n'
         + orjson.dumps({"page": "/c", "wall_ms": now})
         + b"\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
-         "--input", str(lines), "--bootstrap-servers", kafka_bootstrap],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = produce_kafka_time_job(tmp_path, kafka_bootstrap, topic, lines)
     assert proc.returncode == 0, proc.stderr
     assert (
         f"; 2 records to {topic} carry a timestamp (wall_ms) older than its retention.ms (1d)"
@@ -449,21 +457,11 @@ def test_produce_stamps_the_records_of_a_job_that_reads_the_kafka_timestamp(
 ) -> None:
     topic = unique_name("stamped")
     KafkaAdmin(kafka_bootstrap).create_topic(topic, 1, {"retention.ms": "-1"})
-    job = tmp_path / "job.yaml"
-    job.write_text(
-        f"job: {topic}\ninput: {{topic: {topic}, key: page, timestamp_from: kafka}}\n"
-        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
-    )
-    lines = tmp_path / "in.jsonl"
-    lines.write_bytes(
+    lines = (
         b'{"page": "/a", "wall_ms": 1700000000123}\n{"page": "/b"}\n'
         b'{"page": "/c", "wall_ms": 1}\n{"page": "/d", "wall_ms": 0}\n'
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "window_operator", "produce", "--config", str(job),
-         "--input", str(lines), "--bootstrap-servers", kafka_bootstrap],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = produce_kafka_time_job(tmp_path, kafka_bootstrap, topic, lines)
     # the lines simulate rejects, and 0 (librdkafka would stamp it now): skipped, exit 1
     assert proc.returncode == 1, proc.stderr
     assert "2 lines have no wall_ms from 1 to 2^62" in proc.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -18,6 +17,7 @@ from jobkit import (
     create_topic,
     job_config,
     latest_results,
+    local_job,
     make_stream,
     oracle,
     produce,
@@ -29,9 +29,6 @@ from window_operator.broker import LocalBroker, free_port
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.runtime.longrun.growth import InputGrowth, Look
 from window_operator.runtime.longrun.local import LocalLongRunningJob
-from window_operator.runtime.longrun.prepare import worker_spec
-from window_operator.runtime.settings import TaskSettings
-from window_operator.spark.topics import prepare_topics
 
 pytestmark = [pytest.mark.kafka]
 
@@ -77,12 +74,11 @@ def test_an_epoch_waits_for_a_broker_that_does_not_answer_its_look(
     jobs: list[LocalLongRunningJob] = []
 
     def start(available_now: bool = False) -> LocalLongRunningJob:
-        tasks = prepare_topics(config, bootstrap)
-        settings = TaskSettings(config, bootstrap, str(config.state.dir), tasks=tasks)
-        spec = worker_spec(
-            settings, 2, checkpoint_dir=tmp_path / "checkpoint", available_now=available_now
+        jobs.append(
+            local_job(
+                config, bootstrap, tmp_path, 2, watch_inputs=True, available_now=available_now
+            )
         )
-        jobs.append(LocalLongRunningJob(replace(spec, watch_inputs=True)))
         jobs[-1].start()
         return jobs[-1]
 

@@ -17,6 +17,7 @@ from jobkit import (
     create_topic,
     job_config,
     latest_results,
+    local_job,
     make_stream,
     oracle,
     produce,
@@ -26,10 +27,7 @@ from jobkit import (
 
 from window_operator.config import JobConfig
 from window_operator.runtime.longrun.local import LocalLongRunningJob
-from window_operator.runtime.longrun.prepare import worker_spec
 from window_operator.runtime.longrun.wire import EpochReport
-from window_operator.runtime.settings import TaskSettings
-from window_operator.spark.topics import prepare_topics
 
 pytestmark = [pytest.mark.kafka]
 
@@ -46,13 +44,8 @@ def unkeyed_topic(bootstrap: str, name: str, records: list[dict[str, Any]], max_
 def run_local(
     config: JobConfig, bootstrap: str, tmp: Path, workers: int, **spec: Any
 ) -> tuple[LocalLongRunningJob, list[EpochReport]]:
-    tasks = prepare_topics(config, bootstrap)
-    settings = TaskSettings(config, bootstrap, str(config.state.dir), tasks=tasks)
     reports: list[EpochReport] = []
-    job = LocalLongRunningJob(
-        worker_spec(settings, workers, checkpoint_dir=tmp / "checkpoint", **spec),
-        on_report=reports.append,
-    )
+    job = local_job(config, bootstrap, tmp, workers, on_report=reports.append, **spec)
     job.start()
     job.wait(300)
     return job, reports
@@ -153,9 +146,7 @@ def test_a_partition_where_only_a_commit_marker_waits_goes_idle_after_a_restart(
            (1, {"page": "/b", "ts": base + 2_000, "latency_ms": 1.0})])  # fmt: skip
     run_local(config, kafka_bootstrap, tmp_path, 2, available_now=True)
     write([(0, {"page": "/a", "ts": base + 50_000, "latency_ms": 1.0})])
-    tasks = prepare_topics(config, kafka_bootstrap)
-    settings = TaskSettings(config, kafka_bootstrap, str(config.state.dir), tasks=tasks)
-    job = LocalLongRunningJob(worker_spec(settings, 2, checkpoint_dir=tmp_path / "checkpoint"))
+    job = local_job(config, kafka_bootstrap, tmp_path, 2)
     job.start()
     try:
         deadline = time.monotonic() + 60
