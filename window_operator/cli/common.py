@@ -40,6 +40,7 @@ __all__ = [
     "add_no_meta_option",
     "add_state_dir_option",
     "bootstrap_servers",
+    "check_no_meta",
     "file_progress",
     "input_file",
     "load_checked_config",
@@ -141,6 +142,27 @@ def add_no_meta_option(parser: argparse.ArgumentParser) -> None:
         "own, not where the lines stand (every line of partition 0 at the next offset, "
         "arriving at its event time, without a Kafka key; produce routes it by its key)",
     )
+
+
+def check_no_meta(config: JobConfig | JoinJobConfig, command: str) -> None:
+    """Refuse ``--no-meta`` for a job that reads its event time or key from the Kafka
+    record: without the lines' ``wall_ms`` and ``kafka_key`` no line would carry them,
+    and every one would be rejected (``simulate``) or skipped or written without a key
+    (``produce``)."""
+    reads = [
+        f"{where}.timestamp_from: kafka (a line's wall_ms)"
+        for where, section in config.input_models()
+        if section.timestamp_from == "kafka"
+    ]
+    if isinstance(config, JobConfig) and config.input.key_from == "kafka":
+        reads.append("input.key_from: kafka (a line's kafka_key)")
+    if reads:
+        raise CliError(
+            f"{command} --no-meta reads no line's wall_ms or kafka_key, and this job "
+            f"takes {' and '.join(reads)}: every line would be rejected. Run without "
+            "--no-meta (events with fields of those names: rename the fields)",
+            EXIT_CONFIG,
+        )
 
 
 def add_state_dir_option(parser: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ from window_operator.cli.common import (
     add_no_meta_option,
     add_state_dir_option,
     bootstrap_servers,
+    check_no_meta,
     file_progress,
     input_file,
     load_checked_config,
@@ -49,6 +50,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     runtime = load_simulation_runtime(args.config)
     warn_ignored(runtime.config, args.config)
+    if args.no_meta:
+        check_no_meta(runtime.config, "simulate")
     input_path = input_file(args.input)
     _check_outputs(
         {"--input": input_path, "--config": Path(args.config)},

@@ -44,6 +44,7 @@ from window_operator.cli.common import (
     add_config_option,
     add_no_meta_option,
     bootstrap_servers,
+    check_no_meta,
     file_progress,
     input_file,
     load_simulation_runtime,
@@ -210,6 +211,8 @@ def _retention(admin: KafkaAdmin, topic: str) -> tuple[int, int] | None:
 
 def _cmd_produce(args: argparse.Namespace) -> int:
     config = load_simulation_runtime(args.config).config
+    if args.no_meta:
+        check_no_meta(config, "produce")
     input_path = input_file(args.input)
     bootstrap = bootstrap_servers(args, config)
     inputs = targets(config)

@@ -904,3 +904,47 @@ def test_simulate_no_meta_reads_partition_offset_and_wall_ms_as_event_fields(
     counts = {r["key"]: r["values"]["n"] for r in map(orjson.loads, plain.stdout.splitlines())}
     assert counts == {"a": 2, "b": 1, "c": 1}
     assert "0 replayed, 0 rejected" in plain.stderr and "--no-meta" not in plain.stderr
+
+
+@pytest.mark.parametrize(
+    ("job", "names"),
+    [
+        (
+            "job: m\ninput: {topic: t, key: user, timestamp_from: kafka}\n"
+            "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n",
+            ["input.timestamp_from: kafka (a line's wall_ms)"],
+        ),
+        (
+            "job: m\ninput: {topic: t, key_from: kafka, timestamp: ts}\n"
+            "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n",
+            ["input.key_from: kafka (a line's kafka_key)"],
+        ),
+        (
+            "job: j\njoin:\n  left: {name: a, topic: a, timestamp: ts}\n"
+            "  right: {name: b, topic: b, timestamp_from: kafka}\n"
+            "  on: [id]\n  range: 1m\nretention: {time: 1h}\n",
+            ["join.right.timestamp_from: kafka (a line's wall_ms)"],
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["simulate", "produce"])
+def test_no_meta_is_refused_for_a_job_that_reads_kafka_timestamps_or_keys(
+    tmp_path: Path, job: str, names: list[str], command: str
+) -> None:
+    """Under ``--no-meta`` no line carries a ``wall_ms`` or ``kafka_key``: a job that
+    takes its event time or key from the Kafka record would reject every line (simulate)
+    or get none of them right (produce skips them, or writes them without a key), so the
+    command refuses, naming the settings, before reading anything (a walkthrough: every
+    line came out MISSING_TIMESTAMP with a reason about the line's wall_ms)."""
+    (tmp_path / "job.yaml").write_text(job)
+    (tmp_path / "e.jsonl").write_text('{"user": "a", "id": 1, "ts": 1}\n')
+    extra = ["--bootstrap-servers", "127.0.0.1:1"] if command == "produce" else []
+    proc = cli(
+        command, "--config", str(tmp_path / "job.yaml"), "--input",
+        str(tmp_path / "e.jsonl"), "--no-meta", *extra,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{command} --no-meta reads no line's wall_ms or kafka_key" in proc.stderr
+    for name in names:
+        assert f"this job takes {name}: every line would be rejected" in proc.stderr
+    assert proc.stdout == ""
