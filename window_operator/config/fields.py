@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from window_operator.config.errors import FieldProblems, show
+from window_operator.config.errors import FieldProblems, Location, show
 from window_operator.durations import MAX_DURATION_MS, DurationError, parse_duration_ms
 
 __all__ = [
@@ -367,21 +367,24 @@ class InputModel(FrozenModel):
     def _event_time(self) -> Self:
         """The event time is a record field (``timestamp``, required then) or the Kafka
         record timestamp (``timestamp_from: kafka``: no field, and epoch ms)."""
+        problems: list[tuple[Location, str]] = []
         if self.timestamp_from == "field" and self.timestamp is None:
             message = (
                 "required: the record field that holds the event time (or timestamp_from: "
                 "kafka, to take the Kafka record timestamp as the event time)"
             )
-            raise FieldProblems([(("timestamp",), message)])
+            problems.append((("timestamp",), message))
         if self.timestamp_from == "kafka" and self.timestamp is not None:
             message = (
                 f"leave it out with timestamp_from: kafka (the Kafka record timestamp is "
                 f"the event time, not the field {self.timestamp!r})"
             )
-            raise FieldProblems([(("timestamp",), message)])
+            problems.append((("timestamp",), message))
         if self.timestamp_from == "kafka" and self.timestamp_unit != "ms":
             message = "Kafka record timestamps are epoch milliseconds: leave it out, or ms"
-            raise FieldProblems([(("timestamp_unit",), message)])
+            problems.append((("timestamp_unit",), message))
+        if problems:
+            raise FieldProblems(problems)
         return self
 
     @property

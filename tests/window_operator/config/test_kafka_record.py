@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from configkit import ROOT, minimal, one_problem
+from configkit import ROOT, minimal, one_problem, problem_lines
 
 from window_operator.config import ConfigError, JoinJobConfig, parse_any_config, parse_config
 
@@ -57,6 +57,18 @@ def test_the_kafka_timestamp_is_in_milliseconds(unit: str) -> None:
     path, message = one_problem(doc)
     assert path == "input.timestamp_unit"
     assert message.startswith("Kafka record timestamps are epoch milliseconds")
+
+
+def test_every_event_time_problem_is_named_at_once() -> None:
+    """A field and a unit given with the Kafka timestamp: both problems in one message,
+    not the second only once the first is mended (a walkthrough)."""
+    doc = minimal()
+    doc["input"] |= {"timestamp_from": "kafka", "timestamp_unit": "s"}
+    lines = problem_lines(doc)
+    assert [line.partition(": ")[0] for line in lines] == [
+        "input.timestamp",
+        "input.timestamp_unit",
+    ]
 
 
 def test_an_unknown_source_of_the_event_time_names_the_choices() -> None:
