@@ -15,6 +15,7 @@ from window_operator.config import ConfigError, parse_config
 from window_operator.count_windows import CountWindowAggregator
 from window_operator.errors import InvalidArgumentError
 from window_operator.job import build_runtime
+from window_operator.kernel import StepStats
 from window_operator.policies import END_OF_TIME
 from window_operator.session import SessionAggregator
 from window_operator.timewindows import WindowedAggregator
@@ -184,16 +185,23 @@ def test_either_spelling_of_a_user_operation_signs_the_state_alike() -> None:
 
 @pytest.mark.parametrize(
     ("window", "start"),
-    [({"type": "tumbling", "size": "10s"}, 0), ({"type": "session", "gap": "10s"}, 1_000)],
+    [
+        ({"type": "tumbling", "size": "10s"}, 0),
+        ({"type": "session", "gap": "10s"}, 1_000),
+        ({"type": "count", "size": 2}, 0),
+    ],
 )
 def test_a_job_on_the_kafka_timestamp_takes_a_messages_wall_ms_as_its_time(
     tmp_path: Path, window: dict[str, str], start: int
 ) -> None:
     """In the library, ``add_message``'s ``wall_ms`` stands for the record timestamp,
-    as in ``simulate``; a message without one is an error record."""
+    as in ``simulate``; a message without one is an error record. ``add_batch`` of
+    records, which carry no timestamps, is refused, but for an empty one (nothing to
+    refuse: a library loop over a source's batches)."""
     rt = runtime_for(input={"key": "k", "timestamp_from": "kafka"}, window=window)
     op = rt.open_task(tmp_path)
     try:
+        assert op.add_batch([]) == StepStats()
         with pytest.raises(InvalidArgumentError, match="records alone do not carry"):
             op.add_batch([{"k": "a", "ts": 99}])  # no record timestamps: refused, unchanged
         op.add_message({"k": "a", "ts": 99}, wall_ms=1_000)
@@ -211,6 +219,7 @@ def test_a_job_on_the_kafka_key_takes_a_messages_kafka_key_as_its_key(tmp_path: 
     rt = runtime_for(input={"key_from": "kafka", "timestamp": "ts"})
     op = rt.open_task(tmp_path)
     try:
+        assert op.add_batch([]) == StepStats()
         with pytest.raises(InvalidArgumentError, match="records alone do not carry"):
             op.add_batch([{"k": "a", "ts": 99}])
         op.add_message({"k": "x", "ts": 1_000}, kafka_key=b"a")

@@ -131,7 +131,8 @@ class CountWindowAggregator(EventOperator):
         if isinstance(batch, EventBatch):
             self.aggs.check_batch(batch)
             return self.engine.add_batch(batch)
-        decoded = self._records_decoder().decode_records(list(batch))
+        records = list(batch)
+        decoded = self._records_decoder(records).decode_records(records)
         self.engine.kernel.outputs.errors.extend(decoded.errors)
         return self.engine.add_batch(decoded.batch) + StepStats(rejected=len(decoded.errors))
 

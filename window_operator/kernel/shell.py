@@ -8,7 +8,7 @@ input of keyed events take their single-record path from :class:`EventOperator`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from stores.rocks import TaskStore
@@ -214,13 +214,14 @@ class EventOperator(KernelForwarding[ResultBatch, WindowResult]):
 
     decoder: RecordDecoder | None
 
-    def _records_decoder(self) -> RecordDecoder:
-        """The decoder of ``add_batch``'s records, which carry no Kafka timestamp or key:
-        refused (before any change) for a job that reads one of those."""
+    def _records_decoder(self, records: Sized) -> RecordDecoder:
+        """The decoder of ``add_batch``'s ``records``, which carry no Kafka timestamp or
+        key: refused (before any change) for a job that reads one of those, unless there
+        are none."""
         decoder = self.decoder
         if decoder is None:
             raise InvalidArgumentError("add_batch of records needs a RecordDecoder")
-        if decoder.timestamp_field is None or decoder.kafka_key:
+        if (decoder.timestamp_field is None or decoder.kafka_key) and len(records):
             raise InvalidArgumentError(
                 "add_batch of records: the job reads the Kafka record timestamp or key "
                 "(timestamp_from / key_from: kafka), which records alone do not carry; add "

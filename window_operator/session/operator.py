@@ -138,7 +138,8 @@ class SessionAggregator(EventOperator):
         if isinstance(batch, EventBatch):
             self.aggs.check_batch(batch)
             return self._add_columns(batch)
-        decoded = self._records_decoder().decode_records(list(batch))
+        records = list(batch)
+        decoded = self._records_decoder(records).decode_records(records)
         self.kernel.outputs.errors.extend(decoded.errors)
         return self._add_columns(decoded.batch) + StepStats(rejected=len(decoded.errors))
 

@@ -168,8 +168,8 @@ class WindowedAggregator(EventOperator):
         if isinstance(batch, EventBatch):
             self.aggs.check_batch(batch)
             return self._add_columns(batch)
-        decoder = self._records_decoder()
         records = list(batch)
+        decoder = self._records_decoder(records)
         # every record takes the next offset of partition 0, rejected ones too,
         # exactly as add_message does one at a time
         first = self.kernel.positions.get(0, 0) + 1
