@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig, parse_config
 from window_operator.kafka_admin import KafkaAdmin
+from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.longrun.local import LocalLongRunningJob
 from window_operator.runtime.longrun.prepare import worker_spec
 from window_operator.runtime.settings import TaskSettings
@@ -38,6 +39,18 @@ class Stream:
             {"page": k, "ts": int(t), "latency_ms": float(v)}
             for k, t, v in zip(self.keys, self.ts.tolist(), self.latency.tolist(), strict=True)
         ]
+
+
+def input_records(topic: str, first_offset: int, events: list[dict[str, Any]]) -> InputRecords:
+    """``events`` as a range of partition 0 of ``topic`` from ``first_offset`` (as a
+    Kafka read gives them), keyed by their ``k``."""
+    return InputRecords(
+        topic=topic,
+        partition=0,
+        offsets=list(range(first_offset, first_offset + len(events))),
+        keys=[str(e["k"]).encode() for e in events],
+        values=[orjson.dumps(e) for e in events],
+    )
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 4, **config: str) -> None:

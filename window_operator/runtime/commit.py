@@ -4,7 +4,10 @@ A task's local RocksDB is a cache of its changelog partition:
 
 1. **open**: the store is opened and caught up from the changelog (``read_committed``)
    from the position it records; a store ahead of its changelog (the topic was
-   recreated, or the store belongs to another run) is rebuilt from scratch;
+   recreated, or the store belongs to another run) is rebuilt from scratch. Under
+   exactly-once the runner initialises the task's producer between opening the store
+   (:meth:`TaskState.open_store`) and catching it up (:meth:`TaskState.catch_up`), so
+   no other producer of the task commits unseen after the catch-up;
 2. **log**: the batch's state changes go to the changelog, preceded by the store's true
    values of every key an earlier, unfinished batch left in the log (the uncommitted
    tail), with the checkpoint last as the commit marker;
@@ -39,7 +42,7 @@ from window_operator.runtime.settings import TaskSettings
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-__all__ = ["CHANGELOG_DELETE_RETENTION_MS", "WRITER_KEY", "TaskState"]
+__all__ = ["CHANGELOG_DELETE_RETENTION_MS", "WRITER_KEY", "TaskState", "last_writer"]
 
 #: Local-only key (checkpoint family, never logged): who committed the store last.
 WRITER_KEY = LOCAL_KEY_PREFIX + b"writer"
@@ -71,15 +74,31 @@ class TaskState:
         *,
         lock_wait_s: float = 60.0,
     ) -> TaskState:
-        """Open the task's store and catch it up with its changelog (step 1).
+        """Open the task's store and catch it up with its changelog (step 1):
+        :meth:`open_store`, then :meth:`catch_up`."""
+        store = cls.open_store(settings, task, lock_wait_s=lock_wait_s)
+        return cls.catch_up(settings, task, store, progress)
 
-        ``progress`` follows the catch-up (default: a log line every few seconds once it
-        takes long, see :class:`~window_operator.observe.progress.RestoreLog`);
-        ``lock_wait_s`` bounds the wait for another process to let go of the store
-        (:class:`~stores.rocks.StoreLockedError` after it).
-        """
+    @staticmethod
+    def open_store(settings: TaskSettings, task: int, *, lock_wait_s: float = 60.0) -> TaskStore:
+        """The task's store as it is on disk (not caught up); ``lock_wait_s`` bounds the
+        wait for another process to let go of it (:class:`~stores.rocks.StoreLockedError`
+        after it)."""
+        return TaskStore(settings.task_path(task), lock_wait_s=lock_wait_s)
+
+    @classmethod
+    def catch_up(
+        cls,
+        settings: TaskSettings,
+        task: int,
+        store: TaskStore,
+        progress: Callable[[RestoreProgress], None] | None = None,
+    ) -> TaskState:
+        """Catch ``store`` up with its changelog; a store ahead of it or too far behind
+        is rebuilt. ``progress`` follows the catch-up (default: a log line every few
+        seconds once it takes long, see :class:`~window_operator.observe.progress.RestoreLog`).
+        The store is closed when this fails."""
         path = settings.task_path(task)
-        store = TaskStore(path, lock_wait_s=lock_wait_s)
         progress = progress or RestoreLog(task)
         try:
             stale_after = _delete_retention_ms(settings) // 2
@@ -164,14 +183,15 @@ class TaskState:
         if self.logged_batch is not None and self.logged_batch % COMPACT_EVERY == 0:
             self.store.compact_deleted(background=True)
 
-    def last_writer(self) -> str | None:
-        """The token of the producer that last committed this store (None: not known)."""
-        raw = self.store.get(ColumnFamily.CHECKPOINT, WRITER_KEY)
-        return None if raw is None else raw.decode()
-
     def close(self) -> None:
         """Close the store."""
         self.store.close()
+
+
+def last_writer(store: TaskStore) -> str | None:
+    """The token of the producer that last committed ``store`` (None: not known)."""
+    raw = store.get(ColumnFamily.CHECKPOINT, WRITER_KEY)
+    return None if raw is None else raw.decode()
 
 
 def _delete_retention_ms(settings: TaskSettings) -> int:

@@ -19,7 +19,7 @@ import socket
 import uuid
 from typing import TYPE_CHECKING
 
-from window_operator.runtime.settings import KafkaConfig
+from window_operator.runtime.settings import KafkaConfig, TaskSettings
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -28,6 +28,7 @@ __all__ = [
     "close_producers",
     "discard_producer",
     "plain_producer",
+    "task_producer",
     "transactional_id",
     "transactional_producer",
 ]
@@ -78,6 +79,18 @@ def transactional_producer(
     token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
     _TRANSACTIONAL[key] = (producer, token)
     return producer, token
+
+
+def task_producer(
+    settings: TaskSettings, task: int, last_writer: str | None
+) -> tuple[Producer, str | None]:
+    """The producer of a state task's batch, and its writer token (exactly-once only);
+    ``last_writer``: the token of the producer that last committed the task's store."""
+    if settings.exactly_once:
+        txn = transactional_id(settings.job, task)
+        config = settings.producer_config()
+        return transactional_producer(config, txn, settings.broker_timeout_s, last_writer)
+    return plain_producer(settings.producer_config()), None
 
 
 def discard_producer(producer: Producer) -> None:

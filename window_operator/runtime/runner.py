@@ -2,7 +2,8 @@
 
 Per batch (:meth:`TaskRunner.run`):
 
-1. open the task's store, caught up from its changelog (:class:`TaskState`);
+1. open the task's store, initialise its producer (which fences every other producer of
+   the task), then catch the store up from its changelog (:class:`TaskState`);
 2. check that the store's input positions meet the batch's start offsets: a store
    behind Spark's checkpoint (the broker lost the changelog's tail, together with the
    outputs of the same transactions) would skip input silently, so the task reads
@@ -47,7 +48,7 @@ from window_operator.errors import OutputSendError, UserCodeExitError, WindowOpe
 from window_operator.kafka_range import KafkaSourceError
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
-from window_operator.runtime.commit import TaskState
+from window_operator.runtime.commit import TaskState, last_writer
 from window_operator.runtime.exchange import Rows, TaskInput, from_ipc, to_ipc
 from window_operator.runtime.faults import crash_point, trace, tracing
 from window_operator.runtime.gaps import (
@@ -61,12 +62,7 @@ from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.lookup import Original, read_input, read_records, with_originals
 from window_operator.runtime.plan import JobPlan
-from window_operator.runtime.producers import (
-    discard_producer,
-    plain_producer,
-    transactional_id,
-    transactional_producer,
-)
+from window_operator.runtime.producers import discard_producer, task_producer
 from window_operator.runtime.record_limit import fit_errors, fit_results
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.routing import error_lane, task_of_partition
@@ -188,20 +184,24 @@ class TaskRunner(Generic[B, R]):
                 # a fenced producer is replaced at once; a broker away is waited for
                 time.sleep(0.0 if attempt == 1 else min(2.0 ** (attempt - 1), 10.0))
 
-    def _producer(self, state: TaskState) -> tuple[Producer, str | None]:
-        """The producer of this batch, and its writer token (exactly-once only)."""
-        s = self.settings
-        if s.exactly_once:
-            txn = transactional_id(s.job, self.task)
-            last = state.last_writer()
-            return transactional_producer(s.producer_config(), txn, s.broker_timeout_s, last)
-        return plain_producer(s.producer_config()), None
-
     def _open_task(self) -> OpenTask[B, R]:
-        """Open the store (caught up), initialise the producer, load the operator."""
-        state = TaskState.open(self.settings, self.task)
+        """Open the store, initialise the producer, catch the store up, load the operator.
+
+        The producer comes before the catch-up: under exactly-once its initialisation
+        fences every other producer of the task (a zombie attempt, a second copy of the
+        job), so a commit of theirs either landed before it, and the catch-up reads it,
+        or cannot land, and theirs fails. Caught up first, a commit landing between the
+        catch-up and the initialisation would be missed, and the batch applied again
+        over the state before it (its results sent twice).
+        """
+        store = TaskState.open_store(self.settings, self.task)
         try:
-            producer, writer = self._producer(state)
+            producer, writer = task_producer(self.settings, self.task, last_writer(store))
+        except BaseException:
+            store.close()
+            raise
+        state = TaskState.catch_up(self.settings, self.task, store)  # closes it on failure
+        try:
             return OpenTask(state, producer, writer, self.plan.operator(state.store))
         except BaseException:
             state.close()

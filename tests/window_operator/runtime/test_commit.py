@@ -14,7 +14,7 @@ from jobkit import create_topic
 from stores.changelog import local_position
 from stores.rocks import ColumnFamily, StoreBatch
 from window_operator.runtime import commit
-from window_operator.runtime.commit import TaskState
+from window_operator.runtime.commit import TaskState, last_writer
 from window_operator.runtime.producers import plain_producer
 from window_operator.runtime.settings import TaskSettings
 from window_operator.spark.topics import prepare_topics
@@ -52,7 +52,7 @@ def test_a_store_is_rebuilt_from_its_changelog_and_knows_its_last_writer(
     state = TaskState.open(s, 0)
     log_one(state, b"v1", 1)
     log_one(state, b"v2", 2)
-    assert state.last_writer() == "writer-1"
+    assert last_writer(state.store) == "writer-1"
     position = local_position(state.store)
     state.close()
     # another host: an empty store catches up from the changelog
@@ -61,7 +61,7 @@ def test_a_store_is_rebuilt_from_its_changelog_and_knows_its_last_writer(
         assert other.restored.applied == 4 and other.restored.batches == 2
         assert other.store.get(ColumnFamily.WINDOW_META, b"k") == b"v2"
         assert local_position(other.store) == position
-        assert other.last_writer() is None  # local to the store that committed
+        assert last_writer(other.store) is None  # local to the store that committed
     finally:
         other.close()
 

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from helpers import runtime_for
 from jobkit import create_topic, read_topic
+from jobkit import input_records as records
 
 from window_operator.config import parse_any_config
 from window_operator.kernel import InputPosition
@@ -27,16 +28,6 @@ from window_operator.spark.topics import prepare_topics
 
 pytestmark = pytest.mark.kafka
 S = 1000
-
-
-def records(topic: str, first_offset: int, events: list[dict[str, Any]]) -> InputRecords:
-    return InputRecords(
-        topic=topic,
-        partition=0,
-        offsets=list(range(first_offset, first_offset + len(events))),
-        keys=[str(e["k"]).encode() for e in events],
-        values=[orjson.dumps(e) for e in events],
-    )
 
 
 def test_late_results_of_windows_expiring_in_the_same_batch_are_sent(

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka import Producer
-from jobkit import create_topic, read_topic
+from helpers import runtime_for
+from jobkit import create_topic, input_records, read_topic
 
 from stores.changelog import ChangelogDelivery
+from stores.rocks import TaskStore
 from window_operator.errors import OutputSendError
+from window_operator.runtime.batch import LocalJob
+from window_operator.runtime.commit import TaskState
+from window_operator.runtime.report import TaskReport
+from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
+from window_operator.spark.topics import prepare_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -59,3 +68,50 @@ def test_a_zombie_task_cannot_commit_and_its_output_stays_invisible(
     if local_broker and b"from the zombie" in values:
         pytest.xfail(NOIDA_REINIT)
     assert values == [b"from the new task"]
+
+
+def test_a_commit_of_another_copy_during_the_catch_up_is_not_applied_twice(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two copies of a task (a zombie attempt, a second copy of the job with its own
+    state directory) over the same input. The second opens its store and catches up;
+    the first commits the next batch right after that catch-up read the changelog.
+    The second's producer was initialised before the catch-up, so the first's commit
+    fenced it: the second's batch, applied over the state before that commit, cannot
+    commit, and runs again caught up, as a replay. (Initialised after the catch-up, it
+    fenced nobody and committed the batch a second time: the window counted 9.)"""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 1)
+    config = runtime_for(
+        job=unique_name("job"), input={"topic": topic, "key": "k", "timestamp": "ts"}
+    ).config
+    tasks = prepare_topics(config, kafka_bootstrap)
+    first = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path / "one"), tasks))
+    second = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path / "two"), tasks))
+    b1 = input_records(topic, 0, [{"k": "a", "ts": t * 1000} for t in (1, 2, 3)])
+    b2 = input_records(topic, 3, [{"k": "a", "ts": t * 1000} for t in (4, 5, 6)])
+    assert first.run_batch([b1], 1_000).tasks[0].applied == 3
+    assert second.run_batch([b1], 1_000).tasks[0].replayed == 3  # caught up with the first
+
+    real_catch_up = TaskState.catch_up
+    interleaved: list[TaskReport] = []
+
+    def catch_up(
+        settings: TaskSettings, task: int, store: TaskStore, progress: None = None
+    ) -> TaskState:
+        state = real_catch_up(settings, task, store, progress)
+        if settings.state_dir == second.settings.state_dir and not interleaved:
+            interleaved.extend(first.run_batch([b2], 2_000).tasks)  # lands after the read
+        return state
+
+    monkeypatch.setattr(TaskState, "catch_up", catch_up)
+    report = second.run_batch([b2], 2_000).tasks[0]
+    assert [r.applied for r in interleaved] == [3]
+    assert (report.applied, report.replayed, report.attempts) == (0, 3, 2)
+    # the window [0, 10 s) fires once, with the six events
+    second.run_batch([input_records(topic, 6, [{"k": "a", "ts": 30_000}])], 3_000)
+    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    assert [(r["window_start"], r["values"]["n"]) for r in results] == [(0, 6)]
