@@ -12,15 +12,18 @@ from typing import Any
 import numpy as np
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from helpers import runtime_for
 
 from window_operator.codecs import result_decoder_for
 from window_operator.config import JobConfig, parse_config
 from window_operator.kafka_admin import KafkaAdmin
+from window_operator.runtime.batch import LocalJob
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.longrun.local import LocalLongRunningJob
 from window_operator.runtime.longrun.prepare import worker_spec
 from window_operator.runtime.settings import TaskSettings
 from window_operator.sample_data import click_stream
+from window_operator.spark.topics import prepare_topics
 
 SENTINEL_KEY = "__end__"
 
@@ -51,6 +54,25 @@ def input_records(topic: str, first_offset: int, events: list[dict[str, Any]]) -
         keys=[str(e["k"]).encode() for e in events],
         values=[orjson.dumps(e) for e in events],
     )
+
+
+def batch_job(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    state_dir: Path,
+    partitions: int = 1,
+    **overrides: Any,
+) -> tuple[str, LocalJob]:
+    """A new input topic of ``partitions`` and the micro-batch path in one process
+    (:class:`LocalJob`) of a job keyed by ``k`` with event times ``ts`` over it (the
+    base test job with ``overrides``), its state under ``state_dir``."""
+    topic = unique_name("in")
+    create_topic(bootstrap, topic, partitions)
+    config = runtime_for(
+        job=unique_name("job"), input={"topic": topic, "key": "k", "timestamp": "ts"}, **overrides
+    ).config
+    tasks = prepare_topics(config, bootstrap)
+    return topic, LocalJob(TaskSettings(config, bootstrap, str(state_dir), tasks))
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 4, **config: str) -> None:

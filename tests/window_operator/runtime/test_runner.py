@@ -12,8 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from helpers import runtime_for
-from jobkit import create_topic, read_topic
+from jobkit import batch_job, create_topic, read_topic
 from jobkit import input_records as records
 
 from window_operator.config import parse_any_config
@@ -33,16 +32,14 @@ S = 1000
 def test_late_results_of_windows_expiring_in_the_same_batch_are_sent(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
-    topic = unique_name("in")
-    create_topic(kafka_bootstrap, topic, 1)
-    config = runtime_for(
-        job=unique_name("job"),
-        input={"topic": topic, "key": "k", "timestamp": "ts"},
+    topic, runner = batch_job(
+        kafka_bootstrap,
+        unique_name,
+        tmp_path,
         emit={"late": "10s"},
         retention={"time": "30s"},
-    ).config
-    tasks = prepare_topics(config, kafka_bootstrap)
-    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    )
+    config = runner.settings.config
     # window [0, 10s) fires ON_TIME when 15 s arrives
     runner.run_batch(
         [records(topic, 0, [{"k": "a", "ts": 1 * S}, {"k": "a", "ts": 15 * S}])], 1_000
@@ -62,13 +59,8 @@ def test_late_results_of_windows_expiring_in_the_same_batch_are_sent(
 def test_replayed_batches_are_not_counted_twice(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
-    topic = unique_name("in")
-    create_topic(kafka_bootstrap, topic, 1)
-    config = runtime_for(
-        job=unique_name("job"), input={"topic": topic, "key": "k", "timestamp": "ts"}
-    ).config
-    tasks = prepare_topics(config, kafka_bootstrap)
-    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    topic, runner = batch_job(kafka_bootstrap, unique_name, tmp_path)
+    config = runner.settings.config
     good = records(topic, 0, [{"k": "a", "ts": t * S} for t in (1, 2, 3)])
     batch = InputRecords(topic, 0, [*good.offsets, 3], [*good.keys, b"a"], [*good.values, b"{"])
     first = runner.run_batch([batch], 1_000).tasks[0]
@@ -88,16 +80,15 @@ def test_offsets_windows_run_one_partition_per_task_and_name_it(
 ) -> None:
     """Each task keeps only its partition's offsets: it neither claims the other
     partition nor reads it back as a gap."""
-    topic = unique_name("in")
-    create_topic(kafka_bootstrap, topic, 2)
-    config = runtime_for(
-        job=unique_name("job"),
-        input={"topic": topic, "key": "k", "timestamp": "ts"},
+    topic, runner = batch_job(
+        kafka_bootstrap,
+        unique_name,
+        tmp_path,
+        partitions=2,
         window={"type": "offsets", "size": 2},
-    ).config
-    tasks = prepare_topics(config, kafka_bootstrap)
-    assert tasks == 2
-    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    )
+    config = runner.settings.config
+    assert runner.settings.tasks == 2
 
     def part(partition: int, first: int, keys: str) -> InputRecords:
         events = [{"k": k, "ts": S} for k in keys]
@@ -184,16 +175,15 @@ def test_a_partition_read_in_a_batch_is_not_idle_at_its_start(
     """An hour between two batches (idle_timeout 10 s): partition 0 brings records in the
     second, so it is not idle at its start, and its records are not out of retention
     (before, the watermark jumped to partition 1's 100 s first)."""
-    topic = unique_name("in")
-    create_topic(kafka_bootstrap, topic, 2)
-    config = runtime_for(
-        job=unique_name("job"),
-        input={"topic": topic, "key": "k", "timestamp": "ts"},
+    topic, runner = batch_job(
+        kafka_bootstrap,
+        unique_name,
+        tmp_path,
+        partitions=2,
         watermark={"allowed_lateness": "0s", "idle_timeout": "10s"},
         retention={"time": "30s"},
-    ).config
-    tasks = prepare_topics(config, kafka_bootstrap)
-    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    )
+    config = runner.settings.config
 
     def part(p: int, first: int, events: list[dict[str, Any]]) -> InputRecords:
         r = records(topic, first, events)
@@ -235,16 +225,14 @@ def test_records_over_the_output_bound_do_not_stop_the_job(
     left out of the error record now, and a result that large is a RESULT_ERROR; a
     state value that large (here a ``collect`` of a 1.5 MB value) goes to the changelog,
     whose bound is 32 MiB."""
-    topic = unique_name("in")
-    create_topic(kafka_bootstrap, topic, 1)
-    config = runtime_for(
-        job=unique_name("job"),
-        input={"topic": topic, "key": "k", "timestamp": "ts"},
+    topic, runner = batch_job(
+        kafka_bootstrap,
+        unique_name,
+        tmp_path,
         aggregations=[{"name": "n", "op": "count"}, {"name": "b", "op": "collect", "field": "b"}],
-    ).config
+    )
+    config = runner.settings.config
     assert config.output.max_record_bytes == 990_000
-    tasks = prepare_topics(config, kafka_bootstrap)
-    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
     big = "x" * 1_500_000
     events = [
         {"k": "a", "ts": 1 * S, "b": "small"},
@@ -274,16 +262,14 @@ def test_a_record_kafka_refuses_as_too_large_stops_the_batch_at_once(
     """A bound raised past what the output topic takes: the broker refuses the result,
     which no retry can change, so the task says so at once instead of waiting
     ``broker_timeout`` for a broker that is there."""
-    topic = unique_name("in")
-    create_topic(kafka_bootstrap, topic, 1)
-    config = runtime_for(
-        job=unique_name("job"),
-        input={"topic": topic, "key": "k", "timestamp": "ts"},
+    topic, runner = batch_job(
+        kafka_bootstrap,
+        unique_name,
+        tmp_path,
         aggregations=[{"name": "b", "op": "collect", "field": "b"}],
         output={"max_record_bytes": 5_000_000},
-    ).config
-    tasks = prepare_topics(config, kafka_bootstrap)
-    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    )
+    config = runner.settings.config
     blob = base64.b64encode(random.Random(1).randbytes(1_200_000)).decode()  # incompressible
     events = [{"k": "c", "ts": 2 * S, "b": blob}, {"k": "c", "ts": 60 * S, "b": ""}]
     started = time.monotonic()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
 from confluent_kafka import Producer
-from helpers import runtime_for
-from jobkit import create_topic, input_records, read_topic
+from jobkit import batch_job, create_topic, input_records, read_topic
 
 from stores.changelog import ChangelogDelivery
 from stores.rocks import TaskStore
@@ -19,7 +19,6 @@ from window_operator.runtime.commit import TaskState
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
-from window_operator.spark.topics import prepare_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -83,14 +82,8 @@ def test_a_commit_of_another_copy_during_the_catch_up_is_not_applied_twice(
     fenced it: the second's batch, applied over the state before that commit, cannot
     commit, and runs again caught up, as a replay. (Initialised after the catch-up, it
     fenced nobody and committed the batch a second time: the window counted 9.)"""
-    topic = unique_name("in")
-    create_topic(kafka_bootstrap, topic, 1)
-    config = runtime_for(
-        job=unique_name("job"), input={"topic": topic, "key": "k", "timestamp": "ts"}
-    ).config
-    tasks = prepare_topics(config, kafka_bootstrap)
-    first = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path / "one"), tasks))
-    second = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path / "two"), tasks))
+    topic, first = batch_job(kafka_bootstrap, unique_name, tmp_path / "one")
+    second = LocalJob(replace(first.settings, state_dir=str(tmp_path / "two")))
     b1 = input_records(topic, 0, [{"k": "a", "ts": t * 1000} for t in (1, 2, 3)])
     b2 = input_records(topic, 3, [{"k": "a", "ts": t * 1000} for t in (4, 5, 6)])
     assert first.run_batch([b1], 1_000).tasks[0].applied == 3
@@ -113,5 +106,6 @@ def test_a_commit_of_another_copy_during_the_catch_up_is_not_applied_twice(
     assert (report.applied, report.replayed, report.attempts) == (0, 3, 2)
     # the window [0, 10 s) fires once, with the six events
     second.run_batch([input_records(topic, 6, [{"k": "a", "ts": 30_000}])], 3_000)
-    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    output = read_topic(kafka_bootstrap, first.settings.config.output.topic)
+    results = [orjson.loads(m.value()) for m in output]
     assert [(r["window_start"], r["values"]["n"]) for r in results] == [(0, 6)]
