@@ -117,6 +117,7 @@ def run_join_chunk(
         # rejected before the operator, but handled: a replay must not reject them again
         handled = [] if lines_avro is None else _read_back(lines_avro, run, decoder.topic)
         handled += _reject_future_rows(decoder, run, clock)
+        handled = [replace(e, source=run.source) for e in handled]
         done += op.add_records(
             run.source,
             run.records,

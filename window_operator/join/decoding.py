@@ -347,6 +347,7 @@ class JoinDecoder:
                         offset=None if off is None or off < 0 else off,
                         raw=raw_of(record),
                         topic=self.topic,
+                        source=self.name,
                     )
                 )
                 continue

@@ -437,6 +437,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
                 offset=offset,
                 raw=rows.records[i],
                 topic=self._topics[rows.source],
+                source=self.spec.names[rows.source],
             )
         )
 

@@ -399,7 +399,8 @@ class TaskRunner(Generic[B, R]):
         self, source: int, parts: IntArray, offs: IntArray, failed: list[tuple[int, BaseException]]
     ) -> list[ErrorRecord]:
         """Error records of rows that made the operator raise, with their original record."""
-        topic = self.plan.sources[source].topic
+        spec = self.plan.sources[source]
+        topic, name = spec.topic, spec.name if len(self.plan.sources) > 1 else None
         out = []
         for row, exc in failed:
             partition, offset = int(parts[row]), int(offs[row])
@@ -408,7 +409,7 @@ class TaskRunner(Generic[B, R]):
             err = internal_error(
                 "the operator", exc, topic=topic, partition=partition, offset=offset, raw=got.value
             )
-            out.append(replace(err, key=got.key, timestamp=got.timestamp))
+            out.append(replace(err, key=got.key, timestamp=got.timestamp, source=name))
         return out
 
     def _send(

@@ -169,6 +169,48 @@ def test_a_late_join_row_and_its_late_partner_in_one_batch_match_without_an_unma
     assert [kind for kind, _ in got] == ["MATCH", "MATCH"]
 
 
+def test_join_rows_out_of_retention_name_their_input(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A join's ``OUT_OF_RETENTION`` error records name the input that rejected them
+    (header ``source.input``), as its decode errors do; ``read --errors`` showed no
+    ``source`` for them (a walkthrough)."""
+    orders, shipments = unique_name("orders"), unique_name("shipments")
+    for topic in (orders, shipments):
+        create_topic(kafka_bootstrap, topic, 1)
+    config = parse_any_config(
+        {
+            "job": unique_name("job"),
+            "join": {
+                "left": {"name": "orders", "topic": orders, "timestamp": "ts"},
+                "right": {"name": "shipments", "topic": shipments, "timestamp": "ts"},
+                "on": ["k"],
+                "range": "1s",
+            },
+            "watermark": {"allowed_lateness": 0},
+            "retention": {"time": "1m"},
+        },
+        base_dir=tmp_path,
+    )
+    tasks = prepare_topics(config, kafka_bootstrap)
+    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    first = [{"k": 1, "ts": 600 * S}]
+    runner.run_batch([records(orders, 0, first), records(shipments, 0, first)], 1_000)
+    runner.run_batch(
+        [records(orders, 1, [{"k": 2, "ts": S}]), records(shipments, 1, [{"k": 3, "ts": S}])],
+        2_000,
+    )
+    errors = read_topic(kafka_bootstrap, config.output.errors_topic)
+    got = sorted(
+        (h["source.input"], h["error.code"], h["source.topic"])
+        for h in ({k: v.decode() for k, v in m.headers() or []} for m in errors)
+    )
+    assert got == [
+        ("orders", "OUT_OF_RETENTION", orders),
+        ("shipments", "OUT_OF_RETENTION", shipments),
+    ]
+
+
 def test_a_partition_read_in_a_batch_is_not_idle_at_its_start(
     tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
