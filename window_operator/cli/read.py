@@ -2,7 +2,8 @@
 
 A result is the line ``simulate`` writes for it; a retraction, a tombstone on Kafka, is
 its window's key fields with ``"kind": "RETRACT"`` (a tombstone carries no
-``update_seq`` nor values). An error record is the line of ``simulate --errors`` with
+``update_seq`` nor values), a join's the unmatched row it withdraws (read before it)
+with that kind. An error record is the line of ``simulate --errors`` with
 the input's ``topic``, a join's ``source`` (the input that rejected it),
 ``raw_base64`` (the exact bytes) and the record's Kafka key (``kafka_key``, the value it
 stands for in ``input.key_format``, and ``kafka_key_base64``). The output topic is
@@ -21,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -135,11 +136,45 @@ def _print(
         out.flush()
 
 
+#: How a join's unmatched rows begin, as the job writes them: a retraction withdraws one.
+_UNMATCHED: Final = (b'{"kind":"LEFT_UNMATCHED",', b'{"kind":"RIGHT_UNMATCHED",')
+
+
+def _join_result_line() -> Callable[[Message], bytes | None]:
+    """A join result's JSON line, or ``None`` (a record no result decodes from).
+
+    A join's retraction is a tombstone on the key of the unmatched row it withdraws
+    (``{"left": [partition, offset], "right": null}``): its line is that row again with
+    ``"kind": "RETRACT"``, as ``simulate`` writes it, when the row was read before it
+    (else, once the broker compacted the row away, the key with the kind)."""
+    unmatched: dict[bytes, bytes] = {}  # the rows a later tombstone can withdraw
+
+    def line(m: Message) -> bytes | None:
+        key, value = m.key(), m.value()
+        try:
+            if value is None:
+                row = None if key is None else unmatched.pop(key, None)
+                if row is None:
+                    retraction = _retraction(key)
+                    return None if retraction is None else orjson.dumps(retraction)
+                kind = next(p for p in _UNMATCHED if row.startswith(p))
+                return b'{"kind":"RETRACT",' + row[len(kind) :]
+            text = _json_line(value)
+            if key is not None and text.startswith(_UNMATCHED):
+                unmatched[key] = text
+            return text
+        except ValueError:  # not JSON
+            return None
+
+    return line
+
+
 def _result_line(config: JobConfig | JoinJobConfig) -> Callable[[Message], bytes | None]:
     """A result's JSON line, a retraction's, or ``None`` (a record no result decodes from)."""
+    if isinstance(config, JoinJobConfig):
+        return _join_result_line()
     decoder = None
     if config.output.format != "json":
-        assert isinstance(config, JobConfig)  # a join writes JSON only
         decoder = result_decoder_for(config)
 
     def line(m: Message) -> bytes | None:

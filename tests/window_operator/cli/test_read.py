@@ -11,11 +11,11 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
-from jobkit import create_topic, produce, read_topic
+from jobkit import create_topic, input_records, produce, read_topic
 
 from window_operator.broker import free_port
 from window_operator.codecs import result_decoder_for
-from window_operator.config import JobConfig, load_config
+from window_operator.config import JobConfig, load_any_config, load_config
 from window_operator.runtime.batch import LocalJob
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.settings import TaskSettings
@@ -158,3 +158,51 @@ def test_read_of_a_job_that_never_ran_says_so(
     proc = read(job, kafka_bootstrap)
     assert proc.returncode == 2, proc.stderr
     assert b"does not exist on" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+def test_a_join_retraction_reads_as_the_unmatched_row_it_withdraws(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A join's RETRACT is a tombstone on the key of the unmatched row it withdraws
+    (the row's input positions): ``read`` printed that key (``{"left": [0, 0], "right":
+    null, "kind": "RETRACT"}``), which names neither the row nor its join key (a
+    walkthrough). It prints the row again with ``"kind": "RETRACT"``, the line
+    ``simulate`` writes for it."""
+    orders, shipments = unique_name("orders"), unique_name("shipments")
+    for topic in (orders, shipments):
+        create_topic(kafka_bootstrap, topic, 1)
+    doc = {
+        "job": unique_name("job"),
+        "join": {
+            "left": {"name": "orders", "topic": orders, "timestamp": "ts"},
+            "right": {"name": "shipments", "topic": shipments, "timestamp": "ts"},
+            "on": ["k"],
+            "kind": "left",
+            "between": ["-3s", "4s"],
+        },
+        "watermark": {"allowed_lateness": 0},
+        "state": {"dir": str(tmp_path / "state")},
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc))
+    config = load_any_config(tmp_path / "job.yaml")
+    tasks = prepare_topics(config, kafka_bootstrap)
+    job = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    events = {  # per batch: the orders and the shipments
+        1_000: ([{"k": 1, "ts": 100 * S}], [{"k": 9, "ts": 200 * S}]),
+        2_000: ([{"k": 5, "ts": 300 * S}], [{"k": 9, "ts": 300 * S}]),  # order 1: unmatched
+        3_000: ([], [{"k": 1, "ts": 101 * S}]),  # late, and its partner: RETRACT, MATCH
+    }
+    first = {orders: 0, shipments: 0}
+    for now, (left, right) in events.items():
+        batch = []
+        for topic, evs in ((orders, left), (shipments, right)):
+            if evs:
+                batch.append(input_records(topic, first[topic], evs))
+                first[topic] += len(evs)
+        job.run_batch(batch, now)
+    proc = read(tmp_path / "job.yaml", kafka_bootstrap)
+    assert proc.returncode == 0, proc.stderr
+    got = proc.stdout.splitlines()
+    assert [orjson.loads(x)["kind"] for x in got] == ["LEFT_UNMATCHED", "RETRACT", "MATCH"]
+    assert got[1] == got[0].replace(b'"LEFT_UNMATCHED"', b'"RETRACT"')
+    assert orjson.loads(got[1])["key"] == {"k": 1}
