@@ -109,6 +109,13 @@ def _group_key(config: object, given: str) -> tuple[str, str]:
     from window_operator.config import JobConfig
     from window_operator.events import RecordDecoder
 
+    if isinstance(config, JoinJobConfig):
+        on = config.join.on
+        if not on:
+            return given, " (a join without on fields keeps every message under the key [])"
+        if len(on) == 1:
+            return given, f" (a key of {on[0]} is its value as JSON, such as 5 or '\"a\"')"
+        return given, f" (a key of {', '.join(on)} is a JSON array, such as {_example(on)})"
     if not isinstance(config, JobConfig):
         return given, ""
     if config.input.kafka_key and config.input.key_format != "string":

@@ -69,7 +69,7 @@ def parse_join_key(text: str, on: Sequence[str]) -> JoinKey:
     if isinstance(value, dict) and set(value) == set(on):
         value = [value[f] for f in on]
     if isinstance(value, list) and len(value) == len(on):
-        if len(on) > 1:
+        if len(on) != 1:  # several fields, or none (a cross join's one key, [])
             return tuple(value)
         value = value[0]
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
@@ -88,7 +88,10 @@ def stored_messages(
         if store is None:
             return []
         op = plan.runtime.operator(store)
-        join_key = parse_join_key(key, plan.runtime.config.join.on)
+        on = plan.runtime.config.join.on
+        join_key = parse_join_key(key, on)
+        if isinstance(join_key, tuple) != (len(on) != 1):  # another number of fields
+            return []
         out: list[JoinMessage] = []
         for side in (plan.runtime.config.join.left.name, plan.runtime.config.join.right.name):
             out += op.get_messages(side, start, -(2**63), end - 1, 2**63 - 1, [join_key])

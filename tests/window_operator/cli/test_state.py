@@ -12,7 +12,7 @@ import pytest
 
 from window_operator.cli.common import parse_time
 from window_operator.cli.state import _group_key, _inspect_json
-from window_operator.config import parse_config
+from window_operator.config import parse_any_config, parse_config
 from window_operator.results import FailedValue
 
 
@@ -61,6 +61,33 @@ def test_inspect_takes_a_several_field_key_as_any_json_array_of_it() -> None:
     for inp in ({"timestamp": "ts"}, {"key_from": "kafka", "timestamp": "ts"}):
         other = parse_config({**doc, "input": inp}, base_dir=Path("."))
         assert _group_key(other, '["US", 2024]') == ('["US", 2024]', "")
+
+
+@pytest.mark.parametrize(
+    ("on", "hint"),
+    [
+        (["oid"], " (a key of oid is its value as JSON, such as 5 or '\"a\"')"),
+        (["oid", "n"], ' (a key of oid, n is a JSON array, such as \'["<oid>","<n>"]\')'),
+        ([], " (a join without on fields keeps every message under the key [])"),
+    ],
+)
+def test_a_missed_join_key_says_how_a_key_of_the_on_fields_is_written(
+    on: list[str], hint: str
+) -> None:
+    """``inspect --key '[14, 2]'`` of a join on one field said only that nothing was
+    stored (a walkthrough): a miss names the key's form."""
+    side = {"timestamp": "ts"}
+    doc = {
+        "job": "j",
+        "join": {
+            "left": {"name": "a", **side},
+            "right": {"name": "b", **side},
+            "on": on,
+            "range": "1s",
+        },
+    }
+    config = parse_any_config(doc, base_dir=Path("."))
+    assert _group_key(config, "[14, 2]") == ("[14, 2]", hint)
 
 
 def test_inspect_takes_a_kafka_key_as_its_key_format_writes_its_text() -> None:
@@ -117,3 +144,33 @@ def test_inspect_refuses_a_range_that_ends_before_it_starts(
     )
     assert main(["inspect", "--config", str(job), "--key", "a", "--from", "10", "--to", "5"]) == 2
     assert "--from (10) must be before --to (5)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("on", "key", "stored"), [([], "[]", []), (["v", "w"], "[1, 2]", [1, 2])])
+def test_inspect_of_a_join_key_with_another_number_of_fields_is_a_miss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on: list[str], key: str, stored: list[int]
+) -> None:
+    """A key of another number of fields than ``on`` has (``5`` for a cross join, or
+    for a join on two fields) raised a ValueError with a traceback, and ``[]``, a cross
+    join's one key, an IndexError (a walkthrough): a miss with the hint, and the key."""
+    from window_operator.cli import main
+
+    side = "timestamp: ts"
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"job: x\njoin:\n  left: {{name: a, topic: ta, {side}}}\n"
+        f"  right: {{name: b, topic: tb, {side}}}\n  on: {on}\n  range: 1s\n"
+    )
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"source":"a","ts":1000,"v":1,"w":2}\n{"source":"b","ts":1500,"v":1,"w":2}\n')
+    state = str(tmp_path / "state")
+    simulate = ["simulate", "--config", str(job), "--input", str(lines), "--state-dir", state]
+    assert main([*simulate, "--keep-open"]) == 0
+    capsys.readouterr()
+    inspect = ["inspect", "--config", str(job), "--state-dir", state, "--key"]
+    assert main([*inspect, "5"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("no stored state for key '5' in that range (a ")
+    assert main([*inspect, key]) == 0
+    found = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(m["source"], m["key"]) for m in found] == [("a", stored), ("b", stored)]

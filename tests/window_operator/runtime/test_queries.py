@@ -24,6 +24,9 @@ from window_operator.runtime.queries import parse_join_key
         ('{"id": 3}', ["id"], 3),
         ('{"n": "x", "id": 1}', ["id", "n"], (1, "x")),
         ('[["a"]]', ["id"], '[["a"]]'),
+        # a cross join (no on fields): its one key, as inspect prints it (it raised)
+        ("[]", [], ()),
+        ("{}", [], ()),
     ],
 )
 def test_a_join_key_is_json_of_the_key_type_or_else_the_text(
