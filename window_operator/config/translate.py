@@ -165,7 +165,25 @@ def _translate(details: ErrorDetails, root: type[JobSections]) -> list[ConfigPro
         return _validator_problems(error)
     if error.kind in ("union_tag_invalid", "union_tag_not_found"):
         return [_union_tag_problem(error)]
+    if (pair := _fixed_length_problem(error)) is not None:
+        return [pair]
     return [ConfigProblem(dotted(error.loc), _message(error))]
+
+
+def _fixed_length_problem(error: _Error) -> ConfigProblem | None:
+    """A list of a fixed length (``between: [lo, hi]``) with items missing or too many:
+    said of the list (pydantic names the first missing item, ``between.1``)."""
+    if error.kind == "missing" and error.raw_loc and isinstance(error.raw_loc[-1], int):
+        loc, tp = _walk(error.raw_loc[:-1], error.root)
+    elif error.kind == "too_long":
+        loc, tp = error.loc, error.tp
+    else:
+        return None
+    args = get_args(tp)
+    if get_origin(tp) is not tuple or not args or Ellipsis in args:
+        return None
+    got = f" (got {len(error.value)})" if isinstance(error.value, list | tuple) else ""
+    return ConfigProblem(dotted(loc), f"must be a list of exactly {len(args)} items{got}")
 
 
 def _validator_problems(error: _Error) -> list[ConfigProblem]:

@@ -61,6 +61,14 @@ def _join_problems(doc: dict[str, Any]) -> list[str]:
     return [str(problem) for problem in err.value.problems]
 
 
+@pytest.mark.parametrize(("between", "got"), [(["-2m"], 1), (["-2m", "1m", "3m"], 3), ([], 0)])
+def test_join_between_of_another_length_names_the_list(between: list[str], got: int) -> None:
+    """One bound given said ``join.between.1: required key is missing`` (a walkthrough)."""
+    assert _join_problems(_join_doc(range=None, between=between)) == [
+        f"join.between: must be a list of exactly 2 items (got {got})"
+    ]
+
+
 def test_join_between_is_bounded_either_way() -> None:
     """A plain integer skipped the duration maximum and overflowed checkpoint encoding."""
     doc = _join_doc(range=None, between=[-(10**30), 10**30])
