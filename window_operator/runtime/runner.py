@@ -42,9 +42,8 @@ from typing import TYPE_CHECKING, Generic, Never, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from stores.changelog import ChangelogError
 from window_operator.arrays import IntArray
-from window_operator.errors import OutputSendError, UserCodeExitError, WindowOperatorError
+from window_operator.errors import UserCodeExitError, WindowOperatorError
 from window_operator.kafka_range import KafkaSourceError
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
@@ -60,6 +59,7 @@ from window_operator.runtime.gaps import (
 )
 from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.runtime.inputs import InputRecords
+from window_operator.runtime.kafka_failures import KAFKA_FAILURES, fenced, refused_as_too_large
 from window_operator.runtime.lookup import Original, read_input, read_records, with_originals
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import discard_producer, task_producer
@@ -87,35 +87,12 @@ B = TypeVar("B")
 R = TypeVar("R", bound=Sized)
 
 
-def _kafka_failures() -> tuple[type[BaseException], ...]:
-    from confluent_kafka import KafkaException
-
-    return (OutputSendError, ChangelogError, KafkaException)
-
-
-_KAFKA_FAILURES = _kafka_failures()
-
-
 class BrokerUnavailableError(WindowOperatorError):
     """Kafka stayed unreachable for longer than ``processing.broker_timeout``."""
 
 
 class RecordTooLargeError(WindowOperatorError):
     """Kafka refused a record of the batch as larger than it takes: retrying cannot help."""
-
-
-def _too_large(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it was raised from) is Kafka refusing a record's size,
-    by the ``KafkaError`` codes the sink and the changelog writer keep."""
-    from confluent_kafka import KafkaError
-
-    too_large = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
-    seen: BaseException | None = exc
-    while seen is not None:
-        if too_large & set(getattr(seen, "kafka_codes", ())):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 @dataclass
@@ -165,8 +142,8 @@ class TaskRunner(Generic[B, R]):
                 report = self._run_once(inp)
                 report.attempts = attempt
                 return report
-            except _KAFKA_FAILURES as exc:
-                if _too_large(exc):  # the same batch would be refused again
+            except KAFKA_FAILURES as exc:
+                if refused_as_too_large(exc):  # the same batch would be refused again
                     raise RecordTooLargeError(
                         f"task {self.task}: Kafka refused a record of {inp.label} as too "
                         f"large ({exc}): a state value over the changelog's "
@@ -181,8 +158,33 @@ class TaskRunner(Generic[B, R]):
                         f"take {inp.label} for {waited:.0f} s ({exc}); nothing of it "
                         "was committed: restart the job once the broker is back"
                     ) from exc
+                self._tell_retry(inp, exc, attempt)
                 # a fenced producer is replaced at once; a broker away is waited for
                 time.sleep(0.0 if attempt == 1 else min(2.0 ** (attempt - 1), 10.0))
+
+    def _tell_retry(self, inp: TaskInput, exc: BaseException, attempt: int) -> None:
+        """Log why an attempt at ``inp`` failed, before the next: every fence (the batch
+        is caught up and run again, as a replay of what the other producer committed),
+        and the first failure of a broker away (tried again until broker_timeout)."""
+        if fenced(exc):
+            log.warning(
+                "task %d: another producer of its transactional id fenced this one (a "
+                "zombie attempt, or a second copy of job %r, with other state.dir or "
+                "spark.checkpoint_dir): %s runs again, caught up with what that one "
+                "committed",
+                self.task,
+                self.settings.job,
+                inp.label,
+            )
+        elif attempt == 1:
+            log.warning(
+                "task %d: Kafka did not take %s (%s); trying again for up to %.0f s "
+                "(processing.broker_timeout)",
+                self.task,
+                inp.label,
+                exc,
+                self.settings.broker_timeout_s,
+            )
 
     def _open_task(self) -> OpenTask[B, R]:
         """Open the store, initialise the producer, catch the store up, load the operator.
@@ -223,7 +225,7 @@ class TaskRunner(Generic[B, R]):
             self._process(opened, inp, report)
             self._observe_state(opened, report)
         except BaseException as exc:
-            if opened is not None and isinstance(exc, _KAFKA_FAILURES):
+            if opened is not None and isinstance(exc, KAFKA_FAILURES):
                 discard_producer(opened.producer)
             self.close()
             if isinstance(exc, SystemExit):  # only user code exits while a task runs

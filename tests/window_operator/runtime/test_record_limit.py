@@ -54,7 +54,7 @@ def test_a_refusal_for_size_is_told_by_its_kafka_code_through_the_chain() -> Non
 
     from stores.errors import ProduceError
     from window_operator.errors import OutputSendError
-    from window_operator.runtime.runner import _too_large
+    from window_operator.runtime.kafka_failures import refused_as_too_large as _too_large
 
     refused = ProduceError("producing failed", (KafkaError.MSG_SIZE_TOO_LARGE,))
     try:
@@ -65,3 +65,23 @@ def test_a_refusal_for_size_is_told_by_its_kafka_code_through_the_chain() -> Non
     # a broker away, or a message that only names the code, is not a refusal for size
     assert not _too_large(OutputSendError("x", (KafkaError._TRANSPORT,)))
     assert not _too_large(OutputSendError("KafkaError{code=MSG_SIZE_TOO_LARGE}"))
+
+
+def test_a_fence_is_told_by_its_kafka_code_on_every_path() -> None:
+    """A producer fenced by another of its transactional id: the commit's error (kept as
+    ``kafka_codes``) and a ``KafkaException`` raised as it is both say so."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from window_operator.errors import OutputSendError
+    from window_operator.runtime.kafka_failures import fenced
+
+    assert fenced(OutputSendError("commit", (KafkaError._FENCED,)))
+    assert fenced(KafkaException(KafkaError(KafkaError.PRODUCER_FENCED)))
+    try:
+        raise OutputSendError("wrapped", ()) from KafkaException(
+            KafkaError(KafkaError.INVALID_PRODUCER_EPOCH)
+        )
+    except OutputSendError as wrapped:
+        assert fenced(wrapped)
+    assert not fenced(OutputSendError("away", (KafkaError._TRANSPORT,)))
+    assert not fenced(KafkaException(KafkaError(KafkaError._TIMED_OUT)))

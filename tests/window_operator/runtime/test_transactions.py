@@ -74,6 +74,7 @@ def test_a_commit_of_another_copy_during_the_catch_up_is_not_applied_twice(
     kafka_bootstrap: str,
     unique_name: Callable[[str], str],
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Two copies of a task (a zombie attempt, a second copy of the job with its own
     state directory) over the same input. The second opens its store and catches up;
@@ -104,6 +105,8 @@ def test_a_commit_of_another_copy_during_the_catch_up_is_not_applied_twice(
     report = second.run_batch([b2], 2_000).tasks[0]
     assert [r.applied for r in interleaved] == [3]
     assert (report.applied, report.replayed, report.attempts) == (0, 3, 2)
+    fences = [r.getMessage() for r in caplog.records if "fenced this one" in r.getMessage()]
+    assert len(fences) == 1 and "a second copy of job" in fences[0], fences
     # the window [0, 10 s) fires once, with the six events
     second.run_batch([input_records(topic, 6, [{"k": "a", "ts": 30_000}])], 3_000)
     output = read_topic(kafka_bootstrap, first.settings.config.output.topic)
