@@ -169,10 +169,16 @@ def running_elsewhere(directory: str | Path, now_ms: int | None = None) -> str |
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: one that ended but that its parent has not reaped
+    yet (a zombie, just after a kill -9) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # another user's process
-    return True
+    try:  # Linux: the state follows the command name, which may hold spaces and ")"
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True  # no /proc here, or it just went
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] not in (b"Z", b"X")

@@ -82,6 +82,18 @@ def test_a_second_copy_of_a_running_job_is_told_from_the_heartbeat(tmp_path: Pat
         sleeper.kill()
         sleeper.wait()
     assert running_elsewhere(tmp_path) is None  # its driver is gone: killed
+    if Path("/proc").is_dir():  # killed, not reaped yet: a start just after a kill -9
+        zombie = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            zombie.kill()
+            deadline = time.monotonic() + 10
+            while b") Z " not in Path(f"/proc/{zombie.pid}/stat").read_bytes():
+                assert time.monotonic() < deadline, "the child did not end"
+                time.sleep(0.01)
+            _beat_of(tmp_path, pid=zombie.pid)
+            assert running_elsewhere(tmp_path) is None
+        finally:
+            zombie.wait()
     _beat_of(tmp_path, pid=os.getpid())
     assert running_elsewhere(tmp_path) is None  # this process
     _beat_of(tmp_path, host="other-host", pid=7)
