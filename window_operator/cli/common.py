@@ -159,8 +159,8 @@ def check_no_meta(config: JobConfig | JoinJobConfig, command: str) -> None:
     if reads:
         raise CliError(
             f"{command} --no-meta reads no line's wall_ms or kafka_key, and this job "
-            f"takes {' and '.join(reads)}: every line would be rejected. Run without "
-            "--no-meta (events with fields of those names: rename the fields)",
+            f"takes {' and '.join(reads)}: no line would carry them. Run without "
+            "--no-meta (if your events have fields of those names, rename them)",
             EXIT_CONFIG,
         )
 

@@ -247,14 +247,14 @@ def _run_job(
     interrupted: threading.Event,
 ) -> int:
     """``run`` once the config is checked: start Spark, then the job (see _cmd_run)."""
-    from window_operator.observe.attach import catch_interrupts
     from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
 
     metrics = config.metrics
     metrics_port = args.metrics_port if args.metrics_port is not None else metrics.port
     try:
-        spark = build_session(app_name=f"window-operator-{config.job}", master=master, conf=conf)
+        name = f"window-operator-{config.job}"
+        spark = build_session(app_name=name, master=master, conf=conf, keep_interrupts=True)
     except Exception as exc:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException  # pyspark loads in seconds: only now
@@ -268,9 +268,6 @@ def _run_job(
         where = f" with master {master!r}" if master else ""
         reason = str(exc).splitlines()[0] if isinstance(exc, PySparkException) else root_cause(exc)
         raise CliError(f"Spark did not start{where}: {reason} (see above)", EXIT_CONFIG) from None
-    # Spark's start put PySpark's Ctrl-C handler in place of ours (it cancels every
-    # Spark job: a crash for the job); _cmd_run puts the original back at the end
-    catch_interrupts(interrupted)
     if interrupted.is_set():  # stopped while Spark started: nothing ran
         spark.stop()
         return 0

@@ -14,6 +14,7 @@ left to read.
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import signal
 import sys
@@ -21,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -140,28 +141,69 @@ def _print(
 _UNMATCHED: Final = (b'{"kind":"LEFT_UNMATCHED",', b'{"kind":"RIGHT_UNMATCHED",')
 
 
-def _join_result_line() -> Callable[[Message], bytes | None]:
+@dataclass
+class _UnmatchedRows:
+    """The unmatched rows of a join's output that a later retraction can withdraw.
+
+    A row stays stored in the job, and can be matched late, until the watermark passes
+    the last event time a partner of it can have by more than ``retention.time``. The
+    job emits a row unmatched only once its watermark passed that time, so the rows
+    read so far bound the watermark from below: a row kept here is dropped once that
+    bound passes its end (a ``read --follow`` of a join does not grow without end).
+    """
+
+    lo: int
+    hi: int
+    retention: int
+    rows: dict[bytes, bytes] = field(default_factory=dict)
+    ends: list[tuple[int, bytes]] = field(default_factory=list)  # a heap of (end, key)
+    watermark: int = -(2**62)  # a bound below the job's watermark
+
+    def remember(self, key: bytes, row: bytes) -> None:
+        """An unmatched row read (``row`` starts with one of :data:`_UNMATCHED`)."""
+        try:
+            doc = orjson.loads(row)
+            left = row.startswith(_UNMATCHED[0])
+            last = int(doc["left_ts"]) + self.hi if left else int(doc["right_ts"]) - self.lo
+        except (ValueError, KeyError, TypeError):  # not as the job writes it
+            return
+        self.watermark = max(self.watermark, last)
+        self.rows[key] = row
+        heapq.heappush(self.ends, (last + self.retention, key))
+        while self.ends and self.ends[0][0] < self.watermark:
+            self.rows.pop(heapq.heappop(self.ends)[1], None)
+
+    def withdrawn(self, key: bytes) -> bytes | None:
+        """The line of the retraction of the row under ``key`` (None: not kept)."""
+        row = self.rows.pop(key, None)
+        if row is None:
+            return None
+        kind = next(p for p in _UNMATCHED if row.startswith(p))
+        return b'{"kind":"RETRACT",' + row[len(kind) :]
+
+
+def _join_result_line(config: JoinJobConfig) -> Callable[[Message], bytes | None]:
     """A join result's JSON line, or ``None`` (a record no result decodes from).
 
     A join's retraction is a tombstone on the key of the unmatched row it withdraws
     (``{"left": [partition, offset], "right": null}``): its line is that row again with
     ``"kind": "RETRACT"``, as ``simulate`` writes it, when the row was read before it
     (else, once the broker compacted the row away, the key with the kind)."""
-    unmatched: dict[bytes, bytes] = {}  # the rows a later tombstone can withdraw
+    lo, hi = config.join.bounds or (0, 0)  # a rows join is inner: nothing unmatched
+    unmatched = _UnmatchedRows(lo, hi, config.retention.time)
 
     def line(m: Message) -> bytes | None:
         key, value = m.key(), m.value()
         try:
             if value is None:
-                row = None if key is None else unmatched.pop(key, None)
-                if row is None:
-                    retraction = _retraction(key)
-                    return None if retraction is None else orjson.dumps(retraction)
-                kind = next(p for p in _UNMATCHED if row.startswith(p))
-                return b'{"kind":"RETRACT",' + row[len(kind) :]
+                withdrawn = None if key is None else unmatched.withdrawn(key)
+                if withdrawn is not None:
+                    return withdrawn
+                retraction = _retraction(key)
+                return None if retraction is None else orjson.dumps(retraction)
             text = _json_line(value)
             if key is not None and text.startswith(_UNMATCHED):
-                unmatched[key] = text
+                unmatched.remember(key, text)
             return text
         except ValueError:  # not JSON
             return None
@@ -172,7 +214,7 @@ def _join_result_line() -> Callable[[Message], bytes | None]:
 def _result_line(config: JobConfig | JoinJobConfig) -> Callable[[Message], bytes | None]:
     """A result's JSON line, a retraction's, or ``None`` (a record no result decodes from)."""
     if isinstance(config, JoinJobConfig):
-        return _join_result_line()
+        return _join_result_line(config)
     decoder = None
     if config.output.format != "json":
         decoder = result_decoder_for(config)

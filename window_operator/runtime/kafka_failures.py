@@ -7,7 +7,7 @@ error), also through the exceptions raised from it.
 
 from __future__ import annotations
 
-__all__ = ["KAFKA_FAILURES", "fenced", "kafka_codes", "refused_as_too_large"]
+__all__ = ["KAFKA_FAILURES", "failed_fatally", "fenced", "kafka_codes", "refused_as_too_large"]
 
 
 def _kafka_failures() -> tuple[type[BaseException], ...]:
@@ -53,3 +53,12 @@ def fenced(exc: BaseException) -> bool:
 
     codes = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
     return bool(codes & kafka_codes(exc))
+
+
+def failed_fatally(exc: BaseException) -> bool:
+    """The producer failed fatally: librdkafka says so (``_FATAL``) on every produce
+    after it learnt, asynchronously, that another producer of its transactional id
+    fenced it (the commit says ``_FENCED``); or another unrecoverable error."""
+    from confluent_kafka import KafkaError
+
+    return KafkaError._FATAL in kafka_codes(exc)

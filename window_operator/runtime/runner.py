@@ -43,10 +43,15 @@ import numpy as np
 import pyarrow as pa
 
 from window_operator.arrays import IntArray
-from window_operator.errors import UserCodeExitError, WindowOperatorError
+from window_operator.errors import UserCodeExitError
 from window_operator.kafka_range import KafkaSourceError
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
+from window_operator.runtime.attempts import (
+    Attempts,
+    BrokerUnavailableError,
+    RecordTooLargeError,
+)
 from window_operator.runtime.commit import TaskState, last_writer
 from window_operator.runtime.exchange import Rows, TaskInput, from_ipc, to_ipc
 from window_operator.runtime.faults import crash_point, trace, tracing
@@ -59,7 +64,7 @@ from window_operator.runtime.gaps import (
 )
 from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.runtime.inputs import InputRecords
-from window_operator.runtime.kafka_failures import KAFKA_FAILURES, fenced, refused_as_too_large
+from window_operator.runtime.kafka_failures import KAFKA_FAILURES
 from window_operator.runtime.lookup import Original, read_input, read_records, with_originals
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import discard_producer, task_producer
@@ -85,14 +90,6 @@ log = logging.getLogger(__name__)
 
 B = TypeVar("B")
 R = TypeVar("R", bound=Sized)
-
-
-class BrokerUnavailableError(WindowOperatorError):
-    """Kafka stayed unreachable for longer than ``processing.broker_timeout``."""
-
-
-class RecordTooLargeError(WindowOperatorError):
-    """Kafka refused a record of the batch as larger than it takes: retrying cannot help."""
 
 
 @dataclass
@@ -134,67 +131,26 @@ class TaskRunner(Generic[B, R]):
 
     def run(self, inp: TaskInput) -> TaskReport:
         """Process one batch (or a timer-only pass) and commit it; retry while Kafka is away."""
-        started = time.monotonic()
-        attempt = 0
+        attempts = Attempts(self.settings, self.task, inp.label)
         while True:
-            attempt += 1
             try:
                 report = self._run_once(inp)
-                report.attempts = attempt
+                report.attempts = attempts.made + 1
                 return report
             except KAFKA_FAILURES as exc:
-                if refused_as_too_large(exc):  # the same batch would be refused again
-                    raise RecordTooLargeError(
-                        f"task {self.task}: Kafka refused a record of {inp.label} as too "
-                        f"large ({exc}): a state value over the changelog's "
-                        "max.message.bytes, or an output over its topic's or the "
-                        "producer's message.max.bytes (see output.max_record_bytes); the "
-                        "batch was not committed and runs again at the next start"
-                    ) from exc
-                waited = time.monotonic() - started
-                if waited > self.settings.broker_timeout_s:
-                    raise BrokerUnavailableError(
-                        f"task {self.task}: Kafka at {self.settings.bootstrap_servers} did not "
-                        f"take {inp.label} for {waited:.0f} s ({exc}); nothing of it "
-                        "was committed: restart the job once the broker is back"
-                    ) from exc
-                self._tell_retry(inp, exc, attempt)
-                # a fenced producer is replaced at once; a broker away is waited for
-                time.sleep(0.0 if attempt == 1 else min(2.0 ** (attempt - 1), 10.0))
-
-    def _tell_retry(self, inp: TaskInput, exc: BaseException, attempt: int) -> None:
-        """Log why an attempt at ``inp`` failed, before the next: every fence (the batch
-        is caught up and run again, as a replay of what the other producer committed),
-        and the first failure of a broker away (tried again until broker_timeout)."""
-        if fenced(exc):
-            log.warning(
-                "task %d: another producer of its transactional id fenced this one (a "
-                "zombie attempt, or a second copy of job %r, with other state.dir or "
-                "spark.checkpoint_dir): %s runs again, caught up with what that one "
-                "committed",
-                self.task,
-                self.settings.job,
-                inp.label,
-            )
-        elif attempt == 1:
-            log.warning(
-                "task %d: Kafka did not take %s (%s); trying again for up to %.0f s "
-                "(processing.broker_timeout)",
-                self.task,
-                inp.label,
-                exc,
-                self.settings.broker_timeout_s,
-            )
+                attempts.failed(exc)  # raises when another attempt cannot help
 
     def _open_task(self) -> OpenTask[B, R]:
         """Open the store, initialise the producer, catch the store up, load the operator.
 
         The producer comes before the catch-up: under exactly-once its initialisation
-        fences every other producer of the task (a zombie attempt, a second copy of the
-        job), so a commit of theirs either landed before it, and the catch-up reads it,
-        or cannot land, and theirs fails. Caught up first, a commit landing between the
-        catch-up and the initialisation would be missed, and the batch applied again
-        over the state before it (its results sent twice).
+        (here, or for a producer kept from an earlier batch, before that batch) fences
+        every other producer of the task (a zombie attempt, a second copy of the job),
+        so a commit of theirs either landed before it, and the catch-up reads it, or
+        cannot land; and one that initialised since fenced ours, whose commit then
+        fails. Caught up first, a commit landing between the catch-up and the
+        initialisation would be missed, and the batch applied again over the state
+        before it (its results sent twice).
         """
         store = TaskState.open_store(self.settings, self.task)
         try:

@@ -124,8 +124,12 @@ def build_session(
     app_name: str = "window-operator",
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    keep_interrupts: bool = False,
 ) -> SparkSession:
-    """A SparkSession (see :func:`session_settings` for its master and settings)."""
+    """A SparkSession (see :func:`session_settings` for its master and settings).
+
+    ``keep_interrupts``: the process's Ctrl-C handler stays (PySpark puts its own in
+    place, which cancels every Spark job and raises ``KeyboardInterrupt``)."""
     submitted = _submitted_conf()
     settings = session_settings(master, conf or {}, submitted=submitted)
     prepare_environment(local=settings.local)
@@ -136,7 +140,7 @@ def build_session(
         builder = builder.master(settings.master)
     for k, v in settings.conf.items():
         builder = builder.config(k, v)
-    with _jvm_ignores_sigterm():
+    with _jvm_ignores_sigterm(), _interrupts_kept(keep_interrupts):
         session = builder.getOrCreate()
     _end_jvm_at_exit()
     session.sparkContext.setLogLevel("WARN")
@@ -172,6 +176,39 @@ def _jvm_ignores_sigterm() -> Iterator[None]:
         yield
     finally:
         names["Popen"] = launch
+
+
+class _SignalsButSigint:
+    """The ``signal`` module as ``pyspark.core.context`` sees it while a session starts
+    under :func:`_interrupts_kept`: a SIGINT handler it sets is not set."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(signal, name)
+
+    @staticmethod
+    def signal(signum: int, handler: Any) -> Any:
+        if signum == signal.SIGINT:
+            return signal.getsignal(signum)
+        return signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _interrupts_kept(keep: bool) -> Iterator[None]:
+    """While a SparkContext starts, keep the process's SIGINT handler (``keep``):
+    PySpark sets its own at the end of the start, and one set after the start
+    returns would leave it in place for the seconds the session takes to build."""
+    if not keep:
+        yield
+        return
+    from pyspark.core import context
+
+    names = vars(context)
+    real = names["signal"]
+    names["signal"] = _SignalsButSigint()
+    try:
+        yield
+    finally:
+        names["signal"] = real
 
 
 @functools.cache  # once per process

@@ -206,3 +206,29 @@ def test_a_join_retraction_reads_as_the_unmatched_row_it_withdraws(
     assert [orjson.loads(x)["kind"] for x in got] == ["LEFT_UNMATCHED", "RETRACT", "MATCH"]
     assert got[1] == got[0].replace(b'"LEFT_UNMATCHED"', b'"RETRACT"')
     assert orjson.loads(got[1])["key"] == {"k": 1}
+
+
+def test_unmatched_rows_are_kept_until_the_job_can_no_longer_withdraw_them() -> None:
+    """``read`` keeps each unmatched join row until the watermark, bounded from below by
+    the rows read since, has passed its last partner's time by more than retention: a
+    ``read --follow`` of a join kept every unmatched row it ever read (a review)."""
+    from window_operator.cli.read import _UnmatchedRows
+
+    def row(kind: str, left_ts: int | None, right_ts: int | None) -> bytes:
+        return orjson.dumps(
+            {"kind": kind, "key": {"k": 1}, "left": None, "right": None,
+             "left_ts": left_ts, "right_ts": right_ts}
+        )  # fmt: skip
+
+    kept = _UnmatchedRows(lo=-3_000, hi=4_000, retention=10_000)
+    kept.remember(b"L0", row("LEFT_UNMATCHED", 0, None))  # last partner 4 s: ends at 14 s
+    kept.remember(b"R0", row("RIGHT_UNMATCHED", None, 5_000))  # last partner 8 s: 18 s
+    kept.remember(b"L1", row("LEFT_UNMATCHED", 10_000, None))  # the bound: 14 s, not past
+    assert set(kept.rows) == {b"L0", b"R0", b"L1"}
+    kept.remember(b"L2", row("LEFT_UNMATCHED", 11_000, None))  # 15 s: L0 ended at 14 s
+    assert set(kept.rows) == {b"R0", b"L1", b"L2"}
+    withdrawn = kept.withdrawn(b"R0")
+    assert withdrawn == row("RIGHT_UNMATCHED", None, 5_000).replace(b"RIGHT_UNMATCHED", b"RETRACT")
+    assert kept.withdrawn(b"R0") is None and kept.withdrawn(b"L0") is None
+    kept.remember(b"L3", row("LEFT_UNMATCHED", 100_000, None))  # every earlier one ended
+    assert set(kept.rows) == {b"L3"} and len(kept.ends) == 1

@@ -69,3 +69,34 @@ def test_under_spark_submit_its_conf_is_kept(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["localhost", "true", "false"]
+
+
+def test_a_session_started_keeping_interrupts_leaves_the_ctrl_c_handler() -> None:
+    """``run`` keeps its Ctrl-C handler while Spark starts: PySpark sets its own at the
+    end of the SparkContext's start (it cancels every Spark job and raises
+    KeyboardInterrupt), and put back once the session was built it stood for about 2
+    s, in which a Ctrl-C crashed the job (a review). PySpark's other signals pass."""
+    import signal
+
+    from pyspark.core import context
+
+    from window_operator.spark.session import _interrupts_kept
+
+    def ours(*_: object) -> None: ...
+
+    def pysparks(*_: object) -> None: ...
+
+    before = signal.signal(signal.SIGINT, ours)
+    term = signal.getsignal(signal.SIGTERM)
+    try:
+        with _interrupts_kept(True):
+            # what SparkContext._do_init does on the main thread
+            context.signal.signal(context.signal.SIGINT, pysparks)
+            assert signal.getsignal(signal.SIGINT) is ours
+            context.signal.signal(context.signal.SIGTERM, pysparks)
+            assert signal.getsignal(signal.SIGTERM) is pysparks
+        context.signal.signal(context.signal.SIGINT, pysparks)  # outside: as PySpark does
+        assert signal.getsignal(signal.SIGINT) is pysparks
+    finally:
+        signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGTERM, term)

@@ -1,0 +1,104 @@
+"""A state task's attempts at one batch while Kafka does not take it.
+
+Another attempt runs at once after a fence (a new producer, the store caught up with
+what the other one committed) and after a growing pause while the broker is away, until
+``processing.broker_timeout``. A record Kafka refuses for its size would be refused
+again: that stops the batch at once. Each fence is logged, and the first failure of a
+broker away.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from window_operator.errors import WindowOperatorError
+from window_operator.runtime.kafka_failures import failed_fatally, fenced, refused_as_too_large
+from window_operator.runtime.settings import TaskSettings
+
+__all__ = ["Attempts", "BrokerUnavailableError", "RecordTooLargeError"]
+
+log = logging.getLogger(__name__)
+
+
+class BrokerUnavailableError(WindowOperatorError):
+    """Kafka stayed unreachable for longer than ``processing.broker_timeout``."""
+
+
+class RecordTooLargeError(WindowOperatorError):
+    """Kafka refused a record of the batch as larger than it takes: retrying cannot help."""
+
+
+@dataclass
+class Attempts:
+    """The failed attempts of state task ``task`` at the batch ``label`` names."""
+
+    settings: TaskSettings
+    task: int
+    label: str
+    made: int = 0
+    started: float = field(default_factory=time.monotonic)
+    told_away: bool = False
+
+    def failed(self, exc: BaseException) -> None:
+        """An attempt failed with ``exc`` (Kafka did not take it): raise when another
+        cannot help or the time is up; else say why and wait before the next."""
+        self.made += 1
+        if refused_as_too_large(exc):  # the same batch would be refused again
+            raise RecordTooLargeError(
+                f"task {self.task}: Kafka refused a record of {self.label} as too large "
+                f"({exc}): a state value over the changelog's max.message.bytes, or an "
+                "output over its topic's or the producer's message.max.bytes (see "
+                "output.max_record_bytes); the batch was not committed and runs again at "
+                "the next start"
+            ) from exc
+        replaced = fenced(exc) or failed_fatally(exc)
+        waited = time.monotonic() - self.started
+        if waited > self.settings.broker_timeout_s:
+            raise BrokerUnavailableError(self._gave_up(exc, waited, replaced)) from exc
+        if replaced:
+            self._tell_replaced(exc)
+        elif not self.told_away:
+            self.told_away = True
+            log.warning(
+                "task %d: Kafka did not take %s (%s); trying again for up to %.0f s "
+                "(processing.broker_timeout)",
+                self.task,
+                self.label,
+                exc,
+                self.settings.broker_timeout_s,
+            )
+        # a fenced producer is replaced at once; a broker away is waited for
+        time.sleep(0.0 if self.made == 1 else min(2.0 ** (self.made - 1), 10.0))
+
+    def _tell_replaced(self, exc: BaseException) -> None:
+        """A producer fenced by another of the task's transactional id, or failed
+        fatally otherwise (librdkafka's word, while producing, for a fence it learnt):
+        the batch runs again with a new one, caught up with what the other committed."""
+        why = "fenced this one" if fenced(exc) else "fenced this one, or it failed fatally"
+        log.warning(
+            "task %d: another producer of its transactional id %s (%s; a zombie attempt, "
+            "or a second copy of job %r, with other state.dir or spark.checkpoint_dir): "
+            "%s runs again with a new one, caught up with what the other committed",
+            self.task,
+            why,
+            exc,
+            self.settings.job,
+            self.label,
+        )
+
+    def _gave_up(self, exc: BaseException, waited: float, replaced: bool) -> str:
+        """Why the task stops after ``processing.broker_timeout`` of failed attempts."""
+        if replaced:  # the last attempt was fenced: a broker away would not say so
+            return (
+                f"task {self.task}: {self.label} was fenced again and again for "
+                f"{waited:.0f} s ({exc}): another copy of job {self.settings.job!r} runs "
+                "with the same transactional ids (other state.dir or "
+                "spark.checkpoint_dir); stop it"
+            )
+        return (
+            f"task {self.task}: Kafka at {self.settings.bootstrap_servers} did not take "
+            f"{self.label} for {waited:.0f} s ({exc}); nothing of it was committed: "
+            "restart the job once the broker is back"
+        )
