@@ -157,6 +157,13 @@ class CountWindowAggregator(EventOperator):
         fires on event time here: see :meth:`adopt_clock`)."""
         self.engine.end_batch()
 
+    def clock_state(self) -> ClockState:
+        """The job's clock as these windows keep it: the wall clock alone. Count windows
+        keep no event time, and offsets windows keep their partition's offsets on the
+        kernel's event-time axis, which is not the job's (long-running workers seeded
+        with it reported offsets as times, 1970, after a switch from micro-batches)."""
+        return ClockState(now=self.engine.kernel.clock.now)
+
     @changes
     def adopt_clock(self, state: ClockState) -> None:
         """Take the job's wall clock (EARLY timers) and nothing else.

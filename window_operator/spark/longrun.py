@@ -124,6 +124,19 @@ def _last_progress(checkpoint_dir: Path) -> Progress:
         return Progress()
 
 
+def _last_clock(checkpoint_dir: Path, progress: Progress) -> ClockState:
+    """The clock the job goes on from: the furthest of the last long-running run's and
+    the last micro-batch's (a job switched between the shapes: its watermark must not
+    go back)."""
+    wm = NO_WATERMARK if progress.watermark is None else progress.watermark
+    clock = ClockState(dict(progress.max_ts), watermark=wm)
+    newest = ClockLog(checkpoint_dir / CLOCK_DIR).newest()
+    if newest is None:
+        return clock
+    micro = newest[1]
+    return clock.merged(ClockState(dict(micro.max_ts), watermark=micro.watermark))
+
+
 def local_slots(master: str) -> int | None:
     """The task slots of a ``local`` master (``None``: not local, the cluster decides)."""
     match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
@@ -184,8 +197,7 @@ class LongRunningJob(SparkJob):
         #: the workers that reported an epoch since the workers last started
         self._reported: set[int] = set()
         #: the job's clock: every worker's reports joined (ClockState.merged)
-        wm = NO_WATERMARK if progress.watermark is None else progress.watermark
-        self._clock = ClockState(dict(progress.max_ts), watermark=wm)
+        self._clock = _last_clock(self.checkpoint_dir, progress)
         self._group = f"window-operator-{config.job}"
 
     @property

@@ -52,6 +52,22 @@ def test_offsets_windows_fire_when_the_partition_passes_their_end(op: Any) -> No
     ]
 
 
+@pytest.mark.parametrize("window", [{"type": "offsets", "size": 4}, {"type": "count", "size": 4}])
+def test_the_job_clock_of_count_and_offsets_windows_is_their_wall_clock_alone(
+    op: Any, window: dict[str, Any]
+) -> None:
+    """Offsets windows keep their partition's offsets on the kernel's event-time axis,
+    and count windows no event time: the job clock they give (what long-running
+    workers start from) holds neither; it held the offsets, which a job switched from
+    micro-batches then reported as its watermark, in 1970 (a walkthrough)."""
+    agg = op(runtime(window, [{"name": "n", "op": "count"}]))
+    for off in range(6):
+        agg.add_message({"k": "a", "ts": 1_700_000_000_000 + off}, offset=off, wall_ms=5_000)
+    clock = agg.clock_state()
+    assert (clock.max_ts, clock.now) == ({}, 5_000)
+    assert clock.watermark < 0  # none
+
+
 def test_offsets_windows_name_their_partition(op: Any) -> None:
     """Two partitions give one key windows of the same bounds: the partition tells them
     apart (in the result, and in its Kafka key)."""

@@ -10,6 +10,7 @@ from jobkit import job_config
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.longrun.progress import PROGRESS_FILE, read_progress
 from window_operator.runtime.longrun.wire import EpochReport
+from window_operator.spark.clock_log import CLOCK_DIR, ClockLog
 from window_operator.spark.driver import BatchReport
 from window_operator.spark.longrun import LongRunningJob, Restarts
 
@@ -44,6 +45,29 @@ def test_a_report_trailing_another_workers_does_not_take_the_clock_back(tmp_path
     # ... and goes on from the clock it showed: the trailing worker does not take it back
     assert reports[-1].clock.watermark == 35 * S
     assert reports[-1].clock.max_ts == {p0: 50 * S, p1: 40 * S}
+
+
+def test_a_job_switched_from_micro_batches_goes_on_from_their_clock(tmp_path: Path) -> None:
+    """A long-running run after micro-batches starts from the furthest of the
+    micro-batch shape's clock (its clock log) and its own last run's, not from nothing
+    or its own alone: its watermark does not go back (a walkthrough saw 1970 in
+    ``status`` and the log after such a switch)."""
+    config = job_config(tmp_path, "clicks", "switched", spark={"mode": "long_running"})
+    checkpoint = Path(str(config.spark.checkpoint_dir))
+    p0 = InputPosition(0, 0)
+    micro = ClockState({p0: 50 * S}, {p0: 7 * S}, 10 * S, 1 * S, 45 * S)
+    ClockLog(checkpoint / CLOCK_DIR).write(3, micro, final=True)
+    job = LongRunningJob(config, bootstrap_servers="unused:9092", spark=None)
+    assert (job.clock.max_ts, job.clock.watermark) == ({p0: 50 * S}, 45 * S)
+    # its own epochs went further: it goes on from them
+    job._on_epoch(EpochReport(0, 0, [], [], ClockState({p0: 60 * S}, watermark=55 * S), 0.1))
+    again = LongRunningJob(config, bootstrap_servers="unused:9092", spark=None)
+    assert (again.clock.max_ts, again.clock.watermark) == ({p0: 60 * S}, 55 * S)
+    # then micro-batches went further again (long, micro, long): from theirs
+    later = ClockState({p0: 80 * S}, {}, 20 * S, 1 * S, 75 * S)
+    ClockLog(checkpoint / CLOCK_DIR).write(9, later, final=True)
+    last = LongRunningJob(config, bootstrap_servers="unused:9092", spark=None)
+    assert (last.clock.max_ts, last.clock.watermark) == ({p0: 80 * S}, 75 * S)
 
 
 def test_a_progress_file_that_does_not_read_starts_from_zero(
