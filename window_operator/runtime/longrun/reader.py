@@ -183,6 +183,19 @@ class InputReader:
         caught_up, self.caught_up = self.caught_up, set()
         return [self.partitions[pos] for pos in sorted(caught_up)]
 
+    def past_markers(self, pos: InputPosition) -> int:
+        """Move a partition read to its end past what lies between its last record and
+        that end (commit markers of transactional input, aborted records), up to the
+        run's end: every record below an end-of-partition event came before it. Where
+        the next chunk starts now: a range of no record before it lets the state and
+        the driver's progress reach the partition's end (its lag stayed at the markers'
+        count for ever)."""
+        at = max(self.next_offset[pos], self.end_seen.get(pos, 0))
+        if self.ends is not None:
+            at = min(at, max(self.ends[pos], self.next_offset[pos]))
+        self.next_offset[pos] = at
+        return at
+
     def waiting(self) -> set[InputPosition]:
         """The partitions read in which records may wait now: their end, as the
         consumer's latest fetch (it goes on in the background) saw it, lies past where

@@ -370,15 +370,21 @@ class Worker:
     def _tell_caught_up(self, reached: list[InputPartition]) -> None:
         """Tell every task of each partition of ``reached`` (read to its end) that no chunk
         ``at_end`` told of: a task counts a partition as active until its reader reached
-        its end (:class:`TaskClock`). The report spans no offset, so it moves no position."""
+        its end (:class:`TaskClock`). The report spans what lies between the last record
+        and the end (commit markers: no record), often nothing, and moves the positions
+        over it, as a micro-batch's range does."""
         for partition in reached:
-            at = self.reader.next_offset[partition.position]
-            if self._told_end.get(partition.position) == at:
+            pos = partition.position
+            start = self.reader.next_offset[pos]
+            at = self.reader.past_markers(pos)
+            if self._told_end.get(pos) == at:
                 continue
-            self._told_end[partition.position] = at
-            report = MapReport(partition.span(at, at), 0, None)
+            self._told_end[pos] = at
+            report = MapReport(partition.span(start, at), 0, None)
+            if at > start:
+                self._read[pos] = merge_reports(self._read.get(pos), report)
             for w in range(self.assignment.workers):
-                self.mesh.send(w, Kind.CHUNK, Chunk(report))
+                self.mesh.send(w, Kind.CHUNK, Chunk(report, at_end=True))
 
     # -- state tasks ----------------------------------------------------------------------
 

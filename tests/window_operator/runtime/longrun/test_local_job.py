@@ -144,7 +144,14 @@ def test_a_partition_where_only_a_commit_marker_waits_goes_idle_after_a_restart(
     )
     write([(0, {"page": "/a", "ts": base + 1_000, "latency_ms": 1.0}),
            (1, {"page": "/b", "ts": base + 2_000, "latency_ms": 1.0})])  # fmt: skip
-    run_local(config, kafka_bootstrap, tmp_path, 2, available_now=True)
+    _, reports = run_local(config, kafka_bootstrap, tmp_path, 2, available_now=True)
+    # the epochs reach each partition's end, past its commit marker (offset 1): where
+    # they stopped at the record, the job's lag stayed 1 per partition for ever, and
+    # an available-now run was UNHEALTHY after it ended (a walkthrough)
+    reached: dict[int, int] = {}
+    for m in (m for r in reports for m in r.ranges):
+        reached[m.range.partition] = max(m.range.end, reached.get(m.range.partition, 0))
+    assert reached == {0: 2, 1: 2}
     write([(0, {"page": "/a", "ts": base + 50_000, "latency_ms": 1.0})])
     job = local_job(config, kafka_bootstrap, tmp_path, 2)
     job.start()
