@@ -64,6 +64,11 @@ class BrokerUnreachableError(KafkaAdminError):
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
         self.cause = cause
+        if "Invalid response size" in cause:  # librdkafka's advice does not apply
+            cause = (
+                "something answers there, but not as Kafka does (an HTTP server, say): "
+                "is it the broker's host and port?"
+            )
         super().__init__(
             f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:g}s ({cause}); "
             "check that it is running and that the bootstrap servers are right "

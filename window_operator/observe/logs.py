@@ -44,16 +44,20 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: the broker shuts down, and retried by librdkafka when not; an outage that matters
 #: surfaces as an error of the request that needed the broker.
 _CONNECTION_NOISE = ("Disconnected", "Connection refused", "brokers are down", "Connect to")
-#: librdkafka's message for a broker host name that does not resolve, repeated about 20
-#: times a second while it retries.
-_UNRESOLVED = re.compile(r"Failed to resolve '([^']*)'")
+#: librdkafka's messages repeated several times a second while it retries: a broker
+#: host name that does not resolve, and an address where something that is not Kafka
+#: answers (its first bytes read as a length: "HTTP" is 1213486160).
+_UNRESOLVED = re.compile(
+    r"Failed to resolve '([^']*)'|(\S+): Receive failed: Invalid response size"
+)
 
 
 class KafkaNoiseFilter(logging.Filter):
     """Drops librdkafka's connection-state messages (see :data:`_CONNECTION_NOISE`) and
-    the repeats of a host name that does not resolve: the first per host is kept where
-    ``first_unresolved`` (a running job's clients: a broker that advertises a name this
-    host cannot resolve), none otherwise (a start-up check says it in its one line)."""
+    the repeats of a host name that does not resolve or of an address that does not
+    answer as Kafka: the first per host is kept where ``first_unresolved`` (a running
+    job's clients: a broker that advertises a name this host cannot resolve), none
+    otherwise (a start-up check says it in its one line)."""
 
     def __init__(self, *, first_unresolved: bool = False) -> None:
         super().__init__()
@@ -64,10 +68,10 @@ class KafkaNoiseFilter(logging.Filter):
         message = record.getMessage()
         unresolved = _UNRESOLVED.search(message)
         if unresolved is not None:
-            seen = self._unresolved
-            if seen is None or unresolved[1] in seen:
+            seen, where = self._unresolved, unresolved[1] or unresolved[2]
+            if seen is None or where in seen:
                 return False
-            seen.add(unresolved[1])
+            seen.add(where)
             return True
         return not any(part in message for part in _CONNECTION_NOISE)
 

@@ -83,6 +83,29 @@ def test_a_host_that_does_not_resolve_is_said_once_by_a_running_job() -> None:
     assert running.filter(_record("Commit failed: the transaction was fenced"))
 
 
+def test_an_address_that_does_not_answer_as_kafka_is_said_once_by_a_running_job() -> None:
+    """Something that is not Kafka at the broker's address (an HTTP server: a mistyped
+    port) made librdkafka log its failure several times a second, 97 lines before the
+    command's one line (a walkthrough)."""
+    fail = (
+        "FAIL [rdkafka#producer-1] [thrd:{0}/bootstrap]: {0}/bootstrap: Receive failed: "
+        "Invalid response size 1213486160 (0..1000000000): increase receive.message.max.bytes"
+    )
+    running, startup = KafkaNoiseFilter(first_unresolved=True), KafkaNoiseFilter()
+    kept = [running.filter(_record(fail.format(a))) for a in ("h:9092", "h:9092", "g:9092")]
+    assert kept == [True, False, True]
+    assert not startup.filter(_record(fail.format("h:9092")))
+
+
+def test_a_check_that_meets_something_else_than_kafka_says_so() -> None:
+    from window_operator.kafka_admin import BrokerUnreachableError
+
+    cause = "h:1/bootstrap: Receive failed: Invalid response size 1213486160 (0..1000000000)"
+    text = str(BrokerUnreachableError("h:1", 5.0, cause))
+    assert "something answers there, but not as Kafka does" in text
+    assert "receive.message.max.bytes" not in text
+
+
 def test_the_time_of_a_log_line_is_utc_as_every_other_time_the_job_prints(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
