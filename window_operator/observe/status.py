@@ -176,10 +176,12 @@ def job_status(
     if not cp.exists:
         status.partitions = _partitions(config, admin, cp, found)
         waiting = f"; {status.lag} records wait in its input" if status.lag else ""
+        where = Path(cp.directory)
+        relative = "" if where.is_absolute() else " (state.dir is relative: to this directory)"
         status.problems.append(
             f"job {config.job!r} has never run: its Spark checkpoint "
-            f"{cp.directory} holds no micro-batch (start it with `window-operator run`)"
-            f"{waiting}"
+            f"{where.absolute()}{relative} holds no micro-batch (start it with "
+            f"`window-operator run`){waiting}"
         )
         return status
     status.partitions = _partitions(config, admin, cp, found)

@@ -104,3 +104,25 @@ def test_status_of_a_job_that_never_ran(
     assert code == 1 and out.strip().endswith(
         "(start it with `window-operator run`); 3 records wait in its input"
     )
+
+
+def test_a_job_that_never_ran_here_names_its_checkpoint_in_full(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A relative ``state.dir`` is taken from the working directory: ``status`` run from
+    another one said the job had never run, naming a relative path (a walkthrough)."""
+    topic = unique_name("in")
+    one_partition_topic(kafka_bootstrap, topic)
+    doc = job_dict(tmp_path, topic, "elsewhere")
+    doc["state"] = {"dir": "state"}
+    path, _ = write_job(tmp_path, doc)
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    code, out = status(capsys, path, kafka_bootstrap)
+    assert code == 1
+    assert f"its Spark checkpoint {tmp_path}/other/state/elsewhere/spark-checkpoint " in out
+    assert "(state.dir is relative: to this directory) holds no micro-batch" in out
