@@ -219,6 +219,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     metrics_port = args.metrics_port if args.metrics_port is not None else metrics.port
     if metrics_port:
         _check_port(metrics.host, metrics_port)
+    if args.report:  # before Spark starts (seconds), naming the option
+        try:
+            open(args.report, "ab").close()
+        except OSError as exc:
+            raise CliError(f"--report {args.report}: {exc.strerror}") from None
     bootstrap = bootstrap_servers(args, config)
     # before Spark starts (seconds): an unreachable broker, a missing input topic or a
     # task count that disagrees with the changelog is reported at once
@@ -394,7 +399,10 @@ def _add_run(sub: Subparsers) -> None:
     run.add_argument(
         "--starting-offsets", default="earliest", help="earliest | latest | Spark-style JSON"
     )
-    run.add_argument("--report", help="append one JSON line of task reports per micro-batch")
+    run.add_argument(
+        "--report",
+        help="append one JSON line of task reports per micro-batch, epoch or timer pass",
+    )
     run.add_argument(
         "--metrics-port",
         type=port_number,

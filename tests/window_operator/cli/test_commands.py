@@ -948,3 +948,13 @@ def test_no_meta_is_refused_for_a_job_that_reads_kafka_timestamps_or_keys(
     for name in names:
         assert f"this job takes {name}: no line would carry them" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_run_names_a_report_file_it_cannot_write_before_anything_starts(tmp_path: Path) -> None:
+    """``--report`` into a missing directory failed after Spark had started (8 s),
+    naming the path alone (a walkthrough)."""
+    report = tmp_path / "missing" / "r.jsonl"
+    proc = cli("run", "--config", "config/clicks.yaml", "--report", str(report),
+               "--bootstrap-servers", "127.0.0.1:1")  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip() == (f"window-operator: --report {report}: No such file or directory")
