@@ -273,7 +273,7 @@ def _run_job(
     from window_operator.observe import attach
     from window_operator.observe.lag import InputLag
     from window_operator.observe.metrics import JobMetrics
-    from window_operator.observe.spark_progress import mute_cancel_warnings
+    from window_operator.observe.spark_progress import mute_cancel_warnings, mute_trigger_lag
     from window_operator.spark.driver import StreamingJob
     from window_operator.spark.longrun import job_for
     from window_operator.spark.session import build_session
@@ -285,6 +285,7 @@ def _run_job(
     )
     print("demo: starting Spark (local mode) ...", file=err)
     spark = build_session(app_name="window-operator-demo", master="local[2]")
+    mute_trigger_lag(spark)
     job = job_for(config, bootstrap_servers=bootstrap, spark=spark)
     metrics = JobMetrics(config, lag=InputLag(bootstrap, [config.input.topic]))
     job.add_observer(metrics)

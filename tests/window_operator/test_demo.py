@@ -54,6 +54,7 @@ def test_demo_prints_window_results_and_stops(
     assert f"late updates marked): {chart}" in proc.stderr
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Failed to cancel job group" not in proc.stderr
+    assert "is falling behind" not in proc.stderr  # Spark warming up: noise to a new user
     # the run's state and checkpoint are gone with it (before, 2 MB stayed in /tmp)
     assert list(temp.glob("window-operator-demo-*")) == []
 

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from window_operator.errors import BatchRefusedError
 from window_operator.observe.metrics import JobMetrics
 
-__all__ = ["ProgressListener", "mute_cancel_warnings"]
+__all__ = ["ProgressListener", "mute_cancel_warnings", "mute_trigger_lag"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,17 @@ def mute_cancel_warnings(spark: Any) -> None:
     harmless at shutdown, so the DAGScheduler's warnings are muted just before stopping.
     """
     _jvm_log_level(spark, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
+
+
+def mute_trigger_lag(spark: Any) -> None:
+    """Silence Spark's ``Current batch is falling behind`` warnings (a micro-batch that
+    took longer than the trigger interval): in the demo, whose short trigger the first
+    batches outlast while Spark warms up, they read as trouble to a new user."""
+    for package in (
+        "org.apache.spark.sql.execution.streaming.runtime",
+        "org.apache.spark.sql.execution.streaming",
+    ):
+        _jvm_log_level(spark, f"{package}.ProcessingTimeExecutor", "ERROR")
 
 
 def _jvm_log_level(spark: Any, logger: str, level: str) -> None:
