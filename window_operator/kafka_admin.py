@@ -64,7 +64,7 @@ class BrokerUnreachableError(KafkaAdminError):
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
         self.cause = cause
-        if "Invalid response size" in cause:  # librdkafka's advice does not apply
+        if "Invalid response size 1213486160 " in cause:  # "HTTP" read as a length
             cause = (
                 "something answers there, but not as Kafka does (an HTTP server, say): "
                 "is it the broker's host and port?"

@@ -141,6 +141,10 @@ def _print(
 _UNMATCHED: Final = (b'{"kind":"LEFT_UNMATCHED",', b'{"kind":"RIGHT_UNMATCHED",')
 
 
+#: The most unmatched rows ``read`` keeps for retractions to come.
+UNMATCHED_KEPT: Final = 200_000
+
+
 @dataclass
 class _UnmatchedRows:
     """The unmatched rows of a join's output that a later retraction can withdraw.
@@ -148,18 +152,24 @@ class _UnmatchedRows:
     A row stays stored in the job, and can be matched late, until the watermark passes
     the last event time a partner of it can have by more than ``retention.time``. The
     job emits a row unmatched only once its watermark passed that time, so the rows
-    read so far bound the watermark from below: a row kept here is dropped once that
-    bound passes its end (a ``read --follow`` of a join does not grow without end).
+    read so far of one output partition (a row's retraction shares its key, so its
+    partition) bound the watermark below which that partition's rows were written. A
+    batch's rows may be read before a retraction the same batch wrote at the watermark
+    before it: a row is dropped once that bound passes its end by one retention more,
+    and the oldest go beyond :data:`UNMATCHED_KEPT` rows (a ``read --follow`` of a join
+    does not grow without end); a retraction of a row dropped prints as its key.
     """
 
     lo: int
     hi: int
     retention: int
-    rows: dict[bytes, bytes] = field(default_factory=dict)
-    ends: list[tuple[int, bytes]] = field(default_factory=list)  # a heap of (end, key)
-    watermark: int = -(2**62)  # a bound below the job's watermark
+    most: int = UNMATCHED_KEPT
+    rows: dict[bytes, bytes] = field(default_factory=dict)  # in the order they came
+    #: per output partition: a heap of (end, key), and the bound of its watermark
+    ends: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    watermarks: dict[int, int] = field(default_factory=dict)
 
-    def remember(self, key: bytes, row: bytes) -> None:
+    def remember(self, partition: int, key: bytes, row: bytes) -> None:
         """An unmatched row read (``row`` starts with one of :data:`_UNMATCHED`)."""
         try:
             doc = orjson.loads(row)
@@ -167,11 +177,17 @@ class _UnmatchedRows:
             last = int(doc["left_ts"]) + self.hi if left else int(doc["right_ts"]) - self.lo
         except (ValueError, KeyError, TypeError):  # not as the job writes it
             return
-        self.watermark = max(self.watermark, last)
+        bound = self.watermarks[partition] = max(self.watermarks.get(partition, last), last)
         self.rows[key] = row
-        heapq.heappush(self.ends, (last + self.retention, key))
-        while self.ends and self.ends[0][0] < self.watermark:
-            self.rows.pop(heapq.heappop(self.ends)[1], None)
+        ends = self.ends.setdefault(partition, [])
+        heapq.heappush(ends, (last + self.retention, key))
+        while ends and ends[0][0] + self.retention < bound:
+            self.rows.pop(heapq.heappop(ends)[1], None)
+        while len(self.rows) > self.most:
+            del self.rows[next(iter(self.rows))]
+        if len(ends) > 2 * self.most:  # of rows withdrawn or dropped since
+            ends[:] = [e for e in ends if e[1] in self.rows]
+            heapq.heapify(ends)
 
     def withdrawn(self, key: bytes) -> bytes | None:
         """The line of the retraction of the row under ``key`` (None: not kept)."""
@@ -203,7 +219,7 @@ def _join_result_line(config: JoinJobConfig) -> Callable[[Message], bytes | None
                 return None if retraction is None else orjson.dumps(retraction)
             text = _json_line(value)
             if key is not None and text.startswith(_UNMATCHED):
-                unmatched.remember(key, text)
+                unmatched.remember(m.partition() or 0, key, text)
             return text
         except ValueError:  # not JSON
             return None

@@ -177,7 +177,7 @@ def job_status(
         status.partitions = _partitions(config, admin, cp, found)
         waiting = f"; {status.lag} records wait in its input" if status.lag else ""
         where = Path(cp.directory)
-        relative = "" if where.is_absolute() else " (state.dir is relative: to this directory)"
+        relative = "" if where.is_absolute() else " (a relative path: to this directory)"
         status.problems.append(
             f"job {config.job!r} has never run: its Spark checkpoint "
             f"{where.absolute()}{relative} holds no micro-batch (start it with "

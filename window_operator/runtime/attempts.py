@@ -92,10 +92,12 @@ class Attempts:
         """Why the task stops after ``processing.broker_timeout`` of failed attempts."""
         if replaced:  # the last attempt was fenced: a broker away would not say so
             return (
-                f"task {self.task}: {self.label} was fenced again and again for "
-                f"{waited:.0f} s ({exc}): another copy of job {self.settings.job!r} runs "
-                "with the same transactional ids (other state.dir or "
-                "spark.checkpoint_dir); stop it"
+                f"task {self.task}: {self.label}: its producer was fenced ({exc}) when "
+                f"{self.made} attempt(s) had taken {waited:.0f} s, past "
+                "processing.broker_timeout: if another copy of job "
+                f"{self.settings.job!r} runs with the same transactional ids (other "
+                "state.dir or spark.checkpoint_dir), stop it; nothing of the batch was "
+                "committed here, and it runs again at the next start"
             )
         return (
             f"task {self.task}: Kafka at {self.settings.bootstrap_servers} did not take "

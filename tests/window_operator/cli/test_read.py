@@ -209,9 +209,11 @@ def test_a_join_retraction_reads_as_the_unmatched_row_it_withdraws(
 
 
 def test_unmatched_rows_are_kept_until_the_job_can_no_longer_withdraw_them() -> None:
-    """``read`` keeps each unmatched join row until the watermark, bounded from below by
-    the rows read since, has passed its last partner's time by more than retention: a
-    ``read --follow`` of a join kept every unmatched row it ever read (a review)."""
+    """``read`` keeps each unmatched join row until the watermark of its output
+    partition, bounded from below by the rows read since, has passed its last partner's
+    time by more than two retentions (one for the job's storing it, one for a batch's
+    rows read before a retraction the same batch wrote), and at most a set number: a
+    ``read --follow`` of a join kept every unmatched row it ever read (reviews)."""
     from window_operator.cli.read import _UnmatchedRows
 
     def row(kind: str, left_ts: int | None, right_ts: int | None) -> bytes:
@@ -221,14 +223,21 @@ def test_unmatched_rows_are_kept_until_the_job_can_no_longer_withdraw_them() -> 
         )  # fmt: skip
 
     kept = _UnmatchedRows(lo=-3_000, hi=4_000, retention=10_000)
-    kept.remember(b"L0", row("LEFT_UNMATCHED", 0, None))  # last partner 4 s: ends at 14 s
-    kept.remember(b"R0", row("RIGHT_UNMATCHED", None, 5_000))  # last partner 8 s: 18 s
-    kept.remember(b"L1", row("LEFT_UNMATCHED", 10_000, None))  # the bound: 14 s, not past
-    assert set(kept.rows) == {b"L0", b"R0", b"L1"}
-    kept.remember(b"L2", row("LEFT_UNMATCHED", 11_000, None))  # 15 s: L0 ended at 14 s
-    assert set(kept.rows) == {b"R0", b"L1", b"L2"}
+    kept.remember(0, b"L0", row("LEFT_UNMATCHED", 0, None))  # last partner 4 s: ends 14 s
+    kept.remember(0, b"R0", row("RIGHT_UNMATCHED", None, 5_000))  # 8 s: ends 18 s
+    kept.remember(0, b"L1", row("LEFT_UNMATCHED", 10_000, None))  # the bound: 14 s
+    # another output partition read ahead does not move partition 0's bound
+    kept.remember(1, b"P0", row("LEFT_UNMATCHED", 500_000, None))
+    assert set(kept.rows) == {b"L0", b"R0", b"L1", b"P0"}
+    kept.remember(0, b"L2", row("LEFT_UNMATCHED", 21_000, None))  # 25 s: past 14 s + 10 s
+    assert set(kept.rows) == {b"R0", b"L1", b"L2", b"P0"}
     withdrawn = kept.withdrawn(b"R0")
     assert withdrawn == row("RIGHT_UNMATCHED", None, 5_000).replace(b"RIGHT_UNMATCHED", b"RETRACT")
     assert kept.withdrawn(b"R0") is None and kept.withdrawn(b"L0") is None
-    kept.remember(b"L3", row("LEFT_UNMATCHED", 100_000, None))  # every earlier one ended
-    assert set(kept.rows) == {b"L3"} and len(kept.ends) == 1
+    kept.remember(0, b"L3", row("LEFT_UNMATCHED", 100_000, None))  # every earlier one ended
+    assert set(kept.rows) == {b"L3", b"P0"} and len(kept.ends[0]) == 1
+    # at most `most` rows: the oldest go first
+    few = _UnmatchedRows(lo=0, hi=0, retention=10**9, most=2)
+    for i in range(3):
+        few.remember(0, b"K%d" % i, row("LEFT_UNMATCHED", i, None))
+    assert list(few.rows) == [b"K1", b"K2"]

@@ -104,6 +104,9 @@ def test_a_check_that_meets_something_else_than_kafka_says_so() -> None:
     text = str(BrokerUnreachableError("h:1", 5.0, cause))
     assert "something answers there, but not as Kafka does" in text
     assert "receive.message.max.bytes" not in text
+    # a broker's answer over a receive.message.max.bytes set too low: librdkafka's advice
+    big = "h:1/bootstrap: Receive failed: Invalid response size 2000000 (0..100000): increase"
+    assert "not as Kafka does" not in str(BrokerUnreachableError("h:1", 5.0, big))
 
 
 def test_the_time_of_a_log_line_is_utc_as_every_other_time_the_job_prints(

@@ -125,4 +125,4 @@ def test_a_job_that_never_ran_here_names_its_checkpoint_in_full(
     code, out = status(capsys, path, kafka_bootstrap)
     assert code == 1
     assert f"its Spark checkpoint {tmp_path}/other/state/elsewhere/spark-checkpoint " in out
-    assert "(state.dir is relative: to this directory) holds no micro-batch" in out
+    assert "(a relative path: to this directory) holds no micro-batch" in out

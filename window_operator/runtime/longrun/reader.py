@@ -130,6 +130,8 @@ class InputReader:
         if end_at is not None and records.offsets[-1] >= end_at:
             records = _until(records, end_at)
             self._read_to_run_end(pos)
+            # a record at or past the run's end came: every one below it came before
+            self.end_seen[pos] = max(self.end_seen.get(pos, 0), end_at)
             if not len(records):
                 return None
         start, end = self.next_offset[pos], records.offsets[-1] + 1
