@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 import orjson
+import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from helpers import runtime_for
 
 from window_operator.codecs import result_decoder_for
-from window_operator.config import JobConfig, parse_config
+from window_operator.config import JobConfig, load_any_config, parse_config
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.runtime.batch import LocalJob
 from window_operator.runtime.inputs import InputRecords
@@ -73,6 +74,39 @@ def batch_job(
     ).config
     tasks = prepare_topics(config, bootstrap)
     return topic, LocalJob(TaskSettings(config, bootstrap, str(state_dir), tasks))
+
+
+def join_batch_job(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tmp: Path,
+    join: dict[str, Any],
+    **sections: Any,
+) -> tuple[str, str, LocalJob]:
+    """New one-partition topics of orders and shipments, and the micro-batch path in one
+    process (:class:`LocalJob`) of a join of them on ``k`` with event times ``ts`` and no
+    allowed lateness (``join``: its time condition and kind; ``sections``: more of the
+    file), written to ``tmp/job.yaml`` for the command line, its state under ``tmp``."""
+    orders, shipments = unique_name("orders"), unique_name("shipments")
+    for topic in (orders, shipments):
+        create_topic(bootstrap, topic, 1)
+    side = {"timestamp": "ts"}
+    doc = {
+        "job": unique_name("job"),
+        "join": {
+            "left": {"name": "orders", "topic": orders, **side},
+            "right": {"name": "shipments", "topic": shipments, **side},
+            "on": ["k"],
+            **join,
+        },
+        "watermark": {"allowed_lateness": 0},
+        "state": {"dir": str(tmp / "state")},
+        **sections,
+    }
+    (tmp / "job.yaml").write_text(yaml.safe_dump(doc))
+    config = load_any_config(tmp / "job.yaml")
+    tasks = prepare_topics(config, bootstrap)
+    return orders, shipments, LocalJob(TaskSettings(config, bootstrap, str(tmp), tasks))
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 4, **config: str) -> None:

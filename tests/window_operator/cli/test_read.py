@@ -11,11 +11,11 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
-from jobkit import create_topic, input_records, produce, read_topic
+from jobkit import create_topic, input_records, join_batch_job, produce, read_topic
 
 from window_operator.broker import free_port
 from window_operator.codecs import result_decoder_for
-from window_operator.config import JobConfig, load_any_config, load_config
+from window_operator.config import JobConfig, load_config
 from window_operator.runtime.batch import LocalJob
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.settings import TaskSettings
@@ -168,25 +168,8 @@ def test_a_join_retraction_reads_as_the_unmatched_row_it_withdraws(
     null, "kind": "RETRACT"}``), which names neither the row nor its join key (a
     walkthrough). It prints the row again with ``"kind": "RETRACT"``, the line
     ``simulate`` writes for it."""
-    orders, shipments = unique_name("orders"), unique_name("shipments")
-    for topic in (orders, shipments):
-        create_topic(kafka_bootstrap, topic, 1)
-    doc = {
-        "job": unique_name("job"),
-        "join": {
-            "left": {"name": "orders", "topic": orders, "timestamp": "ts"},
-            "right": {"name": "shipments", "topic": shipments, "timestamp": "ts"},
-            "on": ["k"],
-            "kind": "left",
-            "between": ["-3s", "4s"],
-        },
-        "watermark": {"allowed_lateness": 0},
-        "state": {"dir": str(tmp_path / "state")},
-    }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc))
-    config = load_any_config(tmp_path / "job.yaml")
-    tasks = prepare_topics(config, kafka_bootstrap)
-    job = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    join = {"kind": "left", "between": ["-3s", "4s"]}
+    orders, shipments, job = join_batch_job(kafka_bootstrap, unique_name, tmp_path, join)
     events = {  # per batch: the orders and the shipments
         1_000: ([{"k": 1, "ts": 100 * S}], [{"k": 9, "ts": 200 * S}]),
         2_000: ([{"k": 5, "ts": 300 * S}], [{"k": 9, "ts": 300 * S}]),  # order 1: unmatched

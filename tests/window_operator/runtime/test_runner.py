@@ -12,18 +12,14 @@ from typing import Any
 
 import orjson
 import pytest
-from jobkit import batch_job, create_topic, read_topic
+from jobkit import batch_job, join_batch_job, read_topic
 from jobkit import input_records as records
 
-from window_operator.config import parse_any_config
 from window_operator.kernel import InputPosition
 from window_operator.results import ErrorCode, ErrorRecord
-from window_operator.runtime.batch import LocalJob
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import SourceSpec
 from window_operator.runtime.runner import RecordTooLargeError, _replayed
-from window_operator.runtime.settings import TaskSettings
-from window_operator.spark.topics import prepare_topics
 
 pytestmark = pytest.mark.kafka
 S = 1000
@@ -126,26 +122,9 @@ def test_a_late_join_row_and_its_late_partner_in_one_batch_match_without_an_unma
     added the orders first: an order already behind the watermark went out as
     LEFT_UNMATCHED, then its shipment of the same batch retracted it with a MATCH, so
     a reader of the stream saw an unmatched order that never was."""
-    orders, shipments = unique_name("orders"), unique_name("shipments")
-    for topic in (orders, shipments):
-        create_topic(kafka_bootstrap, topic, 1)
-    side = {"timestamp": "ts"}
-    config = parse_any_config(
-        {
-            "job": unique_name("job"),
-            "join": {
-                "left": {"name": "orders", "topic": orders, **side},
-                "right": {"name": "shipments", "topic": shipments, **side},
-                "on": ["k"],
-                "kind": "left",
-                "between": ["-3s", "4s"],
-            },
-            "watermark": {"allowed_lateness": 0},
-        },
-        base_dir=tmp_path,
-    )
-    tasks = prepare_topics(config, kafka_bootstrap)
-    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    join = {"kind": "left", "between": ["-3s", "4s"]}
+    orders, shipments, runner = join_batch_job(kafka_bootstrap, unique_name, tmp_path, join)
+    config = runner.settings.config
     runner.run_batch(
         [
             records(orders, 0, [{"k": 1, "ts": 100 * S}]),
@@ -175,25 +154,10 @@ def test_join_rows_out_of_retention_name_their_input(
     """A join's ``OUT_OF_RETENTION`` error records name the input that rejected them
     (header ``source.input``), as its decode errors do; ``read --errors`` showed no
     ``source`` for them (a walkthrough)."""
-    orders, shipments = unique_name("orders"), unique_name("shipments")
-    for topic in (orders, shipments):
-        create_topic(kafka_bootstrap, topic, 1)
-    config = parse_any_config(
-        {
-            "job": unique_name("job"),
-            "join": {
-                "left": {"name": "orders", "topic": orders, "timestamp": "ts"},
-                "right": {"name": "shipments", "topic": shipments, "timestamp": "ts"},
-                "on": ["k"],
-                "range": "1s",
-            },
-            "watermark": {"allowed_lateness": 0},
-            "retention": {"time": "1m"},
-        },
-        base_dir=tmp_path,
+    orders, shipments, runner = join_batch_job(
+        kafka_bootstrap, unique_name, tmp_path, {"range": "1s"}, retention={"time": "1m"}
     )
-    tasks = prepare_topics(config, kafka_bootstrap)
-    runner = LocalJob(TaskSettings(config, kafka_bootstrap, str(tmp_path), tasks))
+    config = runner.settings.config
     first = [{"k": 1, "ts": 600 * S}]
     runner.run_batch([records(orders, 0, first), records(shipments, 0, first)], 1_000)
     runner.run_batch(
