@@ -11,7 +11,7 @@ import bisect
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ __all__ = [
     "KafkaRange",
     "KafkaSourceError",
     "RangeLike",
+    "log_ends",
     "range_consumer_config",
     "read_messages",
 ]
@@ -118,23 +119,41 @@ def read_messages(p: RangeLike) -> Iterator[list[Any]]:
         consumer.close()
 
 
+def log_ends(
+    consumer_config: Mapping[str, Any], partitions: Sequence[tuple[str, int]], timeout_s: float
+) -> dict[tuple[str, int], int]:
+    """The log end offset of each ``(topic, partition)``: its high watermark, records of
+    open transactions included (``read_uncommitted``: under ``read_committed`` the broker
+    answers with the last stable offset). Raises ``KafkaException`` when the broker does
+    not answer within ``timeout_s`` for a partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    config = range_consumer_config(consumer_config)
+    probe = Consumer({**config, "isolation.level": "read_uncommitted"})
+    try:
+        return {
+            (topic, partition): probe.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )[1]
+            for topic, partition in partitions
+        }
+    finally:
+        probe.close()
+
+
 def _check_end(p: RangeLike, eof_at: int) -> None:
     """The read met the partition's end at ``eof_at``, before the range's end: fail at
     once if the broker holds no record there at all (waiting for them would only time
     out), not when records wait behind an open transaction. So the end asked for is the
     high watermark (``read_uncommitted``: under ``read_committed`` the broker answers
     with the last stable offset, which stops before an open transaction)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException
 
-    probe = Consumer({**p.consumer_config, "isolation.level": "read_uncommitted"})
     try:
-        _, high = probe.get_watermark_offsets(
-            TopicPartition(p.topic, p.partition), timeout=_END_CHECK_S
-        )
+        tp = (p.topic, p.partition)
+        high = log_ends(p.consumer_config, [tp], _END_CHECK_S)[tp]
     except KafkaException:  # no answer now: the poll timeout still bounds the wait
         return
-    finally:
-        probe.close()
     if high < p.until:
         raise KafkaSourceError(
             f"Kafka source: {p.topic}[{p.partition}] ends at offset {high}, before the end "

@@ -229,7 +229,8 @@ def _check_topics(
 
 def _check_truncated(status: JobStatus) -> None:
     """A committed position past its partition's end: the topic was deleted and created
-    again, and the job stops with ``InputGapError`` there."""
+    again, or the broker lost records the job had read, and the job stops with
+    ``InputGapError`` there."""
     past = [
         p
         for p in status.partitions
@@ -239,8 +240,8 @@ def _check_truncated(status: JobStatus) -> None:
         names = ", ".join(f"{p.topic}[{p.partition}] {p.committed} > {p.end}" for p in past)
         status.problems.append(
             f"input behind the job: the checkpoint's positions are past the end of {names} "
-            "(the topic was deleted and created again); the job stops with InputGapError "
-            "there: see the README's Gaps"
+            "(the topic was deleted and created again, or the broker lost records the job "
+            "had read); the job stops with InputGapError there: see the README's Gaps"
         )
 
 

@@ -19,7 +19,7 @@ with up to that batch's.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from window_operator.errors import WindowOperatorError
@@ -27,7 +27,16 @@ from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.exchange import InputRange, TaskInput
 from window_operator.runtime.inputs import InputRecords
 
-__all__ = ["InputGapError", "LostBatch", "between", "find_gaps", "lost_batches"]
+__all__ = [
+    "InputGapError",
+    "LostBatch",
+    "applied_past",
+    "between",
+    "check_kept",
+    "find_gaps",
+    "lost_batches",
+    "past_end_message",
+]
 
 
 class InputGapError(WindowOperatorError):
@@ -74,6 +83,41 @@ def find_gaps(
         if after < r.start:
             gaps.append(r.span(after, r.start))
     return gaps
+
+
+def applied_past(offsets: dict[InputPosition, int], inp: TaskInput) -> list[InputRange]:
+    """The ranges of ``inp`` whose whole partition range the state (its ``offsets``)
+    applied already: a replay of a batch run again from an older Spark checkpoint (after
+    a switch between the job's shapes), or input the broker no longer holds. Only these
+    ask :func:`check_kept`; a batch run again as it first ran ends past the state."""
+    return [r for r in inp.ranges if offsets.get(r.position, -1) >= r.end]
+
+
+def check_kept(
+    task: int, offsets: dict[InputPosition, int], ranges: Sequence[InputRange],
+    ends: Mapping[tuple[str, int], int],
+) -> None:  # fmt: skip
+    """Raise :class:`InputGapError` where the state applied an offset at or past its
+    partition's log end ``ends`` (by topic and partition): records written there from now
+    on would be taken for replays of the ones it applied, and skipped."""
+    for r in ranges:
+        held, end = offsets[r.position], ends[(r.topic, r.partition)]
+        if held >= end:
+            raise InputGapError(past_end_message(f"task {task}", r.topic, r.partition, held, end))
+
+
+def past_end_message(who: str, topic: str, partition: int, applied: int, end: int) -> str:
+    """Why ``who`` stops where its state applied offset ``applied`` of a partition that
+    now ends at ``end``."""
+    return (
+        f"{who}: its state applied {topic}[{partition}] up to offset {applied}, but the "
+        f"partition now ends at offset {end}: the broker lost records the job had read "
+        "(acknowledged writes lost in a broker crash or an unclean leader election), or "
+        "the topic was deleted and created again. Records written there from now on would "
+        "be taken for replays of the ones the state applied, and skipped. Start the job "
+        "afresh (another state.dir and spark.checkpoint_dir, or another job name) to "
+        "accept the loss"
+    )
 
 
 def lost_batches(gaps: Sequence[InputRange], inp: TaskInput) -> list[LostBatch]:

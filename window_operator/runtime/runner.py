@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from window_operator.arrays import IntArray
 from window_operator.errors import UserCodeExitError
-from window_operator.kafka_range import KafkaSourceError
+from window_operator.kafka_range import KafkaSourceError, log_ends
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
 from window_operator.runtime.attempts import (
@@ -58,7 +58,9 @@ from window_operator.runtime.faults import crash_point, trace, tracing
 from window_operator.runtime.gaps import (
     InputGapError,
     LostBatch,
+    applied_past,
     between,
+    check_kept,
     find_gaps,
     lost_batches,
 )
@@ -176,6 +178,7 @@ class TaskRunner(Generic[B, R]):
                 opened = self._open = self._open_task()
                 report.restored_records = opened.state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
+            self._check_kept(opened.op, inp)
             for lost in self._lost(opened.op, inp):
                 self._process(opened, lost, report)
             self._process(opened, inp, report)
@@ -222,6 +225,17 @@ class TaskRunner(Generic[B, R]):
         report.store_bytes = figures.store_bytes
         report.live_keys, report.live_windows = figures.live_keys, figures.live_windows
         report.held_messages = dict(figures.held_messages)
+
+    def _check_kept(self, op: WindowOperator[B, R, object], inp: TaskInput) -> None:
+        """Step 2, first: a partition whose range the state applied whole (a replay) must
+        still hold the offsets it applied (see :func:`~window_operator.runtime.gaps.check_kept`)."""
+        offsets = op.offsets
+        if ahead := applied_past(offsets, inp):
+            partitions = sorted({(r.topic, r.partition) for r in ahead})
+            ends = log_ends(
+                self.settings.consumer_config(), partitions, self.settings.broker_timeout_s
+            )
+            check_kept(self.task, offsets, ahead, ends)
 
     def _lost(self, op: WindowOperator[B, R, object], inp: TaskInput) -> list[TaskInput]:
         """Step 2: the batches the state lacks before ``inp`` starts, read back from Kafka

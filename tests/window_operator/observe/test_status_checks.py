@@ -85,8 +85,8 @@ def test_a_missing_input_topic_and_positions_past_the_end_are_problems(
     _check_truncated(status)
     assert status.problems == [
         "input behind the job: the checkpoint's positions are past the end of clicks[0] "
-        "105 > 30 (the topic was deleted and created again); the job stops with "
-        "InputGapError there: see the README's Gaps"
+        "105 > 30 (the topic was deleted and created again, or the broker lost records the "
+        "job had read); the job stops with InputGapError there: see the README's Gaps"
     ]
 
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from window_operator.kafka_range import KafkaSourceError, range_consumer_config
+from window_operator.kafka_range import KafkaSourceError, log_ends, range_consumer_config
 from window_operator.kernel import InputPosition
 from window_operator.runtime.exchange import InputPartition, InputRange
-from window_operator.runtime.gaps import InputGapError
+from window_operator.runtime.gaps import InputGapError, past_end_message
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.settings import KafkaConfig
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["CHUNK_RECORDS", "Chunked", "InputReader"]
 
 log = logging.getLogger(__name__)
+
+#: How long the reader waits for the broker to say where a partition ends.
+_END_QUERY_S = 10.0
 
 #: The most records one read takes from the consumer (one chunk per partition in it).
 CHUNK_RECORDS = 20_000
@@ -163,15 +166,32 @@ class InputReader:
             if pos is not None and self.ends is not None and (m.offset() or 0) >= self.ends[pos]:
                 self.reading.discard(pos)
         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-            raise InputGapError(
-                f"{self.name}: {m.topic()}[{m.partition()}] no longer holds the records the "
-                f"state continues from ({err.str()}): they were deleted before they were "
-                "read; restore the state from scratch to accept the loss"
-            )
+            raise InputGapError(self._gone(m, err))
         elif err.fatal():
             raise KafkaSourceError(f"{self.name}: reading input failed: {err.str()}")
         else:
             log.warning("%s: reading input: %s", self.name, err.str())
+
+    def _gone(self, m: Message, err: KafkaError) -> str:
+        """Why the records a partition's state continues from cannot be read: deleted
+        before they were read, or past the partition's end (the broker lost them)."""
+        from confluent_kafka import KafkaException
+
+        topic, partition = m.topic() or "", m.partition() or 0
+        pos = self._by_tp.get((topic, partition))
+        wanted = self.next_offset.get(pos) if pos is not None else None
+        try:
+            end = log_ends(self.config, [(topic, partition)], _END_QUERY_S)[(topic, partition)]
+        except KafkaException:
+            end = None
+        if wanted is not None and end is not None and wanted > end:
+            return past_end_message(self.name, topic, partition, wanted - 1, end)
+        return (
+            f"{self.name}: {topic}[{partition}] no longer holds the records the state "
+            f"continues from ({err.str()}): they were deleted before they were read; start "
+            "the job afresh (another state.dir and spark.checkpoint_dir, or another job "
+            "name) to accept the loss"
+        )
 
     def take_caught_up(self) -> list[InputPartition]:
         """The partitions read to their end since the last call: to the partition's end

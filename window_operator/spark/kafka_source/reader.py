@@ -123,6 +123,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends: OffsetMap = {}
         for tp, end in latest.items():
             begin = start_map.get(tp, earliest_new.get(tp, 0))
+            if end < begin and self.options.fail_on_data_loss:
+                raise KafkaSourceError(_behind(tp, end, begin))
             begins[tp] = begin
             ends[tp] = max(end, begin)
         for tp in new:
@@ -223,3 +225,15 @@ class KafkaDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A :class:`KafkaStreamReader` for the options given to ``readStream``."""
         return KafkaStreamReader(parse_options(self.options))
+
+
+def _behind(tp: tuple[str, int], end: int, begin: int) -> str:
+    """Why a partition that ends before the query's position stops the query: the
+    records written there from now on would never be read."""
+    return (
+        f"Kafka source: {tp[0]}[{tp[1]}] ends at offset {end}, before offset {begin} the "
+        "query continues from: the broker lost records the query had read (acknowledged "
+        "writes lost in a broker crash or an unclean leader election), or the topic was "
+        "deleted and created again; the records written there from now on would never be "
+        "read (failOnDataLoss=false: read on from the query's position all the same)"
+    )

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from jobkit import create_topic, produce
 
 from window_operator.runtime.exchange import InputPartition
+from window_operator.runtime.gaps import InputGapError
 from window_operator.runtime.longrun.reader import Chunked, InputReader, _runs
 
 
@@ -137,3 +138,44 @@ def test_records_wait_in_a_partition_whose_end_the_consumer_fetched_past_the_rea
         assert reader.waiting() == set()
     finally:
         reader.close()
+
+
+@pytest.mark.kafka
+def test_a_partition_that_ends_before_the_state_s_position_is_told_from_one_trimmed(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Both stop the worker; they told the same story ("deleted before they were read"),
+    but a partition that ends before the state's position lost records the job read (a
+    broker that lost acknowledged writes, or the topic created again)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique_name("gone")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [], raw=[(None, b"%d" % i, 0) for i in range(10)])
+    source = InputPartition(0, topic, 0)
+    config = {"bootstrap.servers": kafka_bootstrap}
+
+    def first_read(begin: int) -> str:
+        reader = InputReader("worker 0", [source], config)
+        reader.assign({source.position: begin})
+        try:
+            with pytest.raises(InputGapError) as failed:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    reader.read(1)
+            return str(failed.value)
+        finally:
+            reader.close()
+
+    told = first_read(25)  # the state applied up to 24
+    assert told.startswith(
+        f"worker 0: its state applied {topic}[0] up to offset 24, but the partition now ends "
+        "at offset 10: the broker lost records the job had read"
+    )
+    admin = AdminClient(config)
+    for f in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
+        f.result(30)
+    told = first_read(3)
+    assert told.startswith(f"worker 0: {topic}[0] no longer holds the records the state")
+    assert "they were deleted before they were read" in told

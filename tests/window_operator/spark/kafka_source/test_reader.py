@@ -11,6 +11,7 @@ from sourcekit import produce, simple_items  # noqa: E402
 
 from window_operator.spark.kafka_source import KafkaStreamReader, kafka_end_offsets  # noqa: E402
 from window_operator.spark.kafka_source.options import parse_options  # noqa: E402
+from window_operator.spark.kafka_source.schema import KafkaSourceError  # noqa: E402
 
 
 def test_reader_respects_read_limits_and_available_now_target(
@@ -43,6 +44,25 @@ def test_reader_respects_read_limits_and_available_now_target(
     assert reader.latestOffset(start, ReadAllAvailable()) == everything
     assert reader.latestOffset(everything, ReadMaxRows(40)) == everything
     assert kafka_end_offsets(kafka_bootstrap, [topic]) == {topic: {str(p): 110 for p in range(4)}}
+
+
+def test_a_partition_that_ends_before_the_query_s_position_stops_the_query(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    """(It waited, then read on from its position once records came past it: the ones
+    written below it, where the broker lost records, were never read nor told.)"""
+    produce(kafka_bootstrap, topic, simple_items(400))
+    options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic}
+    reader = KafkaStreamReader(parse_options(options))
+    ahead = {topic: {"0": 100, "1": 100, "2": 150, "3": 100}}
+    with pytest.raises(
+        KafkaSourceError,
+        match=rf"{topic}\[2\] ends at offset 100, before offset 150 the query continues from: "
+        "the broker lost records the query had read",
+    ):
+        reader.latestOffset(ahead, ReadAllAvailable())
+    lenient = KafkaStreamReader(parse_options({**options, "failOnDataLoss": "false"}))
+    assert lenient.latestOffset(ahead, ReadAllAvailable()) == ahead
 
 
 def test_min_partitions_splits_ranges() -> None:
