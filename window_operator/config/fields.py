@@ -359,6 +359,7 @@ class InputModel(FrozenModel):
     section: ClassVar[str]
     if TYPE_CHECKING:  # declared by each model, in its own key order
         format: Literal["json", "avro"]
+        avro_wire: Literal["schemaless", "confluent"]
         timestamp: str | None
         timestamp_from: Literal["field", "kafka"]
         timestamp_unit: Literal["ms", "s", "us", "ns", "iso8601"]

@@ -96,6 +96,9 @@ def _late_emit(value: object) -> object:
         return {"mode": "off", "period_ms": 0}
     if value == "per_arrival":
         return {"mode": "per_arrival", "period_ms": 0}
+    if isinstance(value, Mapping) and value.get("mode") is False:
+        # ``{mode: off, ...}``: YAML 1.1 reads a bare off as false, as it does for late
+        return {**value, "mode": "off"}
     if isinstance(value, Mapping | LateEmit):
         return value
     ms = positive_duration_ms(
@@ -114,7 +117,7 @@ class LateEmit(FrozenModel):
     """
 
     mode: Literal["period", "per_arrival", "off"]
-    period_ms: int = Field(ge=0, le=MAX_CONFIG_INT)
+    period_ms: int = Field(default=0, ge=0, le=MAX_CONFIG_INT)  # 0 but for period
 
     @model_validator(mode="after")
     def _period_matches_mode(self) -> Self:
@@ -416,11 +419,15 @@ class JobSections(FrozenModel):
                 f"spark.{name} applies to spark.mode long_running only (this job runs "
                 "micro-batches)"
                 for name in ("workers", "partition_discovery")
+                # one given its default (``workers: null``, as the README's reference
+                # writes it) changes nothing: no warning
                 if name in self.spark.model_fields_set
+                and getattr(self.spark, name) != SparkConfig.model_fields[name].default
             ]
         inputs = self.input_models()
         for where, section in inputs:
-            if section.format != "avro" and "avro_wire" in section.model_fields_set:
+            wire_given = "avro_wire" in section.model_fields_set
+            if section.format != "avro" and wire_given and section.avro_wire != "schemaless":
                 out.append(f"{where}.avro_wire applies to format avro only (this input is json)")
         kafka_time = [section.timestamp_from == "kafka" for _, section in inputs]
         if kafka_time and all(kafka_time) and "max_future" in self.watermark.model_fields_set:

@@ -222,7 +222,9 @@ def _unknown_key_message(error: _Error) -> str:
         message += f" (allowed keys: {', '.join(keys)})"
         name = str(error.raw_loc[-1])
         hint = getattr(parent, "unknown_key_hints", {}).get(name)
-        close = difflib.get_close_matches(name, keys, n=1)
+        # a transposition (``stpe``) first: difflib ranks ``type`` as close as ``step``
+        close = [k for k in keys if k != name and sorted(k) == sorted(name)]
+        close = close or difflib.get_close_matches(name, keys, n=1)
         if hint:
             message += f"; {hint}"
         elif close:
@@ -239,7 +241,8 @@ def _message(error: _Error) -> str:
         return "required key is missing"
     if kind == "literal_error":
         allowed = _allowed_values(error.tp, ctx.get("expected"))
-        return f"must be one of {', '.join(allowed)} (got {got})"
+        hint = f": {QUOTE_BOOLEAN}" if isinstance(error.value, bool) else ""
+        return f"must be one of {', '.join(allowed)} (got {got}{hint})"
     if kind in ("too_short", "string_too_short"):
         minimum = ctx.get("min_length", 1)
         return "must not be empty" if minimum == 1 else f"must have at least {minimum} items"

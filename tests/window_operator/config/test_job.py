@@ -255,3 +255,14 @@ def test_long_running_settings_and_a_json_inputs_avro_wire_are_named_as_ignored(
     assert [
         line.split(" ", 1)[0] for line in parse_any_config(join, base_dir=ROOT).ignored_settings()
     ] == ["join.left.avro_wire"]
+
+
+def test_a_setting_given_its_default_is_not_named_as_ignored() -> None:
+    """The README's reference writes ``workers: null``, ``partition_discovery: 1m`` and
+    ``avro_wire: schemaless``: a copy of it gets no warning for settings that change
+    nothing."""
+    given = {
+        "spark": {"workers": None, "partition_discovery": "1m"},
+        "input": {"timestamp": "ts", "avro_wire": "schemaless"},
+    }
+    assert parse_config({**minimal(), **given}, base_dir=ROOT).ignored_settings() == []

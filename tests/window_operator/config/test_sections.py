@@ -106,6 +106,10 @@ def test_duration_fields_are_milliseconds_with_ms_properties() -> None:
         ("per_arrival", "per_arrival", 0),
         ("off", "off", 0),
         (False, "off", 0),  # YAML 1.1 reads a bare `off` as false
+        # the mapping form, as the README gives it: `{mode: off}` is {mode: false} in YAML
+        ({"mode": False, "period_ms": 0}, "off", 0),
+        ({"mode": "per_arrival"}, "per_arrival", 0),
+        ({"mode": "period", "period_ms": 5000}, "period", 5_000),
     ],
 )
 def test_emit_late_forms(late: Any, mode: str, period: int) -> None:

@@ -256,3 +256,21 @@ def test_a_null_window_type_is_a_missing_one() -> None:
         "window.type",
         "required: one of tumbling, hopping, session, count, offsets (got null)",
     )
+
+
+def test_a_transposed_key_is_suggested_before_another_close_one() -> None:
+    """``stpe`` is as close to ``type`` as to ``step`` for difflib: the transposition wins."""
+    doc = minimal() | {"window": {"type": "hopping", "size": "1m", "step": "10s", "stpe": 1}}
+    assert one_problem(doc) == (
+        "window.stpe",
+        "unknown key (allowed keys: type, size, step); did you mean 'step'?",
+    )
+
+
+def test_a_yaml_boolean_for_a_choice_says_to_quote_it() -> None:
+    doc = minimal() | {"processing": {"guarantee": False}}
+    assert one_problem(doc) == (
+        "processing.guarantee",
+        "must be one of exactly_once, at_least_once (got false: YAML reads an unquoted yes, "
+        "no, on, off, true or false as a boolean; write it in quotes)",
+    )
