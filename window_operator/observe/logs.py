@@ -108,6 +108,15 @@ def ensure_worker_handler(logger: logging.Logger) -> None:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
+        _quiet_admin_clients()
+
+
+def _quiet_admin_clients() -> None:
+    """KafkaAdmin's clients log librdkafka's messages to their own logger: the same
+    chatter as the job's clients (a broker away: a line per connection attempt)."""
+    admin = logging.getLogger("window_operator.kafka_admin")
+    if not any(isinstance(f, KafkaNoiseFilter) for f in admin.filters):
+        admin.addFilter(KafkaNoiseFilter())
 
 
 def setup_logging(*, quiet: bool = False, secrets: list[str] | None = None) -> RedactingFilter:
@@ -127,10 +136,7 @@ def setup_logging(*, quiet: bool = False, secrets: list[str] | None = None) -> R
     logging.getLogger(BATCH_LOGGER).setLevel(logging.WARNING if quiet else logging.INFO)
     # (no level of its own: producers are cached by their settings, this logger's repr
     # included, so it must not change while the job runs)
-    # KafkaAdmin's clients log librdkafka's messages there: the same chatter
-    admin = logging.getLogger("window_operator.kafka_admin")
-    if not any(isinstance(f, KafkaNoiseFilter) for f in admin.filters):
-        admin.addFilter(KafkaNoiseFilter())
+    _quiet_admin_clients()
     # py4j logs every callback connection it opens or closes at INFO
     logging.getLogger("py4j").setLevel(logging.WARNING)
     return redact

@@ -12,10 +12,12 @@ One Spark job per micro-batch, never through the driver (see
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from window_operator.observe.logs import ensure_worker_handler
 from window_operator.runtime import lookup
 from window_operator.runtime.batch import (
     BatchContext,
@@ -35,7 +37,13 @@ from window_operator.runtime.settings import TaskSettings
 if TYPE_CHECKING:
     from pyspark.sql import Row
 
-__all__ = ["map_side", "read_input", "reduce_side", "timer_pass"]
+__all__ = ["map_side", "read_input", "reduce_side", "timer_pass", "worker_logging"]
+
+
+def worker_logging() -> None:
+    """The package's log lines in a Spark Python worker as the driver writes them (time,
+    level, logger): else Python's last resort prints a warning's bare message."""
+    ensure_worker_handler(logging.getLogger("window_operator"))
 
 
 def read_input(settings: TaskSettings, row: Row) -> tuple[list[InputRange], InputRecords]:
@@ -56,6 +64,7 @@ def read_input(settings: TaskSettings, row: Row) -> tuple[list[InputRange], Inpu
 
 def map_side(ctx: BatchContext, rows: Iterable[Row]) -> Iterator[Shuffled]:
     """``mapPartitions`` body over the source's offset-range rows."""
+    worker_logging()
     for row in rows:
         t0 = time.perf_counter()
         ranges, records = read_input(ctx.settings, row)
@@ -69,6 +78,7 @@ def reduce_side(
     ctx: BatchContext, index: int, items: Iterable[Shuffled]
 ) -> Iterator[TaskReport | MapReport]:
     """``mapPartitionsWithIndex`` body after the shuffle: a state task, or the reports."""
+    worker_logging()
     if index == ctx.tasks:
         yield from (item for _, item in items if isinstance(item, MapReport))
         return
@@ -77,4 +87,5 @@ def reduce_side(
 
 def timer_pass(ctx: BatchContext, index: int, _rows: Iterable[object]) -> Iterator[TaskReport]:
     """A timer-only pass of state task ``index`` (``mapPartitionsWithIndex`` body)."""
+    worker_logging()
     yield run_task(ctx.settings, index, timer_input(ctx, index))

@@ -54,6 +54,7 @@ from window_operator.runtime.longrun.worker import Worker, WorkerSpec
 from window_operator.runtime.plans import plan_for
 from window_operator.spark.clock_log import CLOCK_DIR, ClockLog
 from window_operator.spark.driver import BatchReport, JobOptions, SparkJob, StreamingJob
+from window_operator.spark.exchange import worker_logging
 from window_operator.spark.failures import root_cause
 from window_operator.spark.topics import TaskCountError, check_grown_inputs
 
@@ -152,6 +153,7 @@ def run_worker(spec: WorkerSpec, _rows: Iterator[object]) -> Iterator[WorkerSumm
     """A barrier task: one worker, until it is told to stop."""
     from pyspark import BarrierTaskContext
 
+    worker_logging()
     ctx = BarrierTaskContext.get()
     index = ctx.partitionId()
     host = ctx.getTaskInfos()[index].address.rpartition(":")[0] or "127.0.0.1"

@@ -7,6 +7,7 @@ partitions, which only the keyed exchange brings to one state task.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -190,3 +191,27 @@ def test_offsets_windows_of_unkeyed_input_name_their_partition(
     }
     assert len(got) == len(table)
     assert got == expected
+
+
+def test_a_spark_python_worker_writes_log_lines_as_the_driver_does() -> None:
+    """A worker's warning (a broker away: 'the epoch waits for it') came as a bare
+    message without time or level; its admin clients' connection chatter stays out."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging\n"
+        "from window_operator.spark.exchange import worker_logging\n"
+        "worker_logging()\n"
+        "logging.getLogger('window_operator.runtime.longrun.worker').warning('the epoch waits')\n"
+        "logging.getLogger('window_operator.kafka_admin').error(\n"
+        "    'FAIL [rdkafka#producer-1]: Connect to ipv4#127.0.0.1:9 failed: Connection refused')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert re.fullmatch(
+        r"\d\d:\d\d:\d\d WARNING window_operator\.runtime\.longrun\.worker: the epoch waits",
+        lines[0],
+    )
