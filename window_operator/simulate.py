@@ -31,9 +31,10 @@ import orjson
 
 from window_operator.arrival import ArrivalClock, future_errors
 from window_operator.codecs.json_input import JSON_WHITESPACE
+from window_operator.codecs.result_avro import AvroResultEncoder
 from window_operator.codecs.result_errors import encode_checked
 from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
-from window_operator.config import OffsetsWindow
+from window_operator.config import JobConfig, OffsetsWindow
 from window_operator.errors import UserCodeExitError, WindowOperatorError
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
@@ -128,6 +129,7 @@ def simulate(
         path = state_dir if state_dir is not None else Path(tmp)
         running = _Running(runtime.open_task(path))
         try:
+            result_lines = _result_lines_for(runtime)
             if running.op.watermark >= END_OF_TIME:
                 raise FinishedStateError(path)
             clock = _arrival_clock(runtime, running.op)
@@ -136,14 +138,14 @@ def simulate(
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
                     rejected = step(chunk, summary)  # may replace running.op
-                    _drain(running.op, rejected, out, errors_out, summary)
+                    _drain(running.op, rejected, out, errors_out, summary, result_lines)
                     if progress is not None:
                         progress(stream.tell())
                     if _flush_each_batch(runtime):
                         running.op.flush()
             if final:
                 running.op.timeout(END_OF_TIME)
-                _drain(running.op, [], out, errors_out, summary)
+                _drain(running.op, [], out, errors_out, summary, result_lines)
         except SystemExit as exc:  # only user code exits while the job runs
             raise UserCodeExitError.of(exc) from exc
         finally:
@@ -330,6 +332,7 @@ def _drain(
     out: IO[bytes],
     errors_out: IO[bytes] | None,
     summary: SimulationSummary,
+    result_lines: Callable[[ResultBatch], list[bytes]],
 ) -> None:
     """Write the operator's pending results, then ``rejected``, its error records and
     those of the results that cannot be written."""
@@ -339,7 +342,7 @@ def _drain(
             summary.results += len(batch)
             out.write(batch.to_json_lines())
             continue
-        checked = encode_checked(batch, _result_lines)
+        checked = encode_checked(batch, result_lines)
         summary.results += len(checked.records)
         if checked.records:
             out.write(b"\n".join(checked.records) + b"\n")
@@ -361,6 +364,30 @@ def _result_lines(batch: ResultBatch) -> list[bytes]:
 
 #: The JSON values of the output topic (stateless).
 _JSON_OUTPUT = JsonResultEncoder()
+
+
+def _result_lines_for(
+    runtime: JobRuntime | JoinRuntime,
+) -> Callable[[ResultBatch], list[bytes]]:
+    """How results become lines: as JSON, or for an Avro output written with the job's
+    output schema and read back, as `read` prints them (a field the schema leaves out
+    is not there, a default it adds is, a ``float`` holds what a float holds; a value
+    the schema cannot hold raises, and is a ``RESULT_ERROR``)."""
+    config = runtime.config
+    if not isinstance(config, JobConfig) or config.output.format != "avro":
+        return _result_lines
+    encoder = AvroResultEncoder(config)
+    decoder = encoder.decoder()
+
+    def lines(batch: ResultBatch) -> list[bytes]:
+        if batch.kind is Kind.RETRACT:
+            return _result_lines(batch)
+        return [
+            orjson.dumps(decoder.decode(value), default=str)
+            for _, value in encoder.encode_batch(batch)
+        ]
+
+    return lines
 
 
 def _partition_offsets(agg: TaskOperator) -> dict[int, int]:

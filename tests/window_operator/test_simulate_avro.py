@@ -148,3 +148,70 @@ def test_errors_of_an_avro_job_come_in_input_order(tmp_path: Path) -> None:
     _, errors, _ = _simulate(runtime, tmp_path, lines)
     got = [(e["code"], e["offset"]) for e in errors]
     assert got == [("NON_FINITE_VALUE", 0), ("BAD_AVRO", 1), ("BAD_AVRO", 2)]
+
+
+def test_an_avro_output_is_written_with_its_schema_as_read_prints_it(tmp_path: Path) -> None:
+    """``simulate`` wrote every result as JSON whatever ``output.avro_schema`` said: a
+    default the schema adds was missing, an aggregation it leaves out was there, a
+    ``float`` showed the double, and a value the schema cannot hold was a result, where
+    on Kafka it is a RESULT_ERROR."""
+    out_schema = {
+        "type": "record",
+        "name": "Out",
+        "fields": [
+            {"name": "key", "type": "string"},
+            {"name": "window_start", "type": "long"},
+            {"name": "window_end", "type": "long"},
+            {"name": "kind", "type": "string"},
+            {"name": "update_seq", "type": "long"},
+            {
+                "name": "values",
+                "type": {
+                    "type": "record",
+                    "name": "V",
+                    "fields": [
+                        {"name": "n", "type": "long"},
+                        {"name": "m", "type": ["null", "float"]},
+                        {"name": "f", "type": ["null", "double"], "default": None},
+                    ],
+                },
+            },
+            {"name": "source", "type": "string", "default": "wo"},
+        ],
+    }
+    (tmp_path / "out.avsc").write_bytes(orjson.dumps(out_schema))
+    (tmp_path / "input.avsc").write_bytes(orjson.dumps(SCHEMA))
+    inp = {"format": "avro", "avro_schema": "input.avsc", "key": "page", "timestamp": "ts"}
+    aggs = [
+        {"name": "n", "op": "count"},
+        {"name": "m", "op": "mean", "field": "v"},
+        {"name": "s", "op": "sum", "field": "v"},  # not in the output schema
+    ]
+    job = {
+        "job": "avro",
+        "input": inp,
+        "window": {"type": "tumbling", "size": "10s"},
+        "aggregations": aggs,
+        "output": {"format": "avro", "avro_schema": "out.avsc"},
+    }
+    config = parse_any_config(job, base_dir=tmp_path)
+    # run and simulate warn of what the schema leaves unwritten (a misspelt name)
+    assert config.unwritten_values() == [
+        "output.avro_schema has no values field for aggregation(s) s: computed but never written",
+        "output.avro_schema values field(s) f name no aggregation: always written as their default",
+    ]
+    runtime = build_runtime(config)
+    lines = [{"page": "/a", "ts": BASE, "v": 0.1}, {"page": "/a", "ts": BASE + 1, "v": 0.2}]
+    results, errors, _ = _simulate(runtime, tmp_path, lines)
+    assert errors == []
+    (result,) = results
+    assert result["source"] == "wo"
+    assert result["values"] == {"n": 2, "m": 0.15000000596046448, "f": None}
+    # a value the schema cannot hold: a RESULT_ERROR, as the job on Kafka sends it
+    out_schema["fields"][5]["type"]["fields"][2] = {"name": "f", "type": ["null", "double"]}
+    (tmp_path / "out.avsc").write_bytes(orjson.dumps(out_schema))
+    job["aggregations"] = [*aggs, {"name": "f", "op": "first", "field": "page"}]
+    runtime = build_runtime(parse_any_config(job, base_dir=tmp_path))
+    results, errors, summary = _simulate(runtime, tmp_path, lines)
+    assert results == []
+    assert [e["code"] for e in errors] == ["RESULT_ERROR"]

@@ -201,9 +201,13 @@ def load_checked_config(path: str | Path, *, user_code: bool = True) -> JobConfi
 
 
 def warn_ignored(config: JobConfig | JoinJobConfig, path: str | Path) -> None:
-    """A warning line on stderr for each setting of the file that does not apply."""
+    """A warning line on stderr for each setting of the file that does not apply, and
+    for each aggregation a user Avro output schema leaves unwritten."""
     for reason in config.ignored_settings():
         print(f"window-operator: warning: {path}: {reason}; it is ignored", file=sys.stderr)
+    if isinstance(config, JobConfig):
+        for reason in config.unwritten_values():
+            print(f"window-operator: warning: {path}: {reason}", file=sys.stderr)
 
 
 def bootstrap_servers(args: argparse.Namespace, config: JobConfig | JoinJobConfig | None) -> str:

@@ -198,6 +198,31 @@ def check_user_schema(schema: Any, config: JobConfig, source: str) -> set[str]:
     return json_text
 
 
+def unwritten_in_user_schema(schema: Any, config: JobConfig) -> list[str]:
+    """What a user result schema leaves unwritten, each a warning: aggregations its
+    ``values`` record has no field for (computed, never written), and ``values`` fields
+    with a default that name no aggregation (always their default: a misspelt name)."""
+    top = _fields_of(schema)
+    values_field = next((f for f in top if f.get("name") == "values"), None)
+    inner = _fields_of(_record_in(values_field.get("type"))) if values_field else []
+    have = {f.get("name") for f in inner}
+    names = [agg.name for agg in config.aggregations]
+    out = []
+    left_out = [name for name in names if name not in have]
+    if left_out:
+        out.append(
+            f"output.avro_schema has no values field for aggregation(s) {', '.join(left_out)}: "
+            "computed but never written"
+        )
+    stray = [str(f.get("name")) for f in inner if f.get("name") not in names and "default" in f]
+    if stray:
+        out.append(
+            f"output.avro_schema values field(s) {', '.join(stray)} name no aggregation: "
+            "always written as their default"
+        )
+    return out
+
+
 #: Values each field of a window result takes (``None``: the value may be null), to
 #: check a user schema's types against: a field whose type cannot hold one of them would
 #: fail the job at its first result of that kind.

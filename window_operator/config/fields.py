@@ -48,6 +48,7 @@ __all__ = [
     "check_avro_schema",
     "check_in_schema",
     "schema_lacks",
+    "schema_not_number",
     "check_topic_name",
     "duration_ms_or",
     "is_valid_job_name",
@@ -336,6 +337,23 @@ def _value_kind(kind: object) -> str | None:
     if kind == "string":
         return "string"
     return "other" if kind in _OTHER_TYPES else None
+
+
+def schema_not_number(schema_path: Path | None, name: str) -> str | None:
+    """Why field ``name`` of the Avro schema cannot hold a number (``None``: it can, or
+    there is no schema, or the schema does not say): a numeric operation over a field
+    whose every type is decoded as a string or a non-number would reject every record
+    as ``WRONG_TYPE``."""
+    fields = None if schema_path is None else _record_fields(schema_path)
+    members = (fields or {}).get(name, [])
+    kinds = {_value_kind(k) for k in members}
+    if not members or not kinds <= {"string", "other"}:
+        return None
+    return (
+        f"the Avro schema {schema_path} gives field {name!r} no numeric type (it has "
+        f"{' | '.join(sorted(_type_text(k) for k in members))}): every record would be "
+        "rejected as WRONG_TYPE"
+    )
 
 
 def _type_text(kind: object) -> str:

@@ -16,6 +16,7 @@ from window_operator.config.fields import (
     TopicName,
     none_to_empty_mapping,
     schema_lacks,
+    schema_not_number,
 )
 from window_operator.config.sections import JobSections
 from window_operator.config.windows import (
@@ -194,6 +195,11 @@ class JobConfig(JobSections):
                     problems.append((where, f"{name!r} is not one of input.fields ({listed})"))
                 elif (lacks := schema_lacks(self.input.avro_schema, name)) is not None:
                     problems.append((where, lacks))
+                elif (
+                    _reads_number(agg, loc)
+                    and (wrong := schema_not_number(self.input.avro_schema, name)) is not None
+                ):
+                    problems.append((where, f"{agg.op} reads a number: {wrong}"))
         if problems:
             raise FieldProblems(problems)
         return self
@@ -234,6 +240,22 @@ class JobConfig(JobSections):
                 if name in fields_set
             ),
         ]
+
+    def unwritten_values(self) -> list[str]:
+        """What a user ``output.avro_schema`` leaves unwritten, each a warning:
+        aggregations it has no field for, and its fields with a default that name none
+        (a misspelt aggregation name)."""
+        path = self.output.avro_schema
+        if self.output.format != "avro" or path is None:
+            return []
+        # imported here: the codecs import this package
+        from window_operator.codecs.avro_schema import AvroSchemaError, load_schema_file
+        from window_operator.codecs.result_schema import unwritten_in_user_schema
+
+        try:
+            return unwritten_in_user_schema(load_schema_file(path), self)
+        except AvroSchemaError:  # reported where the schema is loaded
+            return []
 
     def input_models(self) -> list[tuple[str, InputModel]]:
         """``input``."""
@@ -286,6 +308,21 @@ class JobConfig(JobSections):
             return tuple(dict.fromkeys(self.input.fields))
         names = [name for agg in self.aggregations for _, name in _referenced_fields(agg)]
         return tuple(dict.fromkeys(names))
+
+
+def _reads_number(agg: AggregationConfig, loc: tuple[str, ...]) -> bool:
+    """Whether the built-in operation of ``agg`` reads the field at ``loc`` as a number
+    (``count`` with a field only counts non-null values; user-defined operations say
+    so themselves when they are loaded)."""
+    from window_operator.aggregations.base import VectorOp
+    from window_operator.aggregations.registry import BUILTIN_OPS
+
+    if loc == ("params", "x"):
+        return True
+    cls = BUILTIN_OPS.get(agg.op)
+    if cls is None or agg.op == "count":
+        return False
+    return issubclass(cls, VectorOp) or bool(getattr(cls, "numeric", False))
 
 
 def _referenced_fields(agg: AggregationConfig) -> list[tuple[tuple[str, ...], str]]:

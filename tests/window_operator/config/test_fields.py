@@ -284,3 +284,36 @@ def test_the_fields_aggregations_read_are_in_the_avro_schema_and_named(tmp_path:
     doc["aggregations"][0]["field"] = "latency_ms"
     doc["aggregations"][1]["params"]["x"] = "ts"
     assert parse_config(doc, base_dir=tmp_path).value_fields() == ("latency_ms", "ts")
+
+
+def test_a_numeric_aggregation_of_an_avro_field_that_holds_no_number_is_refused(
+    tmp_path: Path,
+) -> None:
+    """``mean`` of a ``string`` field (``linreg``'s ``params.x`` of a date) was accepted,
+    and every record was then rejected as WRONG_TYPE; ``count``, ``first`` and
+    ``collect`` of a string, and a decimal or a named type, are taken."""
+    (tmp_path / "click.avsc").write_bytes(orjson.dumps(_CLICK))
+    doc = minimal()
+    doc["input"] |= {"format": "avro", "avro_schema": "click.avsc"}
+    doc["aggregations"] = [
+        {"name": "m", "op": "mean", "field": "at"},
+        {"name": "p", "op": "percentile", "field": "page", "params": {"q": 0.5}},
+        {"name": "fit", "op": "linreg", "field": "latency_ms", "params": {"x": "day"}},
+    ]
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, base_dir=tmp_path)
+    assert [(p.path, p.message.split(":")[0]) for p in info.value.problems] == [
+        ("aggregations.0.field", "mean reads a number"),
+        ("aggregations.1.field", "percentile reads a number"),
+        ("aggregations.2.params.x", "linreg reads a number"),
+    ]
+    assert "gives field 'at' no numeric type (it has string)" in info.value.problems[0].message
+    doc["aggregations"] = [
+        {"name": "c", "op": "count", "field": "at"},
+        {"name": "f", "op": "first", "field": "page"},
+        {"name": "all", "op": "collect", "field": "day"},
+        {"name": "s", "op": "sum", "field": "secs"},
+        {"name": "x", "op": "max", "field": "again"},
+        {"name": "t", "op": "min", "field": "ts"},
+    ]
+    assert parse_config(doc, base_dir=tmp_path) is not None
