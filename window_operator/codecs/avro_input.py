@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import fastavro
+import orjson
 from fastavro.validation import ValidationError, validate
 
 from window_operator.codecs.avro_schema import (
@@ -57,6 +58,7 @@ class AvroPayloadDecoder:
             json_native if needs_json_native(self.schema) else None
         )
         self._schema_id: int | None = None
+        self._plain_parsed: Any = None
 
     @property
     def error_code(self) -> ErrorCode:
@@ -94,7 +96,7 @@ class AvroPayloadDecoder:
                 problem = confluent_problem(payload)
                 if problem is not None:
                     append(DECODE_FAILED)
-                    failures.append((i, problem))
+                    failures.append((i, self._json_text(payload) or problem))
                     continue
                 if self._schema_id is None:
                     self._schema_id = int.from_bytes(payload[1:CONFLUENT_HEADER], "big")
@@ -105,7 +107,7 @@ class AvroPayloadDecoder:
                 record = read(buffer, schema, None)
             except Exception as exc:  # any failure of the reader is a property of the data
                 append(DECODE_FAILED)
-                failures.append((i, avro_reason(exc, size - start)))
+                failures.append((i, self._json_text(payload) or avro_reason(exc, size - start)))
                 continue
             left = size - buffer.tell()
             if left:
@@ -113,13 +115,52 @@ class AvroPayloadDecoder:
                 failures.append(
                     (
                         i,
-                        f"invalid Avro: {left} byte(s) left over after the record "
+                        self._json_text(payload)
+                        or f"invalid Avro: {left} byte(s) left over after the record "
                         f"({size - start}-byte body); was it written with another schema?",
                     )
                 )
                 continue
             append(record if fixup is None else fixup(record))
         return records, failures
+
+    def _json_text(self, payload: bytes) -> str | None:
+        """Why a value that is a JSON object is not read (``None``: it is not one): a
+        JSON producer wrote it, or ``produce`` a line that does not fit the schema, as
+        it is; the reason says what does not fit, as ``simulate`` says it of the line."""
+        record = _json_object(payload)
+        if record is None:
+            return None
+        try:
+            validate(record, self._plain(), raise_errors=True)
+        except ValidationError as exc:
+            return (
+                "the value is JSON text, not Avro; as a record it does not fit the input's "
+                f"Avro schema either ({_misfits(exc)})"
+            )
+        except (RecursionError, TypeError, AttributeError, OverflowError):
+            return "the value is JSON text, not Avro"
+        return (
+            "the value is JSON text, not Avro (it holds a record of the input's schema: "
+            "a JSON producer wrote it; a topic of JSON values is read with format: json)"
+        )
+
+    def _plain(self) -> Any:
+        """The schema as ``produce`` writes with it (logical types converted)."""
+        if self._plain_parsed is None:
+            self._plain_parsed = parse_schema(self.schema, str(self.schema_path))
+        return self._plain_parsed
+
+
+def _json_object(payload: bytes) -> dict[str, Any] | None:
+    """``payload`` as a JSON object (``None``: it is not one)."""
+    if not payload.lstrip(b" \t\r\n")[:1] == b"{":
+        return None
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def avro_payload_encoder(

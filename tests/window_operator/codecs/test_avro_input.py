@@ -115,6 +115,30 @@ def test_avro_corrupt_and_truncated_bodies_are_failures(tmp_path: Path) -> None:
     assert records[1] == expected and records[8] == expected
 
 
+@pytest.mark.parametrize("wire", ["schemaless", "confluent"])
+def test_a_json_value_on_an_avro_topic_is_told_as_json_with_what_does_not_fit(
+    tmp_path: Path, wire: str
+) -> None:
+    """``produce`` writes a line that does not fit the schema as it is (JSON). The job
+    said "unexpected end of data: the payload is truncated or corrupt", or on a
+    Confluent topic "magic byte is 0x7b ... use input.avro_wire: schemaless", which
+    would not help; ``simulate`` named the field."""
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA), wire=wire)  # type: ignore[arg-type]
+    misfit = b'{"page": "/a", "ts": 1700000000000, "latency_ms": "lots"}'
+    fits = b' {"page": "/a", "ts": 1700000000000, "latency_ms": 1.5}'
+    records, failures = decoder.decode([misfit, fits, b"{not json", b"[1]"])
+    reasons = dict(failures)
+    assert sorted(reasons) == [0, 1, 2, 3]
+    assert reasons[0].startswith(
+        "the value is JSON text, not Avro; as a record it does not fit the input's Avro "
+        "schema either (Click.latency_ms is "
+    )
+    assert reasons[1].startswith("the value is JSON text, not Avro (it holds a record")
+    assert not reasons[2].startswith("the value is JSON") and not reasons[3].startswith(
+        "the value is JSON"
+    )
+
+
 def test_decode_payloads_avro_builds_bad_avro_errors_with_raw_bytes(tmp_path: Path) -> None:
     decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA), wire="confluent")
     ok = confluent(1, avro_body(CLICK_SCHEMA, {"page": "/a", "ts": T0, "latency_ms": 2.0}))
