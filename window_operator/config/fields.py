@@ -48,6 +48,7 @@ __all__ = [
     "check_avro_schema",
     "check_in_schema",
     "schema_lacks",
+    "schema_not_key",
     "schema_not_number",
     "check_topic_name",
     "duration_ms_or",
@@ -356,6 +357,28 @@ def schema_not_number(schema_path: Path | None, name: str) -> str | None:
     )
 
 
+#: The Avro types the decoder makes an object or an array of: no key can be one.
+_COMPOSITE_TYPES = {"record", "array", "map"}
+
+
+def schema_not_key(schema_path: Path | None, name: str) -> str | None:
+    """Why field ``name`` of the Avro schema cannot be a key (``None``: it can, or the
+    schema does not say): a field whose every type decodes to an object or an array
+    would reject every record as ``BAD_KEY``."""
+    fields = None if schema_path is None else _record_fields(schema_path)
+    members = (fields or {}).get(name, [])
+    composite = [
+        k for k in members if (k.get("type") if isinstance(k, Mapping) else k) in _COMPOSITE_TYPES
+    ]
+    if not members or len(composite) < len(members):
+        return None
+    return (
+        f"the Avro schema {schema_path} gives the key field {name!r} no type a key can be "
+        f"(it has {' | '.join(sorted(_type_text(k) for k in members))}; a key is a string, "
+        "a number or a boolean): every record would be rejected as BAD_KEY"
+    )
+
+
 def _type_text(kind: object) -> str:
     """An Avro type as a message names it: ``long``, ``int (date)``, ``record``."""
     if not isinstance(kind, Mapping):
@@ -426,7 +449,12 @@ class InputModel(FrozenModel):
         carried as null where a record lacks them: not checked)."""
         if info.field_name == "fields" and cls.section.startswith("join"):
             return value
-        check_in_schema(info, (value,) if isinstance(value, str) else value or ())
+        names = (value,) if isinstance(value, str) else value or ()
+        check_in_schema(info, names)
+        if info.field_name == "key":
+            for name in names:
+                if (problem := schema_not_key(info.data.get("avro_schema"), name)) is not None:
+                    raise ValueError(problem)
         return value
 
     @field_validator("timestamp_unit", check_fields=False)

@@ -317,3 +317,36 @@ def test_a_numeric_aggregation_of_an_avro_field_that_holds_no_number_is_refused(
         {"name": "t", "op": "min", "field": "ts"},
     ]
     assert parse_config(doc, base_dir=tmp_path) is not None
+
+
+def test_an_avro_key_field_of_a_record_an_array_or_a_map_is_refused(tmp_path: Path) -> None:
+    """(It was accepted, and every record then rejected as BAD_KEY: a walkthrough.) A
+    union with a scalar, an enum, bytes and a number are taken."""
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "ts", "type": "long"},
+            {"name": "geo", "type": {"type": "record", "name": "Geo", "fields": []}},
+            {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
+            {"name": "attrs", "type": {"type": "map", "values": "string"}},
+            {"name": "either", "type": ["null", "string", {"type": "array", "items": "long"}]},
+            {"name": "level", "type": {"type": "enum", "name": "L", "symbols": ["A"]}},
+            {"name": "raw", "type": "bytes"},
+        ],
+    }
+    (tmp_path / "order.avsc").write_bytes(orjson.dumps(schema))
+    doc = minimal()
+    doc["input"] |= {"format": "avro", "avro_schema": "order.avsc", "timestamp": "ts"}
+    for key, has in [("geo", "record"), ("tags", "array"), (["ts", "attrs"], "map")]:
+        doc["input"]["key"] = key
+        with pytest.raises(ConfigError) as info:
+            parse_config(doc, base_dir=tmp_path)
+        (problem,) = info.value.problems
+        assert problem.path == "input.key"
+        assert f"no type a key can be (it has {has}; a key is a string" in problem.message
+        assert problem.message.endswith("every record would be rejected as BAD_KEY")
+    for key in ["either", "level", "raw", ["ts", "level"]]:
+        doc["input"]["key"] = key
+        expected = key if isinstance(key, str) else tuple(key)
+        assert parse_config(doc, base_dir=tmp_path).input.key == expected
