@@ -1,4 +1,5 @@
-"""Tools around a job: ``broker`` (a local Kafka-protocol broker) and ``nexmark generate``."""
+"""Tools around a job: ``broker`` (a local Kafka-protocol broker), ``schema`` (the Avro
+schema of a job's results) and ``nexmark generate``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from window_operator.cli.common import (
     EXIT_CONFIG,
     CliError,
     add_bootstrap_option,
+    add_config_option,
     bootstrap_servers,
+    load_checked_config,
     non_negative_int,
     parse_time,
     port_number,
@@ -58,6 +61,34 @@ def _add_broker(sub: Subparsers) -> None:
     brk.add_argument("--port", type=port_number, help="port (default: a free one)")
     brk.add_argument("--data-dir", help="data directory (default: a temporary one)")
     brk.set_defaults(func=_cmd_broker)
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    """Print the Avro schema the job writes its result values with."""
+    from window_operator.codecs.result_avro import AvroResultEncoder
+    from window_operator.config import JobConfig
+
+    config = load_checked_config(args.config, user_code=False)
+    if not isinstance(config, JobConfig):
+        raise CliError("a join writes its results as JSON: they have no Avro schema", EXIT_CONFIG)
+    if config.output.format != "avro":
+        raise CliError(
+            f"{args.config}: output.format is {config.output.format}: the results are JSON "
+            "objects (set output.format: avro for Avro values)",
+            EXIT_CONFIG,
+        )
+    print(AvroResultEncoder(config).schema_json)
+    return 0
+
+
+def _add_schema(sub: Subparsers) -> None:
+    sch = sub.add_parser(
+        "schema",
+        help="print the Avro schema of the job's result values (output.format: avro): the "
+        "one derived from the job, or output.avro_schema",
+    )
+    add_config_option(sch)
+    sch.set_defaults(func=_cmd_schema)
 
 
 def _cmd_nexmark_generate(args: argparse.Namespace) -> int:
@@ -129,6 +160,7 @@ def _add_nexmark(sub: Subparsers) -> None:
 
 
 def add_parsers(sub: Subparsers) -> None:
-    """``broker`` and ``nexmark``."""
+    """``broker``, ``schema`` and ``nexmark``."""
     _add_broker(sub)
+    _add_schema(sub)
     _add_nexmark(sub)
