@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
+from window_operator.codecs.result_json import decode_result_key
 from window_operator.config import JobConfig, load_config
 from window_operator.job import build_runtime
 from window_operator.kafka_admin import KafkaAdmin
@@ -99,7 +100,19 @@ def _printer(
     try:
         while not stop.is_set():
             for msg in consumer.consume(500, timeout=0.3):
-                if msg.error() or msg.value() is None:
+                if msg.error():
+                    continue
+                if msg.value() is None:  # a RETRACT: a tombstone on its window's key
+                    r = _retraction(msg.key())
+                    if r is None:
+                        continue
+                    seen.append(_point(config, r))
+                    print(
+                        f"{'RETRACT':<8} {r['key']:<10} [{_fmt_time(r['window_start'])}, "
+                        f"{_fmt_time(r['window_end'])})",
+                        file=out,
+                        flush=True,
+                    )
                     continue
                 r = decoder.decode(msg.value())
                 if r is None:
@@ -116,11 +129,36 @@ def _printer(
         consumer.close()
 
 
+def _retraction(key: bytes | None) -> dict[str, Any] | None:
+    """A tombstone's window (its Kafka key) as a RETRACT result (``None``: a key that
+    names no window)."""
+    try:
+        window = decode_result_key(key) if key is not None else None
+    except (ValueError, KeyError, TypeError):  # orjson's JSONDecodeError is a ValueError
+        return None
+    if window is None:
+        return None
+    return {
+        "key": window.key,
+        "window_start": window.window_start,
+        "window_end": window.window_end,
+        "kind": "RETRACT",
+        "values": {},
+    }
+
+
 def _point(config: JobConfig, r: dict[str, Any]) -> ResultPoint:
     """A result for the chart: the value of the job's first aggregation."""
     value = (r.get("values") or {}).get(config.aggregations[0].name)
     number = float(value) if isinstance(value, int | float) else float("nan")
-    return ResultPoint(str(r["key"]), int(r["window_start"]), str(r["kind"]), number)
+    end = r.get("window_end")
+    return ResultPoint(
+        str(r["key"]),
+        int(r["window_start"]),
+        str(r["kind"]),
+        number,
+        int(end) if isinstance(end, int) else None,
+    )
 
 
 def _produce_stream(

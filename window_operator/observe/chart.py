@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ResultPoint", "write_results_chart"]
+__all__ = ["ResultPoint", "latest_windows", "write_results_chart"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,36 @@ class ResultPoint:
     window_start: int
     kind: str
     value: float
+    #: the window's end (a session that grows or merges is a new window, often with the
+    #: same start; a RETRACT withdraws only the window of its bounds)
+    window_end: int | None = None
+
+
+def latest_windows(
+    points: list[ResultPoint],
+) -> tuple[dict[str, dict[int, float]], dict[str, list[tuple[int, float]]]]:
+    """The latest value of every window still current, per key and window start, and
+    the LATE updates per key. Windows are told apart by both bounds: a session that
+    grows or merges is a new window, often with the same start, and a RETRACT removes
+    only the window it names (a consumer of several output partitions may read the
+    result that replaced a session before or after the retraction of the old one, and
+    older results of that start after newer ones)."""
+    held: dict[str, dict[tuple[int, int | None], float]] = defaultdict(dict)
+    late: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    retracted: set[tuple[str, int, int | None]] = set()
+    for p in points:
+        bounds = (p.window_start, p.window_end)
+        if p.kind == "RETRACT":
+            held[p.key].pop(bounds, None)
+            retracted.add((p.key, *bounds))
+            continue
+        if (p.key, *bounds) in retracted:
+            continue  # read after its retraction (another partition): superseded
+        held[p.key][bounds] = p.value
+        if p.kind == "LATE":
+            late[p.key].append((p.window_start, p.value))
+    latest = {k: {w: v for (w, _), v in ws.items()} for k, ws in held.items() if ws}
+    return latest, late
 
 
 def write_results_chart(points: list[ResultPoint], path: Path, value_name: str) -> Path:
@@ -37,15 +67,7 @@ def write_results_chart(points: list[ResultPoint], path: Path, value_name: str) 
         stamps = [datetime.fromtimestamp(ms / 1000, UTC) for ms in starts]
         return mdates.date2num(stamps)  # type: ignore[no-untyped-call]
 
-    latest: dict[str, dict[int, float]] = defaultdict(dict)
-    late: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for p in points:
-        if p.kind == "RETRACT":
-            latest[p.key].pop(p.window_start, None)
-            continue
-        latest[p.key][p.window_start] = p.value
-        if p.kind == "LATE":
-            late[p.key].append((p.window_start, p.value))
+    latest, late = latest_windows(points)
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     for key in sorted(latest):
         windows = sorted(latest[key].items())
