@@ -86,9 +86,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"Kafka source: startingOffsets names partitions that do not exist: {missing}"
             )
         need_earliest = [tp for tp in tps if wanted.get(tp, EARLIEST) == EARLIEST]
-        need_latest = [tp for tp in tps if wanted.get(tp) == LATEST]
+        # LATEST, and an offset given: it must not lie past the end
+        need_latest = [tp for tp in tps if wanted.get(tp, EARLIEST) != EARLIEST]
         earliest = self._queries.list_offsets(need_earliest, earliest=True)
         latest = self._queries.list_offsets(need_latest, earliest=False)
+        if past := [tp for tp in tps if wanted.get(tp, EARLIEST) > latest.get(tp, 0)]:
+            tp = past[0]
+            raise KafkaSourceError(
+                f"Kafka source: startingOffsets gives {tp[0]}[{tp[1]}] offset {wanted[tp]}, "
+                f"past the partition's end at {latest[tp]}: the broker holds no record there "
+                "(the offset is wrong, the broker lost records, or the topic was deleted and "
+                "created again)"
+            )
         out: OffsetMap = {}
         for tp in tps:
             off = wanted.get(tp, EARLIEST)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("pyspark")
@@ -63,6 +65,13 @@ def test_a_partition_that_ends_before_the_query_s_position_stops_the_query(
         reader.latestOffset(ahead, ReadAllAvailable())
     lenient = KafkaStreamReader(parse_options({**options, "failOnDataLoss": "false"}))
     assert lenient.latestOffset(ahead, ReadAllAvailable()) == ahead
+    # a start there is refused at once (Spark takes startingOffsets only for a new query)
+    starting = json.dumps({topic: {"2": 150}})
+    with pytest.raises(KafkaSourceError, match=rf"gives {topic}\[2\] offset 150, past the "):
+        KafkaStreamReader(parse_options({**options, "startingOffsets": starting})).initialOffset()
+    at_end = json.dumps({topic: {"2": 100, "3": -1}})
+    reader = KafkaStreamReader(parse_options({**options, "startingOffsets": at_end}))
+    assert reader.initialOffset() == {topic: {"0": 0, "1": 0, "2": 100, "3": 100}}
 
 
 def test_min_partitions_splits_ranges() -> None:
