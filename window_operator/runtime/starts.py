@@ -143,6 +143,11 @@ def first_offsets(
         for p in missing:
             want = wanted.get((p.topic, p.partition), _EARLIEST)
             at = earliest[p.position] if want == _EARLIEST else latest[p.position]
+            if want > latest[p.position]:
+                raise StartingOffsetsError(
+                    f"starting offsets give {p.topic}[{p.partition}] offset {want}, past the "
+                    f"partition's end at {latest[p.position]}"
+                )
             kept.setdefault(p.topic, {})[str(p.partition)] = at if want < 0 else want
         write_atomically(path, json.dumps(kept, sort_keys=True).encode())
     return {p.position: int(kept[p.topic][str(p.partition)]) for p in partitions}

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from jobkit import create_topic, produce
 
+from window_operator.kafka_admin import KafkaAdmin
+from window_operator.kernel import InputPosition
+from window_operator.runtime.exchange import InputPartition
 from window_operator.runtime.starts import (
+    START_FILE,
     TOPIC_IDS_FILE,
     InputRecreatedError,
+    StartingOffsetsError,
     check_input_topics,
+    first_offsets,
 )
 
 
@@ -46,3 +55,21 @@ def test_an_ids_file_that_does_not_read_is_written_again(tmp_path: Path) -> None
         check_input_topics(tmp_path, {"clicks": "id-2"})
     (tmp_path / TOPIC_IDS_FILE).unlink()
     check_input_topics(tmp_path, {"clicks": "id-2"})
+
+
+@pytest.mark.kafka
+def test_a_starting_offset_past_its_partition_s_end_is_refused(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """(It was kept, and the job read on from it once records came past it: the records
+    written below it were never read.) The end itself is a start: what comes next."""
+    topic = unique_name("start")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [], raw=[(None, b"%d" % i, 0) for i in range(10)])
+    admin = KafkaAdmin(kafka_bootstrap)
+    partitions = [InputPartition(0, topic, 0)]
+    with pytest.raises(StartingOffsetsError, match=rf"give {topic}\[0\] offset 11, past the "):
+        first_offsets(admin, partitions, tmp_path, json.dumps({topic: {"0": 11}}))
+    assert not (tmp_path / START_FILE).exists()  # nothing kept: the next start asks again
+    got = first_offsets(admin, partitions, tmp_path, json.dumps({topic: {"0": 10}}))
+    assert got == {InputPosition(0, 0): 10}
