@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from stores.errors import StateCorruptError
 from window_operator.broker import BrokerError
-from window_operator.cli import jobs, produce, read, state, tools
+from window_operator.cli import check, jobs, produce, read, state, tools
 from window_operator.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INPUT, CliError
 from window_operator.config import ConfigError
 from window_operator.errors import (
@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Stateful event-time window operators on RocksDB, over Kafka and Spark.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    check.add_parsers(sub)
     jobs.add_parsers(sub)
     produce.add_parsers(sub)
     read.add_parsers(sub)

@@ -261,6 +261,12 @@ class JobConfig(JobSections):
         """``input``."""
         return [("input", self.input)]
 
+    @property
+    def by_arrival(self) -> bool:
+        """Whether the windows hold messages in arrival order (count and offsets windows,
+        tuple sessions): lateness, retention by time and late emission do not apply."""
+        return self._held_by_arrival() is not None
+
     def _held_by_arrival(self) -> str | None:
         """The window shape, and what its windows hold, when that is messages in arrival
         order (by number or offsets) rather than event time."""

@@ -1,0 +1,72 @@
+"""``window-operator check``: a job file checked as ``run`` checks it, without Kafka or
+Spark, and what the job will do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from window_operator.cli import main
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_a_valid_job_says_what_it_reads_computes_and_writes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["check", "--config", str(REPO / "config" / "clicks.yaml")]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "job clicks: valid",
+        "  reads      clicks (json), key page, event time ts (ms)",
+        "  windows    hopping size 1m step 10s",
+        "  computes   clicks = count, mean_latency_ms = mean(latency_ms), max_latency_ms = "
+        "max(latency_ms), p95_latency_ms = percentile(latency_ms)",
+        "  emits      a window when it closes, LATE updates at most every 10s",
+        "  lateness   5s, retention 1h",
+        "  writes     results to clicks-windows (json), errors to clicks-errors, state "
+        "changelog to clicks-state-changelog",
+        "  runs       micro_batch on Spark, exactly_once, state in state/clicks (one state "
+        "task per input partition)",
+    ]
+
+
+def test_a_join_and_a_window_by_arrival(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--config", str(REPO / "config" / "orders-shipments.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "  reads      orders <- orders (json, event time time (iso8601)), shipments <- " in out
+    assert "  joins      inner on id, 0 <= right.ts - left.ts <= 2m\n" in out
+    job = {
+        "job": "last100",
+        "input": {"topic": "ev", "key": ["country", "device"], "timestamp": "ts"},
+        "window": {"type": "count", "size": 100, "step": 10},
+        "aggregations": [{"name": "n", "op": "count"}],
+        "emit": {"early": "5s"},
+        "output": {"format": "avro"},
+        "state": {"tasks": 8},
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert main(["check", "--config", str(tmp_path / "job.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "  reads      ev (json), key [country, device], event time ts (ms)"
+    assert lines[2] == "  windows    count size 100 step 10"
+    assert lines[4].endswith("a window when it closes, EARLY results every 5s while it is open")
+    assert not any(line.startswith("  lateness") for line in lines)  # none by arrival
+    assert "(avro, derived schema)" in lines[5] and "(8 state tasks)" in lines[6]
+
+
+def test_a_bad_job_is_refused_as_run_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = {
+        "job": "bad",
+        "input": {"topic": "ev", "key": "k", "timestamp": "ts"},
+        "window": {"type": "tumbling", "size": "1m"},
+        "aggregations": [{"name": "n", "op": "no_such_module:Op"}],
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert main(["check", "--config", str(tmp_path / "job.yaml")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "aggregations.0.op" in captured.err and "Traceback" not in captured.err
