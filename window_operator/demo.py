@@ -102,31 +102,25 @@ def _printer(
             for msg in consumer.consume(500, timeout=0.3):
                 if msg.error():
                     continue
-                if msg.value() is None:  # a RETRACT: a tombstone on its window's key
-                    r = _retraction(msg.key())
-                    if r is None:
-                        continue
-                    seen.append(_point(config, r))
-                    print(
-                        f"{'RETRACT':<8} {r['key']:<10} [{_fmt_time(r['window_start'])}, "
-                        f"{_fmt_time(r['window_end'])})",
-                        file=out,
-                        flush=True,
-                    )
-                    continue
-                r = decoder.decode(msg.value())
+                # a RETRACT is a tombstone on its window's key
+                value = msg.value()
+                r = _retraction(msg.key()) if value is None else decoder.decode(value)
                 if r is None:
                     continue
-                values = "  ".join(f"{k}={_fmt_value(v)}" for k, v in r["values"].items())
                 seen.append(_point(config, r))
-                print(
-                    f"{r['kind']:<8} {r['key']:<10} [{_fmt_time(r['window_start'])}, "
-                    f"{_fmt_time(r['window_end'])})  #{r['update_seq']}  {values}",
-                    file=out,
-                    flush=True,
-                )
+                print(_line(r), file=out, flush=True)
     finally:
         consumer.close()
+
+
+def _line(r: dict[str, Any]) -> str:
+    """A result as the demo prints it (a RETRACT: its window only)."""
+    line = f"{r['kind']:<8} {r['key']:<10} [{_fmt_time(r['window_start'])}, "
+    line += f"{_fmt_time(r['window_end'])})"
+    if r["kind"] == "RETRACT":
+        return line
+    values = "  ".join(f"{k}={_fmt_value(v)}" for k, v in r["values"].items())
+    return f"{line}  #{r['update_seq']}  {values}"
 
 
 def _retraction(key: bytes | None) -> dict[str, Any] | None:

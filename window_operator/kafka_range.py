@@ -120,7 +120,9 @@ def read_messages(p: RangeLike) -> Iterator[list[Any]]:
 
 
 def log_ends(
-    consumer_config: Mapping[str, Any], partitions: Sequence[tuple[str, int]], timeout_s: float
+    consumer_config: Mapping[str, Any],
+    partitions: Sequence[tuple[str, int]],
+    timeout_s: float = _END_CHECK_S,
 ) -> dict[tuple[str, int], int]:
     """The log end offset of each ``(topic, partition)``: its high watermark, records of
     open transactions included (``read_uncommitted``: under ``read_committed`` the broker
@@ -151,7 +153,7 @@ def _check_end(p: RangeLike, eof_at: int) -> None:
 
     try:
         tp = (p.topic, p.partition)
-        high = log_ends(p.consumer_config, [tp], _END_CHECK_S)[tp]
+        high = log_ends(p.consumer_config, [tp])[tp]
     except KafkaException:  # no answer now: the poll timeout still bounds the wait
         return
     if high < p.until:

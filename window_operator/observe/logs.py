@@ -32,6 +32,7 @@ __all__ = [
     "kafka_logger",
     "setup_logging",
     "utc_formatter",
+    "worker_logging",
 ]
 
 #: The logger of the per-batch line.
@@ -117,6 +118,12 @@ def _quiet_admin_clients() -> None:
     admin = logging.getLogger("window_operator.kafka_admin")
     if not any(isinstance(f, KafkaNoiseFilter) for f in admin.filters):
         admin.addFilter(KafkaNoiseFilter())
+
+
+def worker_logging() -> None:
+    """The package's log lines in a Spark Python worker as the driver writes them (time,
+    level, logger): else Python's last resort prints a warning's bare message."""
+    ensure_worker_handler(logging.getLogger("window_operator"))
 
 
 def setup_logging(*, quiet: bool = False, secrets: list[str] | None = None) -> RedactingFilter:

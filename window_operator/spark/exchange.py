@@ -12,12 +12,11 @@ One Spark job per micro-batch, never through the driver (see
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from window_operator.observe.logs import ensure_worker_handler
+from window_operator.observe.logs import worker_logging
 from window_operator.runtime import lookup
 from window_operator.runtime.batch import (
     BatchContext,
@@ -37,13 +36,7 @@ from window_operator.runtime.settings import TaskSettings
 if TYPE_CHECKING:
     from pyspark.sql import Row
 
-__all__ = ["map_side", "read_input", "reduce_side", "timer_pass", "worker_logging"]
-
-
-def worker_logging() -> None:
-    """The package's log lines in a Spark Python worker as the driver writes them (time,
-    level, logger): else Python's last resort prints a warning's bare message."""
-    ensure_worker_handler(logging.getLogger("window_operator"))
+__all__ = ["map_side", "read_input", "reduce_side", "timer_pass"]
 
 
 def read_input(settings: TaskSettings, row: Row) -> tuple[list[InputRange], InputRecords]:

@@ -45,6 +45,7 @@ from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.errors import JobSetupError, WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.kernel.clock import ClockState
+from window_operator.observe.logs import worker_logging
 from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.longrun.control import Coordinator
 from window_operator.runtime.longrun.prepare import worker_spec
@@ -54,7 +55,6 @@ from window_operator.runtime.longrun.worker import Worker, WorkerSpec
 from window_operator.runtime.plans import plan_for
 from window_operator.spark.clock_log import CLOCK_DIR, ClockLog
 from window_operator.spark.driver import BatchReport, JobOptions, SparkJob, StreamingJob
-from window_operator.spark.exchange import worker_logging
 from window_operator.spark.failures import root_cause
 from window_operator.spark.topics import TaskCountError, check_grown_inputs
 

@@ -201,7 +201,7 @@ def test_a_spark_python_worker_writes_log_lines_as_the_driver_does() -> None:
 
     code = (
         "import logging\n"
-        "from window_operator.spark.exchange import worker_logging\n"
+        "from window_operator.observe.logs import worker_logging\n"
         "worker_logging()\n"
         "logging.getLogger('window_operator.runtime.longrun.worker').warning('the epoch waits')\n"
         "logging.getLogger('window_operator.kafka_admin').error(\n"

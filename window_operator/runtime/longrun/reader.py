@@ -33,9 +33,6 @@ __all__ = ["CHUNK_RECORDS", "Chunked", "InputReader"]
 
 log = logging.getLogger(__name__)
 
-#: How long the reader waits for the broker to say where a partition ends.
-_END_QUERY_S = 10.0
-
 #: The most records one read takes from the consumer (one chunk per partition in it).
 CHUNK_RECORDS = 20_000
 
@@ -181,7 +178,7 @@ class InputReader:
         pos = self._by_tp.get((topic, partition))
         wanted = self.next_offset.get(pos) if pos is not None else None
         try:
-            end = log_ends(self.config, [(topic, partition)], _END_QUERY_S)[(topic, partition)]
+            end = log_ends(self.config, [(topic, partition)])[(topic, partition)]
         except KafkaException:
             end = None
         if wanted is not None and end is not None and wanted > end:
