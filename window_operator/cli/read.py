@@ -109,7 +109,11 @@ def _cmd_read(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     what = "error records" if args.errors else "results"
-    other = f", {counts.skipped} records that are not" if counts.skipped else ""
+    other = ""
+    if counts.skipped:
+        fmt = config.output.format if isinstance(config, JobConfig) else "json"
+        hint = "" if args.errors else f" (written in another format than output.format {fmt}?)"
+        other = f", {counts.skipped} records skipped that do not decode as {what}{hint}"
     print(f"read: {counts.printed} {what} from {topic}{other}", file=sys.stderr)
     return 0
 

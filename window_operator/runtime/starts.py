@@ -34,6 +34,7 @@ __all__ = [
     "START_FILE",
     "TOPIC_IDS_FILE",
     "InputRecreatedError",
+    "InputTopicChangedError",
     "StartingOffsetsError",
     "check_input_topics",
     "recreated_topics",
@@ -53,6 +54,29 @@ _EARLIEST, _LATEST = -2, -1
 class InputRecreatedError(JobSetupError):
     """An input topic was deleted and created again since the job last ran: the job's
     positions (its checkpoint, its stores) are offsets of the old topic's records."""
+
+
+class InputTopicChangedError(JobSetupError):
+    """The job's config names an input topic other than the one its positions are of
+    (``input.topic`` changed between runs): its state and checkpoint hold offsets of the
+    old topic's records, and the new topic's records below them would be taken for
+    replays and skipped."""
+
+
+def _check_same_topics(kept: Mapping[str, object], topics: list[str]) -> None:
+    """Raise :class:`InputTopicChangedError` when the start file (``kept``) keeps the
+    starts of other topics than ``topics`` (the job's inputs now)."""
+    new = sorted(set(topics) - set(kept))
+    if kept and new:
+        was = ", ".join(repr(t) for t in sorted(set(kept) - set(topics))) or "its other input"
+        names = ", ".join(repr(t) for t in new)
+        raise InputTopicChangedError(
+            f"input topic {names} is not the one this job read before ({was}): its state "
+            f"and checkpoint hold offsets of that topic's records, so the new topic's "
+            f"records below them would be skipped as replays. Go back to the topic it read, "
+            f"or start the job afresh on the new one (another state.dir and "
+            f"spark.checkpoint_dir, or another job name)"
+        )
 
 
 def _kept_ids(path: Path) -> dict[str, str]:
@@ -123,6 +147,7 @@ def first_offsets(
     kept: dict[str, dict[str, int]] = {}
     if path.exists():
         kept = json.loads(path.read_text())
+        _check_same_topics(kept, sorted({p.topic for p in partitions}))
     elif origin:
         for p in partitions:
             if p.position in origin:

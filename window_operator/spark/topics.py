@@ -103,8 +103,9 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
         _check_changelog_limit(admin, changelog)
         for topic in sorted(set(created) - {changelog}):  # the job ran: it had made them
             log.warning(
-                "topic %r of job %r did not exist and was created again: what the job "
-                "wrote there before is gone (deleted?); it goes on from its state",
+                "topic %r of job %r did not exist and was created (a topic the config "
+                "names anew, or one deleted since the job last ran): it holds none of "
+                "what the job wrote before; the job goes on from its state",
                 topic,
                 config.job,
             )

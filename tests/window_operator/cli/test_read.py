@@ -224,3 +224,21 @@ def test_unmatched_rows_are_kept_until_the_job_can_no_longer_withdraw_them() -> 
     for i in range(3):
         few.remember(0, b"K%d" % i, row("LEFT_UNMATCHED", i, None))
     assert list(few.rows) == [b"K1", b"K2"]
+
+
+def test_results_of_another_output_format_are_counted_with_the_likely_cause(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """(The closing line said ``, 1 records that are not``: an output switched from JSON
+    to Avro between runs keeps the JSON results in the topic beside the Avro ones.)"""
+    config = ran_job(tmp_path, kafka_bootstrap, unique_name, "avro")
+    key = b'{"key":"x","window_start":0,"window_end":10000}'
+    value = b'{"key":"x","window_start":0,"window_end":10000,"kind":"ON_TIME"}'
+    produce(kafka_bootstrap, config.output.topic, [], raw=[(key, value, None)])
+    proc = read(tmp_path / "job.yaml", kafka_bootstrap)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 1
+    assert (
+        f"read: 1 results from {config.output.topic}, 1 records skipped that do not decode "
+        "as results (written in another format than output.format avro?)"
+    ) in proc.stderr.decode()
