@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Mapping
 
 __all__ = [
+    "AFRESH",
     "BatchRefusedError",
     "IncompatibleStateError",
     "InvalidArgumentError",
@@ -35,6 +36,9 @@ __all__ = [
     "exception_text",
     "show",
 ]
+
+#: How a job is started afresh, for the messages that tell a user to.
+AFRESH = "another state.dir and spark.checkpoint_dir, or another job name"
 
 
 class WindowOperatorError(Exception):

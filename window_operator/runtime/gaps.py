@@ -22,7 +22,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from window_operator.errors import WindowOperatorError
+from window_operator.errors import AFRESH, WindowOperatorError
 from window_operator.kernel import ClockState, InputPosition
 from window_operator.runtime.exchange import InputRange, TaskInput
 from window_operator.runtime.inputs import InputRecords
@@ -115,8 +115,7 @@ def past_end_message(who: str, topic: str, partition: int, applied: int, end: in
         "(acknowledged writes lost in a broker crash or an unclean leader election), or "
         "the topic was deleted and created again. Records written there from now on would "
         "be taken for replays of the ones the state applied, and skipped. Start the job "
-        "afresh (another state.dir and spark.checkpoint_dir, or another job name) to "
-        "accept the loss"
+        f"afresh ({AFRESH}) to accept the loss"
     )
 
 

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from window_operator.errors import JobSetupError, StartingOffsetsError
+from window_operator.errors import AFRESH, JobSetupError, StartingOffsetsError
 from window_operator.files import write_atomically
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import InputPosition
@@ -70,12 +70,11 @@ def _check_same_topics(kept: Mapping[str, object], topics: list[str]) -> None:
     if kept and new:
         was = ", ".join(repr(t) for t in sorted(set(kept) - set(topics))) or "its other input"
         names = ", ".join(repr(t) for t in new)
+        why = "its state and checkpoint hold offsets of that topic's records"
         raise InputTopicChangedError(
-            f"input topic {names} is not the one this job read before ({was}): its state "
-            f"and checkpoint hold offsets of that topic's records, so the new topic's "
-            f"records below them would be skipped as replays. Go back to the topic it read, "
-            f"or start the job afresh on the new one (another state.dir and "
-            f"spark.checkpoint_dir, or another job name)"
+            f"input topic {names} is not the one this job read before ({was}): {why}, so "
+            "the new topic's records below them would be skipped as replays. Go back to "
+            f"the topic it read, or start the job afresh on the new one ({AFRESH})"
         )
 
 
@@ -113,7 +112,7 @@ def check_input_topics(checkpoint_dir: Path, ids: Mapping[str, str]) -> None:
             f"input topic {names} was deleted and created again since the job last ran "
             f"(its Kafka topic id changed): the job's positions are offsets of the old "
             f"topic's records, so the new ones below them would be skipped. Start the job "
-            f"afresh (another state.dir and spark.checkpoint_dir, or another job name); "
+            f"afresh ({AFRESH}); "
             f"if the new topic holds the old one's records at the same offsets (a cluster "
             f"migrated with its offsets), delete {path} to take it as it is"
         )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from window_operator.errors import AFRESH
 from window_operator.kafka_range import KafkaSourceError, log_ends, range_consumer_config
 from window_operator.kernel import InputPosition
 from window_operator.runtime.exchange import InputPartition, InputRange
@@ -186,8 +187,7 @@ class InputReader:
         return (
             f"{self.name}: {topic}[{partition}] no longer holds the records the state "
             f"continues from ({err.str()}): they were deleted before they were read; start "
-            "the job afresh (another state.dir and spark.checkpoint_dir, or another job "
-            "name) to accept the loss"
+            f"the job afresh ({AFRESH}) to accept the loss"
         )
 
     def take_caught_up(self) -> list[InputPartition]:
