@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,12 +33,22 @@ class BrokerError(WindowOperatorError, RuntimeError):
     """The local broker could not be started or did not answer."""
 
 
+#: Where :func:`free_port` looks first: below Linux's ephemeral range (32768-60999), so
+#: that clients still retrying a stopped broker's port never reach a socket the system
+#: gave out meanwhile (Spark's one-connection result servers take ephemeral ports).
+_BROKER_PORTS = range(20_000, 32_768)
+
+
 def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
+    """A TCP port on loopback that is free right now (below the ephemeral range where
+    one is)."""
+    for port in random.sample(_BROKER_PORTS, 50):
+        if not port_in_use(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        found: int = s.getsockname()[1]
+        return found
 
 
 def port_in_use(port: int) -> bool:
