@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from window_operator.codecs.result_schema import unwritten_values
 from window_operator.config import parse_any_config
 from window_operator.job import build_runtime
 from window_operator.join import build_join_runtime
@@ -196,7 +197,7 @@ def test_an_avro_output_is_written_with_its_schema_as_read_prints_it(tmp_path: P
     }
     config = parse_any_config(job, base_dir=tmp_path)
     # run and simulate warn of what the schema leaves unwritten (a misspelt name)
-    assert config.unwritten_values() == [
+    assert unwritten_values(config) == [
         "output.avro_schema has no values field for aggregation(s) s: computed but never written",
         "output.avro_schema values field(s) f name no aggregation: always written as their default",
     ]

@@ -205,8 +205,10 @@ def warn_ignored(config: JobConfig | JoinJobConfig, path: str | Path) -> None:
     for each aggregation a user Avro output schema leaves unwritten."""
     for reason in config.ignored_settings():
         print(f"window-operator: warning: {path}: {reason}; it is ignored", file=sys.stderr)
-    if isinstance(config, JobConfig):
-        for reason in config.unwritten_values():
+    if isinstance(config, JobConfig) and config.output.avro_schema is not None:
+        from window_operator.codecs.result_schema import unwritten_values  # Avro: imported
+
+        for reason in unwritten_values(config):
             print(f"window-operator: warning: {path}: {reason}", file=sys.stderr)
 
 

@@ -10,11 +10,11 @@ import fastavro
 import orjson
 from fastavro.validation import validate
 
-from window_operator.codecs.avro_schema import AvroSchemaError
+from window_operator.codecs.avro_schema import AvroSchemaError, load_schema_file
 from window_operator.config import AggregationConfig, JobConfig
 from window_operator.results import Kind
 
-__all__ = ["Column", "check_user_schema", "column_of", "derive_result_schema"]
+__all__ = ["Column", "check_user_schema", "column_of", "derive_result_schema", "unwritten_values"]
 
 _LONG_OPS: Final = frozenset({"count", "count_distinct"})
 _DOUBLE_OPS: Final = frozenset({"sum", "mean", "min", "max", "variance", "stddev", "median"})
@@ -198,10 +198,19 @@ def check_user_schema(schema: Any, config: JobConfig, source: str) -> set[str]:
     return json_text
 
 
-def unwritten_in_user_schema(schema: Any, config: JobConfig) -> list[str]:
-    """What a user result schema leaves unwritten, each a warning: aggregations its
-    ``values`` record has no field for (computed, never written), and ``values`` fields
-    with a default that name no aggregation (always their default: a misspelt name)."""
+def unwritten_values(config: JobConfig) -> list[str]:
+    """What the job's own ``output.avro_schema`` leaves unwritten, each a warning:
+    aggregations its ``values`` record has no field for (computed, never written), and
+    ``values`` fields with a default that name no aggregation (always their default: a
+    misspelt name). None without one, or with one that does not load (that is reported
+    where the encoder loads it)."""
+    path = config.output.avro_schema
+    if config.output.format != "avro" or path is None:
+        return []
+    try:
+        schema = load_schema_file(path)
+    except AvroSchemaError:
+        return []
     top = _fields_of(schema)
     values_field = next((f for f in top if f.get("name") == "values"), None)
     inner = _fields_of(_record_in(values_field.get("type"))) if values_field else []

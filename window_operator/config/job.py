@@ -241,22 +241,6 @@ class JobConfig(JobSections):
             ),
         ]
 
-    def unwritten_values(self) -> list[str]:
-        """What a user ``output.avro_schema`` leaves unwritten, each a warning:
-        aggregations it has no field for, and its fields with a default that name none
-        (a misspelt aggregation name)."""
-        path = self.output.avro_schema
-        if self.output.format != "avro" or path is None:
-            return []
-        # imported here: the codecs import this package
-        from window_operator.codecs.avro_schema import AvroSchemaError, load_schema_file
-        from window_operator.codecs.result_schema import unwritten_in_user_schema
-
-        try:
-            return unwritten_in_user_schema(load_schema_file(path), self)
-        except AvroSchemaError:  # reported where the schema is loaded
-            return []
-
     def input_models(self) -> list[tuple[str, InputModel]]:
         """``input``."""
         return [("input", self.input)]
