@@ -391,3 +391,16 @@ def local_job(
     settings = TaskSettings(config, bootstrap, str(config.state.dir), tasks=tasks)
     made = worker_spec(settings, workers, checkpoint_dir=tmp / "checkpoint", **spec)
     return LocalLongRunningJob(replace(made, watch_inputs=watch_inputs), on_report=on_report)
+
+
+def applied(job: LocalLongRunningJob) -> int:
+    """How many records the epochs ``job`` reported so far applied."""
+    return sum(t.applied for r in list(job.reports) for t in r.tasks)
+
+
+def wait_until(done: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    """Wait until ``done()`` (every 0.1 s); fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

@@ -4,7 +4,9 @@ Another attempt runs at once after a fence (a new producer, the store caught up 
 what the other one committed) and after a growing pause while the broker is away, until
 ``processing.broker_timeout``. A record Kafka refuses for its size would be refused
 again: that stops the batch at once. Each fence is logged, and the first failure of a
-broker away.
+broker away. A job asked to stop meanwhile (``stopping``) does not wait for the broker:
+the batch is given up uncommitted (:class:`BatchAbandonedError`), as a crash would
+leave it, and runs again at the next start.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from dataclasses import dataclass, field
 
 from window_operator.errors import WindowOperatorError
 from window_operator.runtime.kafka_failures import failed_fatally, fenced, refused_as_too_large
+from window_operator.runtime.kafka_waits import BatchAbandonedError, Stopping
 from window_operator.runtime.settings import TaskSettings
 
-__all__ = ["Attempts", "BrokerUnavailableError", "RecordTooLargeError"]
+__all__ = ["Attempts", "BatchAbandonedError", "BrokerUnavailableError", "RecordTooLargeError"]
 
 log = logging.getLogger(__name__)
 
@@ -26,17 +29,23 @@ class BrokerUnavailableError(WindowOperatorError):
     """Kafka stayed unreachable for longer than ``processing.broker_timeout``."""
 
 
+#: how often a pause between attempts looks whether the job was asked to stop
+_STOP_LOOK_S = 0.1
+
+
 class RecordTooLargeError(WindowOperatorError):
     """Kafka refused a record of the batch as larger than it takes: retrying cannot help."""
 
 
 @dataclass
 class Attempts:
-    """The failed attempts of state task ``task`` at the batch ``label`` names."""
+    """The failed attempts of state task ``task`` at the batch ``label`` names
+    (``stopping``: whether the job was asked to stop; None: it is not asked here)."""
 
     settings: TaskSettings
     task: int
     label: str
+    stopping: Stopping = None
     made: int = 0
     started: float = field(default_factory=time.monotonic)
     told_away: bool = False
@@ -70,7 +79,26 @@ class Attempts:
                 self.settings.broker_timeout_s,
             )
         # a fenced producer is replaced at once; a broker away is waited for
-        time.sleep(0.0 if self.made == 1 else min(2.0 ** (self.made - 1), 10.0))
+        self._pause(0.0 if self.made == 1 else min(2.0 ** (self.made - 1), 10.0), exc)
+
+    def _pause(self, seconds: float, exc: BaseException) -> None:
+        """Wait ``seconds`` before the next attempt, unless the job is asked to stop."""
+        until = time.monotonic() + seconds
+        while True:
+            if self.stopping is not None and self.stopping():
+                raise self.abandoned(exc) from exc
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, _STOP_LOOK_S))
+
+    def abandoned(self, why: BaseException) -> BatchAbandonedError:
+        """The batch given up, uncommitted, as the job was asked to stop while Kafka did
+        not take it (``why``: the last failure, or the wait that the stop cut short)."""
+        return BatchAbandonedError(
+            f"task {self.task}: stopped while Kafka did not take {self.label} ({why}): "
+            "nothing of it was committed; its records are read again at the next start"
+        )
 
     def _tell_replaced(self, exc: BaseException) -> None:
         """A producer fenced by another of the task's transactional id, or failed

@@ -37,6 +37,18 @@ def kafka_codes(exc: BaseException) -> set[int]:
     return codes
 
 
+def _said_fatal(exc: BaseException) -> bool:
+    """Whether a ``KafkaError`` ``exc`` or what it was raised from carries is fatal."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        error = seen.args[0] if seen.args else None
+        fatal = getattr(error, "fatal", None)  # a KafkaException's KafkaError
+        if callable(fatal) and fatal():
+            return True
+        seen = seen.__cause__
+    return False
+
+
 def refused_as_too_large(exc: BaseException) -> bool:
     """Kafka refused a record for its size: the same batch would be refused again."""
     from confluent_kafka import KafkaError
@@ -58,7 +70,9 @@ def fenced(exc: BaseException) -> bool:
 def failed_fatally(exc: BaseException) -> bool:
     """The producer failed fatally: librdkafka says so (``_FATAL``) on every produce
     after it learnt, asynchronously, that another producer of its transactional id
-    fenced it (the commit says ``_FENCED``); or another unrecoverable error."""
+    fenced it (the commit says ``_FENCED``); or another unrecoverable error (a
+    ``KafkaError`` marked fatal, such as ``OUT_OF_ORDER_SEQUENCE_NUMBER`` from an
+    idempotent producer): only a new producer can go on."""
     from confluent_kafka import KafkaError
 
-    return KafkaError._FATAL in kafka_codes(exc)
+    return KafkaError._FATAL in kafka_codes(exc) or _said_fatal(exc)

@@ -19,6 +19,7 @@ import socket
 import uuid
 from typing import TYPE_CHECKING
 
+from window_operator.runtime.kafka_waits import Stopping, until_done
 from window_operator.runtime.settings import KafkaConfig, TaskSettings
 
 if TYPE_CHECKING:
@@ -59,7 +60,11 @@ def plain_producer(config: KafkaConfig) -> Producer:
 
 
 def transactional_producer(
-    config: KafkaConfig, txn_id: str, timeout_s: float, last_writer: str | None
+    config: KafkaConfig,
+    txn_id: str,
+    timeout_s: float,
+    last_writer: str | None,
+    stopping: Stopping = None,
 ) -> tuple[Producer, str]:
     """The worker's initialised producer of one transactional id, and its writer token.
 
@@ -75,21 +80,23 @@ def transactional_producer(
     if cached is not None and cached[1] == last_writer:
         return cached
     producer = Producer({**config, "transactional.id": txn_id})
-    producer.init_transactions(timeout_s)
+    until_done(producer.init_transactions, timeout_s, stopping, "the producer's initialisation")
     token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
     _TRANSACTIONAL[key] = (producer, token)
     return producer, token
 
 
 def task_producer(
-    settings: TaskSettings, task: int, last_writer: str | None
+    settings: TaskSettings, task: int, last_writer: str | None, stopping: Stopping = None
 ) -> tuple[Producer, str | None]:
     """The producer of a state task's batch, and its writer token (exactly-once only);
-    ``last_writer``: the token of the producer that last committed the task's store."""
+    ``last_writer``: the token of the producer that last committed the task's store;
+    ``stopping``: whether the job was asked to stop (the initialisation then gives up)."""
     if settings.exactly_once:
         txn = transactional_id(settings.job, task)
         config = settings.producer_config()
-        return transactional_producer(config, txn, settings.broker_timeout_s, last_writer)
+        timeout_s = settings.broker_timeout_s
+        return transactional_producer(config, txn, timeout_s, last_writer, stopping)
     return plain_producer(settings.producer_config()), None
 
 

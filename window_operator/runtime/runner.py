@@ -20,7 +20,8 @@ Per batch (:meth:`TaskRunner.run`):
    exactly-once), then commit the local store.
 
 A failure talking to Kafka discards the producer and runs the batch again from step 1
-(nothing of it was committed), until ``processing.broker_timeout`` has passed.
+(nothing of it was committed), until ``processing.broker_timeout`` has passed, or until
+the job is asked to stop (a long-running task's ``stopping``).
 
 A micro-batch task closes its store after the batch. A long-running task
 (``keep_open=True``) keeps the store open, the operator loaded and the producer
@@ -67,6 +68,7 @@ from window_operator.runtime.gaps import (
 from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.kafka_failures import KAFKA_FAILURES
+from window_operator.runtime.kafka_waits import BatchAbandonedError, Stopping
 from window_operator.runtime.lookup import Original, read_input, read_records, with_originals
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import discard_producer, task_producer
@@ -78,6 +80,7 @@ from window_operator.runtime.sink import OutputSink, SinkTopics
 from window_operator.runtime.state_gauge import StateFigures, StateGauge
 
 __all__ = [
+    "BatchAbandonedError",
     "BrokerUnavailableError",
     "InputGapError",
     "OpenTask",
@@ -109,12 +112,21 @@ class TaskRunner(Generic[B, R]):
     """Runs the batches of one state task (see module doc)."""
 
     def __init__(
-        self, settings: TaskSettings, plan: JobPlan[B, R], task: int, *, keep_open: bool = False
+        self,
+        settings: TaskSettings,
+        plan: JobPlan[B, R],
+        task: int,
+        *,
+        keep_open: bool = False,
+        stopping: Stopping = None,
     ) -> None:
         self.settings = settings
         self.plan = plan
         self.task = task
         self.keep_open = keep_open
+        #: whether the job was asked to stop: a batch Kafka does not take is then given
+        #: up (:class:`~window_operator.runtime.attempts.BatchAbandonedError`)
+        self.stopping = stopping
         self.topics = SinkTopics(settings.config.output.topic, settings.config.output.errors_topic)
         self._open: OpenTask[B, R] | None = None
         self._gauge = StateGauge()
@@ -133,12 +145,14 @@ class TaskRunner(Generic[B, R]):
 
     def run(self, inp: TaskInput) -> TaskReport:
         """Process one batch (or a timer-only pass) and commit it; retry while Kafka is away."""
-        attempts = Attempts(self.settings, self.task, inp.label)
+        attempts = Attempts(self.settings, self.task, inp.label, self.stopping)
         while True:
             try:
                 report = self._run_once(inp)
                 report.attempts = attempts.made + 1
                 return report
+            except BatchAbandonedError as exc:  # a wait on Kafka cut short by a stop
+                raise attempts.abandoned(exc) from exc
             except KAFKA_FAILURES as exc:
                 attempts.failed(exc)  # raises when another attempt cannot help
 
@@ -156,7 +170,9 @@ class TaskRunner(Generic[B, R]):
         """
         store = TaskState.open_store(self.settings, self.task)
         try:
-            producer, writer = task_producer(self.settings, self.task, last_writer(store))
+            producer, writer = task_producer(
+                self.settings, self.task, last_writer(store), self.stopping
+            )
         except BaseException:
             store.close()
             raise
@@ -184,7 +200,7 @@ class TaskRunner(Generic[B, R]):
             self._process(opened, inp, report)
             self._observe_state(opened, report)
         except BaseException as exc:
-            if opened is not None and isinstance(exc, KAFKA_FAILURES):
+            if opened is not None and isinstance(exc, (*KAFKA_FAILURES, BatchAbandonedError)):
                 discard_producer(opened.producer)
             self.close()
             if isinstance(exc, SystemExit):  # only user code exits while a task runs
@@ -407,6 +423,7 @@ class TaskRunner(Generic[B, R]):
             self.topics,
             transactional=self.settings.exactly_once,
             timeout_s=self.settings.broker_timeout_s,
+            stopping=self.stopping,
             attempt=uuid.uuid4().hex if tracing() else None,
         )
         trace("apply", self.task, inp.batch_id)

@@ -6,7 +6,8 @@ together. At-least-once: results and error records are sent and acknowledged fir
 then the changelog; a crash in between re-sends identical results after a restart.
 
 A transaction is never aborted here: on any failure the producer is discarded, and the
-next producer of the task resolves what was left open when it is initialised.
+next producer of the task resolves what was left open when it is initialised. A wait on
+the broker that a stop of the job cuts short (:mod:`.kafka_waits`) is such a failure.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from stores.errors import ProduceError
 from window_operator.codecs import encode_error
 from window_operator.errors import OutputSendError
 from window_operator.results import ErrorRecord
+from window_operator.runtime.kafka_waits import BatchAbandonedError, Stopping, flush, until_done
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message, Producer
@@ -71,6 +73,8 @@ class OutputSink:
     _: KW_ONLY
     transactional: bool
     timeout_s: float
+    #: whether the job was asked to stop: a wait on the broker then gives the batch up
+    stopping: Stopping = None
     attempt: str | None = None
     #: records produced so far
     sent: int = field(default=0, init=False)
@@ -128,7 +132,7 @@ class OutputSink:
     def acknowledge_outputs(self) -> None:
         """At-least-once: wait until results and errors are acknowledged (before the log)."""
         if not self.transactional:
-            self._check(self.producer.flush(self.timeout_s))
+            self._check(flush(self.producer, self.timeout_s, self.stopping))
 
     def changelog(self, write: Callable[[], ChangelogDelivery]) -> ChangelogDelivery:
         """Produce the changelog records of the batch (``write`` does it)."""
@@ -138,14 +142,18 @@ class OutputSink:
         """Finish the batch; the offset of the changelog's commit marker."""
         if self.transactional:
             try:
-                self.producer.commit_transaction(self.timeout_s)
+                until_done(
+                    self.producer.commit_transaction, self.timeout_s, self.stopping, "the commit"
+                )
+            except BatchAbandonedError:
+                raise
             except Exception as exc:  # noqa: BLE001 - KafkaException of any kind
                 raise OutputSendError(
                     f"the transaction of the batch did not commit: {exc}", _codes(exc)
                 ) from exc
             self._check(0)
             return changelog.marker_offset(0)
-        unacknowledged = self.producer.flush(self.timeout_s)
+        unacknowledged = flush(self.producer, self.timeout_s, self.stopping)
         self._check(0)
         return changelog.marker_offset(unacknowledged)
 

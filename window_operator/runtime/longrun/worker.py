@@ -57,7 +57,7 @@ from window_operator.runtime.longrun.wire import Chunk, End, EpochReport, Kind, 
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.routing import task_of_partition
-from window_operator.runtime.runner import BrokerUnavailableError, TaskRunner
+from window_operator.runtime.runner import BatchAbandonedError, BrokerUnavailableError, TaskRunner
 from window_operator.runtime.settings import TaskSettings
 
 __all__ = ["DEFAULT_EPOCH_MS", "Worker", "WorkerSpec"]
@@ -138,7 +138,10 @@ class Worker:
             self.mesh, self.settings.config.watermark.idle_timeout, spec.epoch_ms
         )
         plan = plan_for(self.settings)
-        self.runners = {t: TaskRunner(self.settings, plan, t, keep_open=True) for t in self.tasks}
+        self.runners = {
+            t: TaskRunner(self.settings, plan, t, keep_open=True, stopping=self._stop_requested)
+            for t in self.tasks
+        }
         n = self.settings.tasks
         #: the task that keeps a partition's position, when state is keyed by partition
         self._owner = (lambda p: task_of_partition(p, n)) if plan.partition_keyed else None
@@ -256,7 +259,7 @@ class Worker:
                 # too, was read before it (one that came in after the look, read after
                 # a partition was added, would be applied ahead of that partition's)
                 got = self.inbox.take()
-                if not self._stop_for_new_partitions():
+                if not self._hold_epochs():
                     self._start_epoch(got, final=ended)
                 next_epoch = time.monotonic() + epoch_s
                 if ended:
@@ -267,13 +270,14 @@ class Worker:
     def _inputs_grew(self) -> bool:
         return self._growth is not None and bool(self._growth.grown)
 
-    def _stop_for_new_partitions(self) -> bool:
+    def _hold_epochs(self) -> bool:
         """Whether the next epoch must not start: an input grew (:mod:`.growth`), so the
         worker ends, committing nothing more, and the driver starts the workers again with
-        the new partitions; or the job stops while the broker does not answer the look."""
-        if self._growth is None:
-            return False
+        the new partitions; or the job stops while the broker does not answer the look,
+        or did not take the last epoch."""
         if not self._held_epochs:
+            if self._growth is None:
+                return False
             seen = self._look_for_growth(self._growth)
             if seen is Look.SAME:
                 return False
@@ -416,7 +420,19 @@ class Worker:
         # the reader waits too: while the epoch commits, its partitions must not go idle
         while wait_for_any(running.runs, timeout=self._held.every_s).not_done:
             self._held_back()
-        reports = [run.result() for run in running.runs]
+        try:
+            reports = [run.result() for run in running.runs]
+        except BatchAbandonedError as exc:
+            # asked to stop while Kafka did not take it: no later epoch may commit
+            # positions past the records it was given
+            log.warning(
+                "worker %d: stopped while Kafka did not take epoch %d (%s)",
+                self.index,
+                self.epoch,
+                exc,
+            )
+            self._held_epochs = True
+            return
         for t, inp in running.inputs.items():
             self.clocks[t].advance(inp)
         for sender, nbytes in running.received.items():
