@@ -1,16 +1,20 @@
-"""``check``: a job file checked as ``run`` checks it, without Kafka or Spark, and what
-the job will do in a few lines."""
+"""``check``: a job file checked as ``run`` checks it, without Kafka or Spark (the shape
+of its state compared with the one an earlier run kept), and what the job will do in a
+few lines."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from stores.changelog import changelog_topic
 from window_operator.cli.common import add_config_option, load_checked_config, warn_ignored
 from window_operator.config import JobConfig, JoinInputConfig, JoinJobConfig
 from window_operator.durations import format_duration_ms
+from window_operator.runtime.kept_shape import check_kept_shape, state_shape
+from window_operator.runtime.settings import TaskSettings
 
 if TYPE_CHECKING:
     from window_operator.cli.common import Subparsers
@@ -133,9 +137,12 @@ def _tasks(config: JobConfig | JoinJobConfig) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    """Check the job file as ``run`` does (user operations imported, Avro schemas read)."""
+    """Check the job file as ``run`` does (user operations imported, Avro schemas read,
+    the shape of the state an earlier run kept compared)."""
     config = load_checked_config(args.config)
     warn_ignored(config, args.config)
+    settings = TaskSettings(config, "", str(config.state.dir))
+    check_kept_shape(Path(str(config.spark.checkpoint_dir)), config.job, state_shape(settings))
     describe(config, sys.stdout)
     return 0
 

@@ -9,6 +9,7 @@ fields.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +17,10 @@ import orjson
 
 from stores.errors import StateCorruptError
 from stores.rocks import ColumnFamily, TaskStore
-from window_operator.errors import IncompatibleStateError
+from window_operator.errors import AFRESH, IncompatibleStateError
 from window_operator.kernel.positions import InputPosition
 
-__all__ = ["CHECKPOINT_KEY", "Checkpoint", "JsonValue", "read_checkpoint"]
+__all__ = ["CHECKPOINT_KEY", "Checkpoint", "JsonValue", "read_checkpoint", "shape_change"]
 
 #: The checkpoint's key in the checkpoint column family.
 CHECKPOINT_KEY = b"checkpoint"
@@ -110,20 +111,28 @@ def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint
     if data is None:
         return None
     cp = Checkpoint.decode(data, str(store.path))
-    keys = [k for k in {**cp.shape, **shape} if k in cp.shape or k not in _ADDED_LATER]
-    differ = [k for k in keys if cp.shape.get(k) != shape.get(k)]
-    if differ:
-        was = {k: cp.shape[k] for k in differ if k in cp.shape}
-        now = {k: shape[k] for k in differ if k in shape}
+    if change := shape_change(cp.shape, shape):
         raise IncompatibleStateError(
-            f"the state in {store.path} was written by another job shape "
-            f"({_described(was)}; this config has {_described(now)}): its stored "
-            "accumulators cannot be continued. Run this config with an empty state "
-            "directory (and a new output topic or job name if the old results must "
-            "stay apart), or go back to the config that wrote it"
+            f"the state in {store.path} was written by another job shape ({change}): its "
+            "stored accumulators cannot be continued. Go back to the config that wrote "
+            "it, or run this config on an empty state directory (a job on Kafka: start "
+            f"it afresh, with {AFRESH}, as its changelog would restore the old state)"
         )
     return cp
 
 
-def _described(part: dict[str, JsonValue]) -> str:
+def shape_change(was: Mapping[str, JsonValue], now: Mapping[str, JsonValue]) -> str | None:
+    """How state shape ``now`` differs from ``was`` (None: it can continue it), as
+    ``window {...}; this config has window {...}``. A part kept only since a later
+    version (:data:`_ADDED_LATER`) and missing from ``was`` is not compared."""
+    keys = [k for k in {**was, **now} if k in was or k not in _ADDED_LATER]
+    differ = [k for k in keys if was.get(k) != now.get(k)]
+    if not differ:
+        return None
+    before = {k: was[k] for k in differ if k in was}
+    after = {k: now[k] for k in differ if k in now}
+    return f"{_described(before)}; this config has {_described(after)}"
+
+
+def _described(part: Mapping[str, JsonValue]) -> str:
     return ", ".join(f"{k} {orjson.dumps(v).decode()}" for k, v in part.items())

@@ -8,11 +8,12 @@ batch type, ``R`` the result batch type and ``W`` what the query API returns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from stores.rocks import StoreBatch, TaskStore
+from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.clock import ClockState
 from window_operator.kernel.positions import InputPosition
 from window_operator.kernel.records import StepStats
@@ -44,6 +45,11 @@ class WindowOperator(Protocol[B_contra, R_co, W_co]):
     @property
     def store(self) -> TaskStore:
         """The task's store."""
+        ...
+
+    @property
+    def state_shape(self) -> Mapping[str, JsonValue]:
+        """The layout of the state it keeps: a store written with another is refused."""
         ...
 
     @property

@@ -134,6 +134,12 @@ class KernelForwarding(Generic[B, T]):
         return self.kernel.store
 
     @property
+    def state_shape(self) -> Mapping[str, JsonValue]:
+        """The layout of the state it keeps (window, aggregations): a store written with
+        another cannot be continued."""
+        return self.kernel.shape
+
+    @property
     def watermark(self) -> int:
         """The operator's watermark (never decreasing; see the operator for its axis)."""
         return self.kernel.watermark

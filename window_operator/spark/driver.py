@@ -38,6 +38,7 @@ from window_operator.runtime.batch import (
     starts_after,
 )
 from window_operator.runtime.exchange import MapReport, kafka_reads
+from window_operator.runtime.kept_shape import ShapeKeeper, check_kept_shape, state_shape
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.settings import TaskSettings
@@ -161,9 +162,15 @@ class SparkJob:
         self.reports = JobReports(options.get("on_report"))
 
     def _prepare_tasks(self) -> int:
-        """Create the topics and fix the number of state tasks in the settings."""
+        """Refuse a state of another shape than the config's (:mod:`.kept_shape`), create
+        the topics and fix the number of state tasks in the settings."""
+        checkpoint_dir = Path(str(self.config.spark.checkpoint_dir))
+        shape = state_shape(self.settings)
+        check_kept_shape(checkpoint_dir, self.config.job, shape)
         tasks = prepare_topics(self.config, self.bootstrap)
         self.settings = replace(self.settings, tasks=tasks)
+        keeper = ShapeKeeper(checkpoint_dir, self.config.job, shape, tasks)
+        self.reports.observers.append(lambda r: keeper.committed_by(t.task for t in r.tasks))
         return tasks
 
     @property

@@ -70,3 +70,33 @@ def test_a_bad_job_is_refused_as_run_refuses_it(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "aggregations.0.op" in captured.err and "Traceback" not in captured.err
+
+
+def test_a_job_whose_state_an_earlier_run_kept_in_another_shape_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` refuses it at the start (exit 2): ``check`` says so before."""
+    from window_operator.config import load_any_config
+    from window_operator.runtime.kept_shape import ShapeKeeper, state_shape
+    from window_operator.runtime.settings import TaskSettings
+
+    job = {
+        "job": "totals",
+        "input": {"topic": "ev", "key": "k", "timestamp": "ts"},
+        "window": {"type": "tumbling", "size": "1m"},
+        "aggregations": [{"name": "n", "op": "count"}],
+        "spark": {"checkpoint_dir": str(tmp_path / "checkpoint")},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    config = load_any_config(str(path))
+    shape = state_shape(TaskSettings(config, "", str(tmp_path)))
+    ShapeKeeper(tmp_path / "checkpoint", "totals", shape, tasks=1).committed_by([0])
+    assert main(["check", "--config", str(path)]) == 0  # the shape it kept
+    capsys.readouterr()
+    path.write_text(yaml.safe_dump({**job, "window": {"type": "tumbling", "size": "5m"}}))
+    assert main(["check", "--config", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("window-operator: job 'totals' keeps its state in another shape")
+    assert "(size 60000, step 60000; this config has size 300000, step 300000;" in err

@@ -53,7 +53,7 @@ def test_a_transactional_call_that_timed_out_is_called_again_until_its_time_is_u
 
 def test_a_stop_cuts_a_transactional_call_short() -> None:
     producer = nowhere(**{"transactional.id": "waits-stop"})
-    with pytest.raises(BatchAbandonedError, match=r"the initialisation waited \d+ s for the broker"):
+    with pytest.raises(BatchAbandonedError, match=r"initialisation waited \d+ s for the broker"):
         until_done(producer.init_transactions, 300.0, lambda: True, "the initialisation")
 
 

@@ -471,8 +471,10 @@ def test_a_restart_with_other_aggregations_stops_naming_them(
     tmp_path: Path, spark: Any, kafka_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     """The aggregations changed between runs (a mean became a sum): the restarted job
-    stops before its query starts, naming them. Before, the sum went on from the stored
-    mean's columns and its results were wrong."""
+    stops before Spark runs anything, in either shape, with one line naming them (the
+    driver compares the shape the first run kept in the checkpoint directory). Before,
+    the sum went on from the stored mean's columns and its results were wrong; then the
+    executors refused it, after four attempts of each task and a minute of tracebacks."""
     topic = unique_name("clicks")
     create_topic(kafka_bootstrap, topic, 4)  # the stream's records name partitions 0-3
     produce(kafka_bootstrap, topic, make_stream(200).records())
@@ -482,8 +484,26 @@ def test_a_restart_with_other_aggregations_stops_naming_them(
         {"name": "clicks", "op": "count"},
         {"name": "mean_latency_ms", "op": "sum", "field": "latency_ms"},
     ]
-    changed = job_config(tmp_path, topic, config.job, aggregations=aggregations)
-    from window_operator.errors import TimerPassError
+    from window_operator.errors import IncompatibleStateError, TimerPassError
+    from window_operator.runtime.kept_shape import SHAPE_FILE
+    from window_operator.spark.longrun import job_for
 
+    for mode in ("micro_batch", "long_running"):
+        changed = job_config(
+            tmp_path, topic, config.job, aggregations=aggregations, spark={"mode": mode}
+        )
+        again = job_for(changed, bootstrap_servers=kafka_bootstrap, spark=spark)
+        with pytest.raises(IncompatibleStateError) as refused:
+            again.start()
+        said = str(refused.value)
+        assert "\n" not in said
+        assert said.startswith(f"job {config.job!r} keeps its state in another shape")
+        assert '["mean","latency_ms",null]' in said and '["sum","latency_ms",null]' in said
+    # a job of an earlier version kept no shape: its tasks still refuse the change
+    (Path(str(config.spark.checkpoint_dir)) / SHAPE_FILE).unlink()
     with pytest.raises(TimerPassError, match=r"IncompatibleStateError: .*aggregations"):
-        run_to_end(changed, kafka_bootstrap, spark)
+        run_to_end(
+            job_config(tmp_path, topic, config.job, aggregations=aggregations),
+            kafka_bootstrap,
+            spark,
+        )

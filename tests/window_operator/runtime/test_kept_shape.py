@@ -1,0 +1,69 @@
+"""The shape of a job's state kept in its checkpoint directory
+(:mod:`window_operator.runtime.kept_shape`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import runtime_for
+
+from window_operator.errors import IncompatibleStateError
+from window_operator.runtime.kept_shape import (
+    SHAPE_FILE,
+    ShapeKeeper,
+    check_kept_shape,
+    kept_shape,
+    state_shape,
+)
+from window_operator.runtime.settings import TaskSettings
+
+
+def shape_of(tmp_path: Path, **overrides: object) -> dict[str, object]:
+    config = runtime_for(**overrides).config
+    return dict(state_shape(TaskSettings(config, "", str(tmp_path / "state"))))
+
+
+def test_the_shape_is_the_operator_s_and_names_what_the_state_lays_out(tmp_path: Path) -> None:
+    shape = shape_of(tmp_path)
+    resized = shape_of(tmp_path, window={"type": "tumbling", "size": "5m"})
+    assert shape["type"] == "time" and resized["type"] == "time"
+    assert resized["size"] == 300_000 and resized != shape
+    # what does not touch the layout leaves it as it is
+    assert shape_of(tmp_path, watermark={"allowed_lateness": "1h"}) == shape
+
+
+def test_a_shape_is_kept_once_every_task_committed_with_it(tmp_path: Path) -> None:
+    shape = shape_of(tmp_path)
+    keeper = ShapeKeeper(tmp_path, "clicks", shape, tasks=3)
+    keeper.committed_by([0, 2])
+    assert kept_shape(tmp_path, "clicks") is None  # task 1's store may hold another
+    keeper.committed_by([2, 1])
+    assert kept_shape(tmp_path, "clicks") == shape
+    check_kept_shape(tmp_path, "clicks", shape)  # the same shape: taken
+
+
+def test_another_shape_is_refused_naming_both(tmp_path: Path) -> None:
+    ShapeKeeper(tmp_path, "clicks", shape_of(tmp_path), tasks=1).committed_by([0])
+    summed = [{"name": "clicks", "op": "count"}, {"name": "total", "op": "sum", "field": "v"}]
+    with pytest.raises(IncompatibleStateError) as refused:
+        check_kept_shape(tmp_path, "clicks", shape_of(tmp_path, aggregations=summed))
+    said = str(refused.value)
+    assert said.startswith("job 'clicks' keeps its state in another shape (aggregations [")
+    assert '; this config has aggregations [["count",null,null],["sum","v",null]]' in said
+    assert f"kept in {tmp_path / SHAPE_FILE}" in said
+    assert "start the job afresh (another state.dir and spark.checkpoint_dir" in said
+
+
+def test_a_job_of_another_name_or_a_file_that_does_not_read_is_not_compared(
+    tmp_path: Path,
+) -> None:
+    shape = shape_of(tmp_path)
+    other = shape_of(tmp_path, window={"type": "tumbling", "size": "5m"})
+    ShapeKeeper(tmp_path, "clicks", shape, tasks=1).committed_by([0])
+    check_kept_shape(tmp_path, "renamed", other)  # a job started afresh under a new name
+    (tmp_path / SHAPE_FILE).write_text("{not json")
+    check_kept_shape(tmp_path, "clicks", other)
+    (tmp_path / SHAPE_FILE).write_text(json.dumps(["clicks"]))
+    assert kept_shape(tmp_path, "clicks") is None
