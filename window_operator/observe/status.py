@@ -19,6 +19,7 @@ from pathlib import Path
 
 from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.durations import format_duration_ms
 from window_operator.kafka_admin import BrokerUnreachableError, KafkaAdmin
 from window_operator.observe.checkpoint import CheckpointState, TopicPartition, read_checkpoint
 from window_operator.observe.heartbeat import STALE_S, Beat, read_heartbeat
@@ -85,6 +86,8 @@ class JobStatus:
     beat: Beat | None = None
     #: no broker answered: the rest is from the checkpoint and the heartbeat alone
     unreachable: BrokerUnreachableError | None = None
+    #: what is worth knowing and not a problem (the partition the watermark waits for)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -95,6 +98,17 @@ class JobStatus:
     def lag(self) -> int:
         """Total lag over the input partitions."""
         return sum(p.lag for p in self.partitions)
+
+    @property
+    def holding(self) -> list[PartitionStatus]:
+        """The input partitions the job's watermark stands at while others are ahead of
+        them: the slowest, which the watermark waits for (none when every partition is
+        at the same time, or the watermark is at none, as when idle ones are skipped)."""
+        clock = self.checkpoint.clock
+        marks = [p.watermark for p in self.partitions if p.watermark is not None]
+        if clock is None or len(marks) < 2 or min(marks) == max(marks):
+            return []
+        return [p for p in self.partitions if p.watermark == clock.watermark]
 
 
 def _partitions(
@@ -200,7 +214,26 @@ def job_status(
     _check_unread(config, status)
     _check_truncated(status)
     _check_recreated(config, status, admin.topic_ids(input_topics(config)))
+    _note_holding(config, status)
     return status
+
+
+def _note_holding(config: AnyJobConfig, status: JobStatus) -> None:
+    """Name the partitions the watermark waits for, how far behind the newest they
+    are, and why one that gets no records keeps it there."""
+    ahead = max((p.watermark for p in status.partitions if p.watermark is not None), default=0)
+    for p in status.holding:
+        behind = format_duration_ms(ahead - (p.watermark or ahead))
+        why = ""
+        if p.lag == 0 and config.watermark.idle_timeout is None:
+            why = (
+                ": it has no records waiting, and a partition that gets none holds the "
+                "watermark until it does (watermark.idle_timeout lets it go idle)"
+            )
+        status.notes.append(
+            f"the watermark waits for {p.topic}[{p.partition}], whose max event time is "
+            f"{behind} behind the newest partition's{why}"
+        )
 
 
 def _without_broker(
@@ -377,12 +410,14 @@ def format_status(s: JobStatus) -> str:
         f"{'input partition':<28} {'committed':>10} {'end':>10} {'lag':>8}  "
         f"{'max event time (UTC)':<20} watermark (UTC)",
     ]
+    holding = {(p.topic, p.partition) for p in s.holding}
     for p in s.partitions:
         name = f"{p.topic}[{p.partition}]"
         lag = "-" if p.end is None else str(p.lag)  # unknown, not 0, without the broker
+        mark = "  < the job's watermark" if (p.topic, p.partition) in holding else ""
         lines.append(
             f"{name:<28} {_num(p.committed):>10} {_num(p.end):>10} {lag:>8}  "
-            f"{_time(p.max_event_time):<20} {_time(p.watermark)}"
+            f"{_time(p.max_event_time):<20} {_time(p.watermark)}{mark}"
         )
     if s.unreachable is not None:
         lines += ["", "input ends, lag and changelogs unknown: the broker does not answer"]
@@ -395,6 +430,7 @@ def format_status(s: JobStatus) -> str:
             f"task {t.task:<7} {span:>20} {t.changelog_offsets:>10}  {_size(t.local_bytes)}"
         )
     lines.append("")
+    lines += s.notes
     if s.healthy:
         lines.append(f"healthy: lag {s.lag}")
     lines += [f"UNHEALTHY: {p}" for p in s.problems]

@@ -4,6 +4,7 @@ no Spark: ``test_status.py`` runs them on real jobs)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,47 @@ def test_status_says_how_often_the_workers_failed_in_the_run(tmp_path: Path) -> 
     stopped = Beat(5, "h", 1, stopped=True, restarts=1, last_restart_ms=0, last_restart="x")
     text = format_status(JobStatus("job", checkpoint, beat=stopped))
     assert "started again once in its last run" in text
+
+
+def test_status_names_the_partition_the_watermark_waits_for(tmp_path: Path) -> None:
+    """One partition got no records for minutes: the watermark stands at its time. The
+    table marks it, and a line says why it stays there (it was a guess from the
+    per-partition watermarks before)."""
+    from window_operator.kernel import ClockState
+    from window_operator.observe.status import _note_holding
+
+    t = 1_800_000_000_000
+    lateness = 5_000
+    clock = ClockState(watermark=t - lateness)
+    checkpoint = CheckpointState(tmp_path, last_planned=3, last_committed=3, clock=clock)
+    parts = [
+        PartitionStatus("clicks", 0, 90, 90, t + 300_000, t + 300_000 - lateness),
+        PartitionStatus("clicks", 1, 40, 40, t, t - lateness),  # nothing since
+        PartitionStatus("clicks", 2, 80, 95, t + 120_000, t + 120_000 - lateness),
+    ]
+    status = JobStatus("job", checkpoint, partitions=parts)
+    assert [p.partition for p in status.holding] == [1]
+    _note_holding(job_config(tmp_path, "clicks", "job"), status)
+    assert status.notes == [
+        "the watermark waits for clicks[1], whose max event time is 5m behind the newest "
+        "partition's: it has no records waiting, and a partition that gets none holds the "
+        "watermark until it does (watermark.idle_timeout lets it go idle)"
+    ]
+    lines = format_status(status).splitlines()
+    marked = [line for line in lines if line.endswith("< the job's watermark")]
+    assert len(marked) == 1 and marked[0].startswith("clicks[1]")
+    assert status.notes[0] in lines
+    # with records waiting there, or an idle timeout, the reason is left out
+    waiting = [parts[0], replace(parts[1], end=60), parts[2]]
+    status = JobStatus("job", checkpoint, partitions=waiting)
+    _note_holding(job_config(tmp_path, "clicks", "job"), status)
+    assert status.notes[0].endswith("behind the newest partition's")
+    status = JobStatus("job", checkpoint, partitions=parts)
+    idle = job_config(tmp_path, "clicks", "job", watermark={"idle_timeout": "1m"})
+    _note_holding(idle, status)
+    assert status.notes[0].endswith("behind the newest partition's")
+    # every partition at one time, or a watermark at none of them: nothing to name
+    even = [replace(p, max_event_time=t, watermark=t - lateness) for p in parts]
+    assert JobStatus("job", checkpoint, partitions=even).holding == []
+    moved = replace(checkpoint, clock=ClockState(watermark=t + 100_000))
+    assert JobStatus("job", moved, partitions=parts).holding == []
