@@ -24,13 +24,12 @@ __all__ = ["Attempts", "BatchAbandonedError", "BrokerUnavailableError", "RecordT
 
 log = logging.getLogger(__name__)
 
+#: how often a pause between attempts looks whether the job was asked to stop
+_STOP_LOOK_S = 0.1
+
 
 class BrokerUnavailableError(WindowOperatorError):
     """Kafka stayed unreachable for longer than ``processing.broker_timeout``."""
-
-
-#: how often a pause between attempts looks whether the job was asked to stop
-_STOP_LOOK_S = 0.1
 
 
 class RecordTooLargeError(WindowOperatorError):

@@ -125,7 +125,7 @@ class TaskRunner(Generic[B, R]):
         self.task = task
         self.keep_open = keep_open
         #: whether the job was asked to stop: a batch Kafka does not take is then given
-        #: up (:class:`~window_operator.runtime.attempts.BatchAbandonedError`)
+        #: up (:class:`~window_operator.runtime.kafka_waits.BatchAbandonedError`)
         self.stopping = stopping
         self.topics = SinkTopics(settings.config.output.topic, settings.config.output.errors_topic)
         self._open: OpenTask[B, R] | None = None

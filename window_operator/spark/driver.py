@@ -162,8 +162,9 @@ class SparkJob:
         self.reports = JobReports(options.get("on_report"))
 
     def _prepare_tasks(self) -> int:
-        """Refuse a state of another shape than the config's (:mod:`.kept_shape`), create
-        the topics and fix the number of state tasks in the settings."""
+        """Refuse a state of another shape than the config's (see
+        :mod:`~window_operator.runtime.kept_shape`), create the topics and fix the number
+        of state tasks in the settings."""
         checkpoint_dir = Path(str(self.config.spark.checkpoint_dir))
         shape = state_shape(self.settings)
         check_kept_shape(checkpoint_dir, self.config.job, shape)
