@@ -172,6 +172,8 @@ class ControlClient:
 
     def __init__(self, address: str, token: str, worker: int) -> None:
         self.stop_requested = threading.Event()
+        #: the driver went away (killed, or its host lost): set with ``stop_requested``
+        self.driver_lost = threading.Event()
         #: set by :meth:`close`: the reader's end is then this worker's doing
         self._closing = threading.Event()
         self.conn = connect(address, _TIMEOUT_S)
@@ -193,6 +195,8 @@ class ControlClient:
         except PeerLostError as exc:
             if not self._closing.is_set():
                 log.warning("lost the driver (%s): stopping", exc)
+        if not self._closing.is_set():  # the connection ended on the driver's side
+            self.driver_lost.set()
         self.stop_requested.set()
         self._gathered_event.set()  # a gather waiting for the driver waits no more
 

@@ -26,7 +26,8 @@ what a micro-batch's two stages do once:
 Stopping: a worker that reads no more input (asked to stop, or past the end offsets of
 an ``available_now`` run) sends every worker an ``END`` after its last chunk. A worker
 that has the ``END`` of every worker has everything it will get: it runs a last epoch
-and returns.
+and returns. A worker that lost its driver runs no last epoch: the driver could not
+hear of it, so its records are left for the next start, which reads and reports them.
 
 A worker that fails takes its Spark task down; the job's driver starts all workers
 again, and each continues from what its tasks committed (see
@@ -274,7 +275,15 @@ class Worker:
         """Whether the next epoch must not start: an input grew (:mod:`.growth`), so the
         worker ends, committing nothing more, and the driver starts the workers again with
         the new partitions; or the job stops while the broker does not answer the look,
-        or did not take the last epoch."""
+        or did not take the last epoch; or the driver is lost: an epoch committed now
+        could not be reported (the next start reads its records and reports them)."""
+        if not self._held_epochs and self._driver_lost():
+            log.warning(
+                "worker %d: lost the driver: the epoch's records are read again at the next "
+                "start",
+                self.index,
+            )
+            self._held_epochs = True
         if not self._held_epochs:
             if self._growth is None:
                 return False
@@ -338,6 +347,9 @@ class Worker:
 
     def _stop_requested(self) -> bool:
         return self.control is not None and self.control.stop_requested.is_set()
+
+    def _driver_lost(self) -> bool:
+        return self.control is not None and self.control.driver_lost.is_set()
 
     def _read_to_end(self) -> bool:
         """Whether an ``available_now`` run has read all of its input."""

@@ -1,5 +1,6 @@
-"""A long-running worker asked to stop while Kafka does not take its epoch's commit: it
-ends at once, committing nothing more, and the next start takes the epoch's records."""
+"""Long-running workers that end with an epoch uncommitted: asked to stop while Kafka
+does not take its commit, or having lost their driver. They end without committing
+anything more, and the next start takes (and reports) the epoch's records."""
 
 from __future__ import annotations
 
@@ -92,4 +93,47 @@ def test_a_job_stopped_while_kafka_does_not_take_an_epoch_ends_and_the_next_star
             j.stop()
             j.wait(120)
         broker.stop()
+    assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
+
+
+def test_workers_that_lost_their_driver_leave_the_open_epoch_to_the_next_start(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The driver goes away while an epoch is open. The workers used to commit a last
+    epoch that no driver heard of: the next start took its records for replays, and the
+    reports of the two runs left them out. Now every record is reported applied once."""
+    caplog.set_level(logging.WARNING, logger="window_operator")
+    topic = unique_name("lost")
+    stream = make_stream(1_200, keys=30, seed=47)
+    records = stream.records()
+    create_topic(kafka_bootstrap, topic, 2)
+    produce(kafka_bootstrap, topic, records[:600], round_robin=True, partitions=2)
+    config = job_config(tmp_path, topic, unique_name("job"), spark={"trigger": "3s"})
+    first = local_job(config, kafka_bootstrap, tmp_path, 2)
+    first.start()
+    try:
+        wait_until(lambda: applied(first) == 600, "the first part applied")
+        epochs = len(first.reports)
+        wait_until(lambda: len(first.reports) > epochs, "an epoch's end")
+        produce(kafka_bootstrap, topic, records[600:900], round_robin=True, partitions=2)
+        time.sleep(1.0)  # read, in an epoch that ends 3 s after the last
+        assert first._coordinator is not None
+        first._coordinator.close()  # the driver is gone
+        first.wait(60)
+    finally:
+        first.stop()
+        first.wait(60)
+    ends = sentinels(int(stream.ts.max()), 2)
+    produce(kafka_bootstrap, topic, records[900:], round_robin=True, partitions=2)
+    produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+    again = local_job(config, kafka_bootstrap, tmp_path, 2, available_now=True)
+    again.start()
+    again.wait(120)
+    assert applied(first) + applied(again) == len(records) + 2
+    lost = "lost the driver: the epoch's records are read again at the next start"
+    assert lost in caplog.text
+    got = latest_results(config, read_topic(kafka_bootstrap, config.output.topic))
     assert_matches_oracle(got, oracle(stream, 60_000, 10_000))
