@@ -129,12 +129,19 @@ class TaskRunner(Generic[B, R]):
         self.stopping = stopping
         self.topics = SinkTopics(settings.config.output.topic, settings.config.output.errors_topic)
         self._open: OpenTask[B, R] | None = None
+        #: changelog records applied and seconds taken by an :meth:`open` ahead of the
+        #: task's first batch (a long-running worker opens its tasks at its start),
+        #: reported with that batch
+        self._unreported_restore: tuple[int, float] | None = None
         self._gauge = StateGauge()
 
     def open(self) -> OpenTask[B, R]:
         """The task opened for its next batch (kept from the last one when it is open)."""
         if self._open is None:
+            t0 = time.perf_counter()
             self._open = self._open_task()
+            restored = self._open.state.restored.applied
+            self._unreported_restore = (restored, time.perf_counter() - t0)
         return self._open
 
     def close(self) -> None:
@@ -194,6 +201,11 @@ class TaskRunner(Generic[B, R]):
                 opened = self._open = self._open_task()
                 report.restored_records = opened.state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
+            if self._unreported_restore is not None:
+                records, seconds = self._unreported_restore
+                self._unreported_restore = None
+                report.restored_records += records
+                report.seconds_restore += seconds
             self._check_kept(opened.op, inp)
             for lost in self._lost(opened.op, inp):
                 self._process(opened, lost, report)

@@ -40,6 +40,8 @@ _INPUT_TOPIC_HINT = (
 )
 _KEEP_FOREVER = {"retention.ms": "-1"}
 _COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
+#: How often the changelog starts a new segment (which compaction may then clean).
+CHANGELOG_SEGMENT_MS = 3_600_000
 #: The changelog takes a state value of up to 32 MiB (a join's stored message, a
 #: ``collect`` accumulator), where Kafka's default is 1 MB; the job's producers and
 #: restore consumers take it too (:data:`~window_operator.runtime.settings.MAX_STATE_RECORD_BYTES`).
@@ -49,6 +51,11 @@ _CHANGELOG = {
     # how long a delete stays readable: a store last committed longer ago than half of
     # it is rebuilt rather than caught up (window_operator.runtime.commit)
     "delete.retention.ms": str(CHANGELOG_DELETE_RETENTION_MS),
+    # Kafka compacts closed segments only: with its defaults (a new segment every 7 days
+    # or 1 GiB) a changelog holds every record written for a week, and a restore reads
+    # them all, however few keys are live. A segment an hour bounds what is not yet
+    # compacted to an hour of writes (and deletes to delete.retention.ms)
+    "segment.ms": str(CHANGELOG_SEGMENT_MS),
 }
 
 

@@ -59,6 +59,7 @@ def test_the_changelog_takes_large_state_values_and_keeps_deletes_a_day(
     prepare_topics(job(topic, name).config, kafka_bootstrap)
     made = KafkaAdmin(kafka_bootstrap).topic_config(f"{name}-state-changelog")
     assert (made["max.message.bytes"], made["delete.retention.ms"]) == ("33554432", "86400000")
+    assert made["segment.ms"] == "3600000"  # compaction cleans closed segments only
     old = unique_name("old")
     KafkaAdmin(kafka_bootstrap).create_topic(f"{old}-state-changelog", 1, {})
     with caplog.at_level(logging.WARNING, logger="window_operator.spark.topics"):

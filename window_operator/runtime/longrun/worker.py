@@ -279,8 +279,7 @@ class Worker:
         could not be reported (the next start reads its records and reports them)."""
         if not self._held_epochs and self._driver_lost():
             log.warning(
-                "worker %d: lost the driver: the epoch's records are read again at the next "
-                "start",
+                "worker %d: lost the driver: the epoch's records are read again at the next start",
                 self.index,
             )
             self._held_epochs = True

@@ -6,6 +6,7 @@ the exchange between the workers brings a window's events to one state task.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,23 @@ def test_a_partition_where_only_a_commit_marker_waits_goes_idle_after_a_restart(
         job.wait(120)
     fired = {key: r["values"]["clicks"] for (key, start), r in got.items() if start == base}
     assert fired == {"/a": 1, "/b": 1}
+
+
+def test_a_restore_at_the_workers_start_is_reported(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Workers open (and restore) their tasks before their first epoch: the changelog
+    records that restore applied, and its time, are in the first epoch's report (and so
+    in the log line and the restore metrics), as a micro-batch's are."""
+    topic = unique_name("clicks")
+    stream = make_stream(2_000, keys=40, seed=35)
+    unkeyed_topic(kafka_bootstrap, topic, stream.records(), int(stream.ts.max()))
+    config = job_config(tmp_path, topic, unique_name("job"))
+    _, first = run_local(config, kafka_bootstrap, tmp_path, 2, available_now=True)
+    assert sum(t.restored_records for r in first for t in r.tasks) == 0  # fresh stores
+    for store in Path(config.state.dir).glob(f"{config.job}/task-*"):
+        shutil.rmtree(store)
+    _, second = run_local(config, kafka_bootstrap, tmp_path, 2, available_now=True)
+    restored = [t for r in second for t in r.tasks if t.restored_records]
+    assert sorted(t.task for t in restored) == list(range(PARTITIONS)), "once per task"
+    assert all(t.seconds_restore > 0 for t in restored)
