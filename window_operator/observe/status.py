@@ -103,12 +103,17 @@ class JobStatus:
     def holding(self) -> list[PartitionStatus]:
         """The input partitions the job's watermark stands at while others are ahead of
         them: the slowest, which the watermark waits for (none when every partition is
-        at the same time, or the watermark is at none, as when idle ones are skipped)."""
+        at the same time, or the watermark is at none, as when idle ones are skipped, nor
+        when it stands at the newest partition's: with every partition idle the freshest
+        leads, and nothing is ahead of it to wait for)."""
         clock = self.checkpoint.clock
         marks = [p.watermark for p in self.partitions if p.watermark is not None]
         if clock is None or len(marks) < 2 or min(marks) == max(marks):
             return []
-        return [p for p in self.partitions if p.watermark == clock.watermark]
+        ahead = max(marks)
+        return [
+            p for p in self.partitions if p.watermark == clock.watermark and p.watermark < ahead
+        ]
 
 
 def _partitions(
@@ -331,10 +336,21 @@ def _check_idle(
             "(restoring its stores, or planning its first batch: see its log)"
         )
         return
+    triggers = (
+        f"{max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} of "
+        f"{trigger / 1000:g} s"
+    )
+    if beat is not None and fresh and started is not None:  # a batch that slow, or stuck
+        status.problems.append(
+            f"behind: {lag} input records wait, and no batch or timer pass began or ended for "
+            f"{idle_s:.0f} s ({triggers}), though the job runs (its heartbeat "
+            f"{(status.now_ms - beat.at_ms) / 1000:.0f} s ago): a batch that slow, or one "
+            "stuck (see its log: each batch's line gives its time)"
+        )
+        return
     status.problems.append(
         f"behind: {lag} input records wait, but no batch ran for {idle_s:.0f} s "
-        f"({max_idle_triggers} trigger{'s' if max_idle_triggers != 1 else ''} of "
-        f"{trigger / 1000:g} s): is the job running?"
+        f"({triggers}): is the job running?"
     )
 
 

@@ -196,6 +196,15 @@ def test_a_job_that_started_after_its_last_batch_is_said_to_be_starting(tmp_path
         Beat(now - 1_000, "h1", 42, stopped=True, started_ms=now - 25_000),
     ):
         assert problems(beat) == [asked + "is the job running?"]
+    # running, its heartbeat fresh, started before its last batch: a batch that takes
+    # longer than the triggers allowed (a walkthrough saw a 25 s batch of 3,000 records
+    # asked "is the job running?" 22 s into it, with a 1 s trigger)
+    running = Beat(now - 1_000, "h1", 42, started_ms=now - 900_000)
+    assert problems(running) == [
+        "behind: 800 input records wait, and no batch or timer pass began or ended for 600 "
+        "s (3 triggers of 5 s), though the job runs (its heartbeat 1 s ago): a batch that "
+        "slow, or one stuck (see its log: each batch's line gives its time)"
+    ]
 
 
 def test_status_says_how_often_the_workers_failed_in_the_run(tmp_path: Path) -> None:
@@ -255,3 +264,13 @@ def test_status_names_the_partition_the_watermark_waits_for(tmp_path: Path) -> N
     assert JobStatus("job", checkpoint, partitions=even).holding == []
     moved = replace(checkpoint, clock=ClockState(watermark=t + 100_000))
     assert JobStatus("job", moved, partitions=parts).holding == []
+    # every partition idle (watermark.idle_timeout): the freshest leads, and the
+    # watermark stands at the newest partition's, which waits for nothing
+    newest = replace(checkpoint, clock=ClockState(watermark=t + 300_000 - lateness))
+    status = JobStatus("job", newest, partitions=parts)
+    assert status.holding == []
+    _note_holding(idle, status)
+    assert status.notes == []
+    assert not any(
+        line.endswith("< the job's watermark") for line in format_status(status).splitlines()
+    )
