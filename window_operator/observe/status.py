@@ -230,7 +230,8 @@ def _note_holding(config: AnyJobConfig, status: JobStatus) -> None:
     for p in status.holding:
         behind = format_duration_ms(ahead - (p.watermark or ahead))
         why = ""
-        if p.lag == 0 and config.watermark.idle_timeout is None:
+        known_idle = p.end is not None and p.lag == 0  # its end unknown without the broker
+        if known_idle and config.watermark.idle_timeout is None:
             why = (
                 ": it has no records waiting, and a partition that gets none holds the "
                 "watermark until it does (watermark.idle_timeout lets it go idle)"
@@ -250,6 +251,7 @@ def _without_broker(
     status.partitions = _partitions(config, None, status.checkpoint, {})
     status.beat = read_heartbeat(str(config.spark.checkpoint_dir))
     _check_alive(config, status, status.beat)
+    _note_holding(config, status)
     return status
 
 
@@ -437,6 +439,7 @@ def format_status(s: JobStatus) -> str:
         )
     if s.unreachable is not None:
         lines += ["", "input ends, lag and changelogs unknown: the broker does not answer"]
+        lines += s.notes
         lines += [f"UNHEALTHY: {p}" for p in s.problems]
         return "\n".join(lines)
     lines += ["", f"{'state task':<12} {'changelog offsets':>20} {'span':>10}  local store"]

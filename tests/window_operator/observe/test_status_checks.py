@@ -11,6 +11,7 @@ import pytest
 from jobkit import job_config
 
 from window_operator.config import JobConfig
+from window_operator.kafka_admin import BrokerUnreachableError
 from window_operator.observe.checkpoint import CheckpointState, read_checkpoint
 from window_operator.observe.heartbeat import Beat
 from window_operator.observe.status import (
@@ -259,6 +260,13 @@ def test_status_names_the_partition_the_watermark_waits_for(tmp_path: Path) -> N
     idle = job_config(tmp_path, "clicks", "job", watermark={"idle_timeout": "1m"})
     _note_holding(idle, status)
     assert status.notes[0].endswith("behind the newest partition's")
+    # no broker answering: the ends are unknown, so nothing is said of records waiting
+    unknown = [replace(p, end=None) for p in parts]
+    status = JobStatus("job", checkpoint, partitions=unknown)
+    _note_holding(job_config(tmp_path, "clicks", "job"), status)
+    assert status.notes[0].endswith("behind the newest partition's")
+    status.unreachable = BrokerUnreachableError("127.0.0.1:9", 5.0, "refused")
+    assert status.notes[0] in format_status(status).splitlines()
     # every partition at one time, or a watermark at none of them: nothing to name
     even = [replace(p, max_event_time=t, watermark=t - lateness) for p in parts]
     assert JobStatus("job", checkpoint, partitions=even).holding == []
