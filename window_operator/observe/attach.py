@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from window_operator.errors import TimerPassError, WindowOperatorError, exception_text
+from window_operator.observe.checkpoint import read_checkpoint
 from window_operator.observe.heartbeat import Heartbeat
 from window_operator.observe.lag import InputLag
 from window_operator.observe.logs import BatchLog
@@ -128,7 +129,8 @@ def attach(
         client_config=config.kafka.consumer,
     )
     metrics = JobMetrics(config, lag=lag)
-    metrics.resume(job.last_batch_id, job.clock)
+    checkpoint = read_checkpoint(str(config.spark.checkpoint_dir), config.spark.mode)
+    metrics.resume(job.last_batch_id, job.clock, checkpoint.last_activity_ms)
     job.add_observer(metrics)
     job.add_observer(BatchLog(metrics))
     if isinstance(job, LongRunningJob):

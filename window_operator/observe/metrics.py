@@ -205,13 +205,17 @@ class JobMetrics:
         for name, n in t.held_messages.items():
             self.messages.labels(task, name).set(n)
 
-    def resume(self, last_batch_id: int | None, clock: ClockState) -> None:
-        """Show where a restarted job stands before its first batch: the last batch id
-        and the clock its checkpoint holds (before, NaN until a batch ran: all of an
-        idle job's run)."""
+    def resume(
+        self, last_batch_id: int | None, clock: ClockState, last_ended_ms: int | None = None
+    ) -> None:
+        """Show where a restarted job stands before its first batch: the last batch id,
+        when the last batch or pass ended (``last_ended_ms``) and the clock its
+        checkpoint holds (before, NaN until a batch ran: all of an idle job's run)."""
         with self._lock:
             if last_batch_id is not None:
                 self.last_batch.set(last_batch_id)
+            if last_ended_ms is not None:
+                self.last_time.set(last_ended_ms / 1000.0)
             self._clock(clock)
 
     def _clock(self, clock: ClockState) -> None:

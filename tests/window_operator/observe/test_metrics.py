@@ -57,8 +57,11 @@ def test_a_restarted_job_shows_its_last_batch_and_clock_before_a_batch_runs() ->
     metrics.resume(None, ClockState())  # a first start: nothing yet
     assert math.isnan(sample("window_operator_last_batch_id") or 0.0)
     assert math.isnan(sample("window_operator_watermark_ms") or 0.0)
-    metrics.resume(22, ClockState(max_ts={InputPosition(0, 0): 9_000}, watermark=4_000))
+    assert math.isnan(sample("window_operator_last_batch_timestamp_seconds") or 0.0)
+    clock = ClockState(max_ts={InputPosition(0, 0): 9_000}, watermark=4_000)
+    metrics.resume(22, clock, 1_800_000_000_500)
     assert sample("window_operator_last_batch_id") == 22
+    assert sample("window_operator_last_batch_timestamp_seconds") == 1_800_000_000.5
     assert sample("window_operator_watermark_ms") == 4_000
     labels = {"topic": runtime_for().config.input.topic, "partition": "0"}
     assert sample("window_operator_partition_max_event_time_ms", labels) == 9_000
