@@ -5,8 +5,8 @@ what the other one committed) and after a growing pause while the broker is away
 ``processing.broker_timeout``. A record Kafka refuses for its size would be refused
 again: that stops the batch at once. Each fence is logged, and the first failure of a
 broker away. A job asked to stop meanwhile (``stopping``) does not wait for the broker:
-the batch is given up uncommitted (:class:`BatchAbandonedError`), as a crash would
-leave it, and runs again at the next start.
+the batch is given up (:class:`BatchAbandonedError`) as a crash would leave it, and
+runs again at the next start.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class Attempts:
         not take it (``why``: the last failure, or the wait that the stop cut short)."""
         return BatchAbandonedError(
             f"task {self.task}: stopped while Kafka did not take {self.label} ({why}): "
-            "nothing of it was committed; its records are read again at the next start"
+            "given up uncommitted; its records are read again at the next start"
         )
 
     def _tell_replaced(self, exc: BaseException) -> None:

@@ -4,10 +4,17 @@ A commit, a flush or a producer's initialisation waits for the broker up to
 ``processing.broker_timeout``. A long-running worker asked to stop meanwhile must not
 wait that long for a broker that may not come back: these waits go in steps of a second
 and look between steps whether the job was asked to stop (``stopping``); then they
-raise :class:`BatchAbandonedError` (nothing of the batch was committed, and its records
-are read again at the next start, as after a crash). Without ``stopping`` a wait is one
-call. librdkafka lets a transactional call that timed out be called again, so the steps
-wait exactly as one call would.
+raise :class:`BatchAbandonedError`: the batch is given up as a crash would leave it (its
+records are read again at the next start, which also finds a commit the broker still
+completed). A stop gives the batch up only once the wait has lasted
+:data:`STOP_GRACE_S`: a broker that answers, slowly (a big epoch's flush), still takes
+the last epoch of a graceful stop. Without ``stopping`` a wait is one call.
+
+librdkafka lets a transactional call that timed out be called again, so the steps wait
+as one call would: a call is made again only when its error says it may be
+(``retriable()``, neither fatal nor requiring an abort), whatever its code (an
+``init_transactions`` that timed out says why, as ``COORDINATOR_LOAD_IN_PROGRESS`` or
+``CONCURRENT_TRANSACTIONS``), and never before its step is up.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ Stopping = Callable[[], bool] | None
 
 #: how long one step of a wait lasts before it looks whether the job was asked to stop
 STEP_S = 1.0
+#: how long a wait goes on after a stop before the batch is given up
+STOP_GRACE_S = 10.0
 
 
 class BatchAbandonedError(WindowOperatorError):
@@ -40,21 +49,36 @@ def until_done(
 ) -> None:
     """``call(seconds)`` (``commit_transaction``, ``init_transactions``) until it returns
     within ``timeout_s`` in all; its last error once the time is up."""
-    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import KafkaException
 
     started = time.monotonic()
     while True:
         left = timeout_s - (time.monotonic() - started)
         step = left if stopping is None else max(0.0, min(left, STEP_S))
+        step_ends = time.monotonic() + step
         try:
             call(step)
             return
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            timed_out = getattr(error, "code", lambda: None)() == KafkaError._TIMED_OUT
-            if step >= left or not timed_out:
+            if step >= left or not _may_call_again(exc):
                 raise
+        # an error that came before the step was up: wait the rest, never spin
+        while (rest := step_ends - time.monotonic()) > 0:
+            _look(stopping, what, started)
+            time.sleep(min(rest, 0.1))
         _look(stopping, what, started)
+
+
+def _may_call_again(exc: BaseException) -> bool:
+    """Whether librdkafka lets the transactional call that raised ``exc`` be called again
+    (a retriable error, neither fatal nor one whose transaction must be aborted)."""
+    error = exc.args[0] if exc.args else None
+
+    def said(what: str) -> bool:
+        method = getattr(error, what, None)
+        return bool(callable(method) and method())
+
+    return said("retriable") and not said("fatal") and not said("txn_requires_abort")
 
 
 def flush(producer: Producer, timeout_s: float, stopping: Stopping) -> int:
@@ -71,7 +95,8 @@ def flush(producer: Producer, timeout_s: float, stopping: Stopping) -> int:
 
 
 def _look(stopping: Stopping, what: str, started: float) -> None:
-    if stopping is not None and stopping():
-        raise BatchAbandonedError(
-            f"{what} waited {time.monotonic() - started:.0f} s for the broker"
-        )
+    """Raise :class:`BatchAbandonedError` when the job was asked to stop and the wait
+    begun at ``started`` has lasted :data:`STOP_GRACE_S`."""
+    waited = time.monotonic() - started
+    if stopping is not None and waited >= STOP_GRACE_S and stopping():
+        raise BatchAbandonedError(f"{what} waited {waited:.0f} s for the broker")

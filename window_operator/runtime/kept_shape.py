@@ -93,8 +93,7 @@ class ShapeKeeper:
         self.committed.update(tasks)
         if len(self.committed) < self.tasks:
             return
-        self.kept = True
-        kept = kept_shape(self.checkpoint_dir, self.job)
-        if kept is None or shape_change(kept, self.shape) is not None:
+        if kept_shape(self.checkpoint_dir, self.job) != self.shape:
             doc = {"job": self.job, "shape": self.shape}
             write_atomically(self.checkpoint_dir / SHAPE_FILE, json.dumps(doc).encode())
+        self.kept = True  # after the write: one that failed is tried at the next report

@@ -139,7 +139,9 @@ class TaskRunner(Generic[B, R]):
         """The task opened for its next batch (kept from the last one when it is open)."""
         if self._open is None:
             t0 = time.perf_counter()
-            self._open = self._open_task()
+            # a long-running worker's start: the workers meet once every task is open,
+            # so a stop asked meanwhile is taken after it (the producer waited for)
+            self._open = self._open_task(stopping=None)
             restored = self._open.state.restored.applied
             self._unreported_restore = (restored, time.perf_counter() - t0)
         return self._open
@@ -163,7 +165,7 @@ class TaskRunner(Generic[B, R]):
             except KAFKA_FAILURES as exc:
                 attempts.failed(exc)  # raises when another attempt cannot help
 
-    def _open_task(self) -> OpenTask[B, R]:
+    def _open_task(self, stopping: Stopping) -> OpenTask[B, R]:
         """Open the store, initialise the producer, catch the store up, load the operator.
 
         The producer comes before the catch-up: under exactly-once its initialisation
@@ -177,9 +179,7 @@ class TaskRunner(Generic[B, R]):
         """
         store = TaskState.open_store(self.settings, self.task)
         try:
-            producer, writer = task_producer(
-                self.settings, self.task, last_writer(store), self.stopping
-            )
+            producer, writer = task_producer(self.settings, self.task, last_writer(store), stopping)
         except BaseException:
             store.close()
             raise
@@ -198,7 +198,7 @@ class TaskRunner(Generic[B, R]):
         opened = self._open
         try:
             if opened is None:
-                opened = self._open = self._open_task()
+                opened = self._open = self._open_task(self.stopping)
                 report.restored_records = opened.state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
             if self._unreported_restore is not None:

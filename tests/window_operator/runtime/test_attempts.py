@@ -51,9 +51,7 @@ def test_a_job_asked_to_stop_gives_the_batch_up_instead_of_waiting(tmp_path: Pat
     timer.join()
     assert time.monotonic() - started < 1.9
     assert str(raised.value).startswith("task 1: stopped while Kafka did not take epoch 7")
-    assert "nothing of it was committed; its records are read again at the next start" in str(
-        raised.value
-    )
+    assert "given up uncommitted; its records are read again at the next start" in str(raised.value)
     assert raised.value.__cause__ is AWAY
 
 

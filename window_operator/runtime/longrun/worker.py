@@ -431,6 +431,12 @@ class Worker:
         # the reader waits too: while the epoch commits, its partitions must not go idle
         while wait_for_any(running.runs, timeout=self._held.every_s).not_done:
             self._held_back()
+        # a task that failed otherwise (a record too large, a gap, a bug) fails the
+        # worker, whatever another task that was given up says
+        failures = [run.exception() for run in running.runs]
+        for failure in failures:
+            if failure is not None and not isinstance(failure, BatchAbandonedError):
+                raise failure
         try:
             reports = [run.result() for run in running.runs]
         except BatchAbandonedError as exc:
