@@ -35,13 +35,13 @@ Stopping = Callable[[], bool] | None
 
 #: how long one step of a wait lasts before it looks whether the job was asked to stop
 STEP_S = 1.0
-#: how long a wait goes on after a stop before the batch is given up
+#: how long a wait must have lasted before a stop gives its batch up
 STOP_GRACE_S = 10.0
 
 
 class BatchAbandonedError(WindowOperatorError):
-    """The job was asked to stop while Kafka did not take a batch: nothing of it was
-    committed, and it runs again at the next start."""
+    """The job was asked to stop while Kafka did not take a batch: it was given up as a
+    crash would leave it, and runs again at the next start."""
 
 
 def until_done(
