@@ -159,6 +159,11 @@ class TaskRunner(Generic[B, R]):
             try:
                 report = self._run_once(inp)
                 report.attempts = attempts.made + 1
+                if self._unreported_restore is not None:  # with the first batch that ran
+                    records, seconds = self._unreported_restore
+                    self._unreported_restore = None
+                    report.restored_records += records
+                    report.seconds_restore += seconds
                 return report
             except BatchAbandonedError as exc:  # a wait on Kafka cut short by a stop
                 raise attempts.abandoned(exc) from exc
@@ -201,11 +206,6 @@ class TaskRunner(Generic[B, R]):
                 opened = self._open = self._open_task(self.stopping)
                 report.restored_records = opened.state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
-            if self._unreported_restore is not None:
-                records, seconds = self._unreported_restore
-                self._unreported_restore = None
-                report.restored_records += records
-                report.seconds_restore += seconds
             self._check_kept(opened.op, inp)
             for lost in self._lost(opened.op, inp):
                 self._process(opened, lost, report)
