@@ -185,6 +185,16 @@ def sentinels(max_ts: int, partitions: int) -> list[tuple[bytes, dict[str, Any],
     ]
 
 
+def produce_the_rest(
+    bootstrap: str, topic: str, stream: Stream, start: int, partitions: int
+) -> None:
+    """``stream``'s records from ``start`` on, round-robin, then one sentinel a partition:
+    a run to the end fires every real window."""
+    produce(bootstrap, topic, stream.records()[start:], round_robin=True, partitions=partitions)
+    ends = sentinels(int(stream.ts.max()), partitions)
+    produce(bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+
+
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Any]:
     """Every record of a topic (all partitions), read to the end."""
     c = Consumer(

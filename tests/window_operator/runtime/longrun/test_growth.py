@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
 import pytest
 from jobkit import (
     add_partitions,
@@ -22,8 +21,8 @@ from jobkit import (
     make_stream,
     oracle,
     produce,
+    produce_the_rest,
     read_topic,
-    sentinels,
     wait_until,
 )
 
@@ -113,9 +112,7 @@ def test_an_epoch_waits_for_a_broker_that_does_not_answer_its_look(
             assert not any(s.inputs_grew for s in job.summaries)
             assert "records are read again at the next start" in caplog.text
         broker.start()
-        ends = sentinels(int(stream.ts.max()), 2)
-        produce(bootstrap, topic, records[1_000:], round_robin=True, partitions=2)
-        produce(bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+        produce_the_rest(bootstrap, topic, stream, 1_000, 2)
         if then == "job_stopped":
             job = start(available_now=True)
             job.wait(120)

@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
 import pytest
 from jobkit import (
     applied,
@@ -22,8 +21,8 @@ from jobkit import (
     make_stream,
     oracle,
     produce,
+    produce_the_rest,
     read_topic,
-    sentinels,
     wait_until,
 )
 
@@ -79,9 +78,7 @@ def test_a_job_stopped_while_kafka_does_not_take_an_epoch_ends_and_the_next_star
         assert "stopped while Kafka did not take epoch" in caplog.text
         assert applied(job) < 1_200  # the epoch of the stop was not committed
         broker.start()
-        ends = sentinels(int(stream.ts.max()), 2)
-        produce(bootstrap, topic, records[1_200:], round_robin=True, partitions=2)
-        produce(bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+        produce_the_rest(bootstrap, topic, stream, 1_200, 2)
         jobs.append(again := local_job(config, bootstrap, tmp_path, 2, available_now=True))
         again.start()
         again.wait(120)
@@ -126,9 +123,7 @@ def test_workers_that_lost_their_driver_leave_the_open_epoch_to_the_next_start(
     finally:
         first.stop()
         first.wait(60)
-    ends = sentinels(int(stream.ts.max()), 2)
-    produce(kafka_bootstrap, topic, records[900:], round_robin=True, partitions=2)
-    produce(kafka_bootstrap, topic, [], raw=[(k, orjson.dumps(v), p) for k, v, p in ends])
+    produce_the_rest(kafka_bootstrap, topic, stream, 900, 2)
     again = local_job(config, kafka_bootstrap, tmp_path, 2, available_now=True)
     again.start()
     again.wait(120)
