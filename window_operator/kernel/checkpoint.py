@@ -10,7 +10,7 @@ fields.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -67,6 +67,12 @@ class Checkpoint:
                 "first_wall": self.first_wall,
             }
         )
+
+    def moves_only_the_wall_clock(self, before: Checkpoint) -> bool:
+        """Whether this checkpoint differs from ``before`` in nothing but the wall clock
+        (``now``) and the flush count: what a pass that took no record, fired nothing
+        and changed no timer writes (see :mod:`~window_operator.runtime.commit`)."""
+        return replace(self, now=None, batches=0) == replace(before, now=None, batches=0)
 
     @classmethod
     def decode(cls, data: bytes, where: str = "the store") -> Checkpoint:

@@ -14,6 +14,10 @@ A task's local RocksDB is a cache of its changelog partition:
 3. **commit**: once Kafka has the batch (transaction committed, or records
    acknowledged), the same changes are committed to RocksDB with the changelog position.
 
+A pass that changes nothing but the checkpoint's wall clock (a timer pass of an idle
+task: :meth:`TaskState.unchanged_by`) skips 2 and 3: an idle job writes no transaction
+per task and trigger, and its changelog no checkpoint record that every restore reads.
+
 A crash before 3 leaves the local store behind its changelog: the next run restores it
 and recognises the input as a replay.
 """
@@ -34,7 +38,8 @@ from stores.changelog import (
     restore_from_changelog,
     set_local_position,
 )
-from stores.rocks import ColumnFamily, StoreBatch, TaskStore
+from stores.rocks import ColumnFamily, MutationKind, StoreBatch, TaskStore
+from window_operator.kernel.checkpoint import CHECKPOINT_KEY, Checkpoint
 from window_operator.kernel.kernel import COMPACT_EVERY
 from window_operator.observe.progress import RestoreLog
 from window_operator.runtime.settings import TaskSettings
@@ -159,6 +164,34 @@ class TaskState:
             batch_number=batch_number,
             source_offsets=offsets,
             extra=self.compensation(),
+        )
+
+    def unchanged_by(self, batch: StoreBatch, writer: str | None) -> bool:
+        """Whether committing ``batch`` would tell the changelog and the store nothing.
+
+        So it is when the batch writes only the checkpoint, and that checkpoint moves
+        nothing but the wall clock and the flush count (no position, event time,
+        watermark, timer or operator field); when no earlier batch left a tail in the
+        log to compensate; and, under exactly-once, when ``writer``'s producer committed
+        the store last (a new producer's first commit records its token). The clock a
+        restore then reads is the last one that changed anything: the wall clock only
+        moves forward, and each batch brings its own.
+        """
+        if len(batch) != 1 or self.restored.uncommitted:
+            return False
+        if writer is not None and writer != last_writer(self.store):
+            return False
+        (put,) = batch
+        if put.kind is not MutationKind.PUT or put.value is None:
+            return False
+        if (put.cf, put.key) != (ColumnFamily.CHECKPOINT, CHECKPOINT_KEY):
+            return False
+        stored = self.store.get(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY)
+        if stored is None:
+            return False
+        where = str(self.store.path)
+        return Checkpoint.decode(put.value, where).moves_only_the_wall_clock(
+            Checkpoint.decode(stored, where)
         )
 
     def commit(self, batch: StoreBatch, marker: int, writer: str | None = None) -> None:

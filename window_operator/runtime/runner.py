@@ -9,7 +9,8 @@ Per batch (:meth:`TaskRunner.run`):
    outputs of the same transactions) would skip input silently, so the task reads
    what it lacks back from Kafka (from its positions, or from the job's first offset
    of a partition it never consumed: ``TaskInput.origin``) and runs it first, each
-   lost batch with the clock it first ran with (:mod:`~window_operator.runtime.gaps`);
+   lost batch with the clock it first ran with (:mod:`~window_operator.runtime.gaps`,
+   :mod:`~window_operator.runtime.reread`);
    then the batch itself;
 3. drop replayed error records; adopt the job clock of the batch's start (lateness and
    retention are decided with it); add the rows of each source in (partition, offset)
@@ -18,6 +19,8 @@ Per batch (:meth:`TaskRunner.run`):
    adopt the clock after the batch (windows fire); run the wall-clock timers;
 4. send results and error records, log the changelog, commit (one transaction under
    exactly-once), then commit the local store.
+   A pass that changes nothing but the wall clock (an idle task's timer pass) commits
+   nothing (:meth:`~window_operator.runtime.commit.TaskState.unchanged_by`).
 
 A failure talking to Kafka discards the producer and runs the batch again from step 1
 (nothing of it was committed), until ``processing.broker_timeout`` has passed, or until
@@ -36,16 +39,16 @@ import socket
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Sized
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, Never, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
+from stores.rocks import StoreBatch
 from window_operator.arrays import IntArray
 from window_operator.errors import UserCodeExitError
-from window_operator.kafka_range import KafkaSourceError, log_ends
 from window_operator.kernel import InputPosition, WindowOperator
 from window_operator.results import ErrorRecord
 from window_operator.runtime.attempts import (
@@ -54,27 +57,19 @@ from window_operator.runtime.attempts import (
     RecordTooLargeError,
 )
 from window_operator.runtime.commit import TaskState, last_writer
-from window_operator.runtime.exchange import Rows, TaskInput, from_ipc, to_ipc
+from window_operator.runtime.exchange import TaskInput, from_ipc
 from window_operator.runtime.faults import crash_point, trace, tracing
-from window_operator.runtime.gaps import (
-    InputGapError,
-    LostBatch,
-    applied_past,
-    between,
-    check_kept,
-    find_gaps,
-    lost_batches,
-)
+from window_operator.runtime.gaps import InputGapError
 from window_operator.runtime.guard import add_guarded, internal_error
-from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.kafka_failures import KAFKA_FAILURES
 from window_operator.runtime.kafka_waits import BatchAbandonedError, Stopping
-from window_operator.runtime.lookup import Original, read_input, read_records, with_originals
+from window_operator.runtime.lookup import Original, read_records, with_originals
 from window_operator.runtime.plan import JobPlan
 from window_operator.runtime.producers import discard_producer, task_producer
 from window_operator.runtime.record_limit import fit_errors, fit_results
 from window_operator.runtime.report import TaskReport
-from window_operator.runtime.routing import error_lane, task_of_partition
+from window_operator.runtime.reread import check_still_kept, lost_inputs
+from window_operator.runtime.routing import task_of_partition
 from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.sink import OutputSink, SinkTopics
 from window_operator.runtime.state_gauge import StateFigures, StateGauge
@@ -206,8 +201,8 @@ class TaskRunner(Generic[B, R]):
                 opened = self._open = self._open_task(self.stopping)
                 report.restored_records = opened.state.restored.applied
             report.seconds_restore = time.perf_counter() - t0
-            self._check_kept(opened.op, inp)
-            for lost in self._lost(opened.op, inp):
+            check_still_kept(self.settings, self.task, opened.op.offsets, inp)
+            for lost in lost_inputs(self.settings, self.plan, self.task, opened.op, inp):
                 self._process(opened, lost, report)
             self._process(opened, inp, report)
             self._observe_state(opened, report)
@@ -253,78 +248,6 @@ class TaskRunner(Generic[B, R]):
         report.store_bytes = figures.store_bytes
         report.live_keys, report.live_windows = figures.live_keys, figures.live_windows
         report.held_messages = dict(figures.held_messages)
-
-    def _check_kept(self, op: WindowOperator[B, R, object], inp: TaskInput) -> None:
-        """Step 2, first: a partition whose range the state applied whole (a replay) must
-        still hold the offsets it applied (see :func:`~window_operator.runtime.gaps.check_kept`)."""
-        offsets = op.offsets
-        if ahead := applied_past(offsets, inp):
-            partitions = sorted({(r.topic, r.partition) for r in ahead})
-            ends = log_ends(
-                self.settings.consumer_config(), partitions, self.settings.broker_timeout_s
-            )
-            check_kept(self.task, offsets, ahead, ends)
-
-    def _lost(self, op: WindowOperator[B, R, object], inp: TaskInput) -> list[TaskInput]:
-        """Step 2: the batches the state lacks before ``inp`` starts, read back from Kafka
-        (see :mod:`~window_operator.runtime.gaps`), oldest first."""
-        gaps = find_gaps(self.task, self.settings.changelog_topic, op.offsets, inp)
-        if not gaps:
-            return []
-        text = ", ".join(f"{g.topic}[{g.partition}] {g.start}..{g.end - 1}" for g in gaps)
-        lost = lost_batches(gaps, inp)
-        log.warning(
-            "task %d: state behind %s, re-reading %s (%d lost batch(es), each run again "
-            "with its clock)",
-            self.task,
-            inp.label,
-            text,
-            len(lost),
-        )
-        read: dict[InputPosition, InputRecords] = {}
-        for g in gaps:
-            try:
-                read[g.position] = read_input(
-                    self.settings.consumer_config(),
-                    g.topic,
-                    g.partition,
-                    g.start,
-                    g.end,
-                    timeout_s=self.settings.broker_timeout_s,
-                )
-            except KafkaSourceError as exc:
-                raise InputGapError(
-                    f"task {self.task}: its state ends before {inp.label} starts and "
-                    f"the input it lacks is gone from Kafka ({text}: {exc}); restart from a "
-                    "Spark checkpoint that matches the changelog, or accept the loss by "
-                    "restoring the state from scratch"
-                ) from exc
-        return [self._rerun(op, inp, b, read) for b in lost]
-
-    def _rerun(
-        self,
-        op: WindowOperator[B, R, object],
-        inp: TaskInput,
-        lost: LostBatch,
-        read: dict[InputPosition, InputRecords],
-    ) -> TaskInput:
-        """A lost batch's input: its rows of this task and, in its error lane, errors."""
-        rows: list[Rows] = []
-        errors: list[ErrorRecord] = []
-        for r in lost.ranges:
-            decoded = self.plan.decode(r.source, between(read[r.position], r.start, r.end))
-            tasks = self.plan.route(decoded.batch, self.settings.tasks)
-            mine = np.flatnonzero(tasks == self.task)
-            if len(mine):
-                rows.append(Rows(r.source, to_ipc(self.plan.to_arrow(decoded.batch, mine))))
-            if error_lane(r.partition, self.settings.tasks) == self.task:
-                errors += decoded.errors
-        errors.sort(key=lambda e: (e.topic or "", e.partition or 0, e.offset or 0))
-        before = op.clock_state() if lost.clock_before is None else lost.clock_before
-        ranges = list(lost.ranges)
-        return TaskInput(
-            self.task, lost.batch_id, before, lost.clock_after, rows, errors, ranges, inp.origin
-        )
 
     def _apply(
         self,
@@ -422,6 +345,9 @@ class TaskRunner(Generic[B, R]):
         inp: TaskInput,
         report: TaskReport,
     ) -> None:
+        """Step 4: send the pass's results and error records, log, commit; a pass that
+        changes nothing but the wall clock commits nothing
+        (:meth:`~window_operator.runtime.commit.TaskState.unchanged_by`)."""
         batch = op.flush(commit=False)
         errors[:] = with_originals(
             errors + op.get_errors(), self.settings.consumer_config(), self.plan.sources[0].topic
@@ -429,6 +355,24 @@ class TaskRunner(Generic[B, R]):
         report.rejected += len(errors)
         by_code = Counter(report.rejected_by_code) + Counter(e.code.value for e in errors)
         report.rejected_by_code = dict(by_code)
+        results = op.take_result_batches()
+        if not errors and not any(len(r) for r in results) and state.unchanged_by(batch, writer):
+            trace("unchanged", self.task, inp.batch_id)
+            return
+        self._write(producer, writer, state, op, batch, results, errors, inp, report)
+
+    def _write(
+        self,
+        producer: Producer,
+        writer: str | None,
+        state: TaskState,
+        op: WindowOperator[B, R, object],
+        batch: StoreBatch,
+        result_batches: Sequence[R],
+        errors: list[ErrorRecord],
+        inp: TaskInput,
+        report: TaskReport,
+    ) -> None:
         t0 = time.perf_counter()
         sink = OutputSink(
             producer,
@@ -442,7 +386,7 @@ class TaskRunner(Generic[B, R]):
         sink.begin()
         unwritten: list[ErrorRecord] = []
         limit = self.settings.config.output.max_record_bytes
-        for results in op.take_result_batches():
+        for results in result_batches:
             encoded = self.plan.encode_results(results)
             fitted = fit_results(encoded.records, limit)
             report.results += sink.results(fitted.records)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -26,6 +27,34 @@ def test_round_trip() -> None:
         first_wall=1_699_999_000_000,
     )
     assert Checkpoint.decode(cp.encode()) == cp
+
+
+def test_a_checkpoint_that_moves_only_the_wall_clock_is_told_apart() -> None:
+    """What a timer pass of an idle task writes: the runner commits nothing then."""
+    pos = InputPosition(0, 1)
+    before = Checkpoint(
+        shape={"type": "time"},
+        offsets={pos: 7},
+        max_ts={pos: 99},
+        watermark=90,
+        batches=4,
+        operator={"late_since": None},
+        now=1_000,
+        last_active={pos: 900},
+        first_wall=500,
+    )
+    idle = replace(before, now=2_000, batches=5)
+    assert idle.moves_only_the_wall_clock(before)
+    for changed in (
+        {"offsets": {pos: 8}},
+        {"max_ts": {pos: 100}},
+        {"watermark": 91},
+        {"operator": {"late_since": 1_500}},
+        {"last_active": {pos: 1_900}},
+        {"first_wall": 400},
+        {"shape": {"type": "time", "aggregations": []}},
+    ):
+        assert not replace(idle, **changed).moves_only_the_wall_clock(before), changed
 
 
 def test_a_checkpoint_written_before_the_wall_clock_was_kept_has_none() -> None:

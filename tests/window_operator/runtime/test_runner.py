@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import random
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from window_operator.kernel import InputPosition
 from window_operator.results import ErrorCode, ErrorRecord
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import SourceSpec
+from window_operator.runtime.producers import close_producers
 from window_operator.runtime.runner import RecordTooLargeError, _replayed
 
 pytestmark = pytest.mark.kafka
@@ -282,3 +284,31 @@ def test_a_record_kafka_refuses_as_too_large_stops_the_batch_at_once(
     with pytest.raises(RecordTooLargeError, match="Kafka refused a record of batch 0 as too large"):
         runner.run_batch([records(topic, 0, events)], 1_000)
     assert time.monotonic() - started < config.processing.broker_timeout / 1000
+
+
+def test_a_pass_that_changes_nothing_commits_nothing(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """An idle job's timer passes move only the wall clock: they commit no transaction
+    and log nothing that every restore would read again. A new producer's first pass
+    commits (its token is recorded), and a store restored from the changelog after
+    idle passes goes on as if they had committed."""
+    topic, runner = batch_job(kafka_bootstrap, unique_name, tmp_path)
+    settings = runner.settings
+    config = settings.config
+    first = runner.run_batch([records(topic, 0, [{"k": "a", "ts": t * S} for t in (1, 2)])], 1_000)
+    assert first.tasks[0].changelog_records > 0
+    logged = len(read_topic(kafka_bootstrap, settings.changelog_topic))
+    idle = [r for now in (2_000, 3_000, 4_000) for r in runner.tick(now)]
+    assert [r.changelog_records for r in idle] == [0, 0, 0]
+    assert len(read_topic(kafka_bootstrap, settings.changelog_topic)) == logged
+    close_producers()  # the next pass has a new producer: it records its token
+    assert [r.changelog_records for r in runner.tick(5_000)] != [0]
+    assert [r.changelog_records for r in runner.tick(6_000)] == [0]
+    # another host: the store comes back from the changelog, and the window goes on
+    shutil.rmtree(settings.task_path(0))
+    later = runner.run_batch([records(topic, 2, [{"k": "a", "ts": 3 * S}])], 7_000).tasks[0]
+    assert later.restored_records > 0 and later.applied == 1
+    runner.run_batch([records(topic, 3, [{"k": "a", "ts": 30 * S}])], 8_000)
+    results = [orjson.loads(m.value()) for m in read_topic(kafka_bootstrap, config.output.topic)]
+    assert [(r["window_start"], r["values"]["n"]) for r in results] == [(0, 3)]
