@@ -245,6 +245,7 @@ class JobMetrics:
             self.lag_time.set(time.time())
         for r in readings or []:
             labels = (r.topic, str(r.partition))
+            self.read.labels(*labels)  # a series from the start: 0 until a batch reads it
             self.end.labels(*labels).set(r.end)
             self.lag_records.labels(*labels).set(r.lag)
             if r.position is not None:

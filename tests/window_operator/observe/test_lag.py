@@ -17,6 +17,7 @@ from window_operator.kafka_admin import KafkaAdmin
 from window_operator.kernel import ClockState
 from window_operator.observe.lag import InputLag
 from window_operator.observe.metrics import JobMetrics
+from window_operator.runtime.exchange import InputPartition, MapReport
 from window_operator.runtime.longrun.progress import record_progress
 from window_operator.runtime.report import TaskReport
 from window_operator.spark.driver import BatchReport
@@ -95,3 +96,21 @@ def test_the_lag_gauges_say_when_they_were_last_measured(
     before = time.time()
     metrics(report)
     assert before <= (metrics.registry.get_sample_value(stamp) or 0.0) <= time.time()
+
+
+def test_every_input_partition_has_a_read_series_before_a_batch_reads_it(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A rate over ``records_read_total`` works for a partition from the job's start.
+    Before, a partition no micro-batch had read had no series at all (the long-running
+    shape reported every partition's start)."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 2)
+    produce(kafka_bootstrap, topic, [], raw=[(b"a", b"{}", 0)])
+    metrics = JobMetrics(runtime_for().config, lag=InputLag(kafka_bootstrap, [topic]))
+    read = [MapReport(InputPartition(0, topic, 0).span(0, 1), 1, None)]
+    metrics(BatchReport(0, [TaskReport(0)], read, ClockState(), 0.1))
+    sample = metrics.registry.get_sample_value
+    name = "window_operator_records_read_total"
+    assert sample(name, {"topic": topic, "partition": "0"}) == 1
+    assert sample(name, {"topic": topic, "partition": "1"}) == 0
