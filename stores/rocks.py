@@ -407,6 +407,11 @@ class TaskStore:
                 self._deleted[m.cf] = (min(lo, m.key), max(hi, m.value))
         db.write(wb)
 
+    @property
+    def deleted_uncompacted(self) -> bool:
+        """Whether ranges were deleted since the last :meth:`compact_deleted`."""
+        return bool(self._deleted)
+
     def compact_deleted(self, *, background: bool = False) -> None:
         """Compact the ranges deleted since the last call, so their data leaves the disk.
 

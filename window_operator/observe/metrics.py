@@ -48,6 +48,7 @@ _TASK_COUNTS = {
     "late": "records_late",
     "restored_records": "restore_records",
     "changelog_records": "changelog_records",
+    "commits": "commits",
     "result_errors": "results_not_written",
 }
 
@@ -189,13 +190,13 @@ class JobMetrics:
             self.results.labels(kind).inc(n)
         self.restore_seconds.labels(task).inc(t.seconds_restore)
         self.retries.labels(task).inc(max(0, t.attempts - 1))
-        phases = {
-            "restore": t.seconds_restore,
-            "operator": t.seconds_operator,
-            "outputs": t.seconds_outputs,
-            "changelog": t.seconds_changelog,
-            "commit": t.seconds_local_commit,
-        }
+        phases = {"restore": t.seconds_restore, "operator": t.seconds_operator}
+        if t.commits:  # a pass that changed nothing sent, logged and committed nothing
+            phases |= {
+                "outputs": t.seconds_outputs,
+                "changelog": t.seconds_changelog,
+                "commit": t.seconds_local_commit,
+            }
         for phase, seconds in phases.items():
             self.phase_seconds.labels(phase).observe(seconds)
         self.store_bytes.labels(task).set(t.store_bytes)

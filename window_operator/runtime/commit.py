@@ -69,6 +69,10 @@ class TaskState:
     restored: RestoreResult
     #: the changelog batch number of the batch last logged (:meth:`log`)
     logged_batch: int | None = None
+    #: the changelog batch number the store's checkpoint holds (None: not known, taken
+    #: as the one before the batch logged); a task kept open counts the passes it did
+    #: not commit (:meth:`unchanged_by`) too, so the numbers it logs skip some
+    committed_batch: int | None = None
 
     @classmethod
     def open(
@@ -201,11 +205,12 @@ class TaskState:
         the next record is two offsets on. ``writer`` is the token of the producer that
         committed the batch (see :mod:`~window_operator.runtime.producers`).
 
-        Every :data:`COMPACT_EVERY` batches (by the changelog batch number, as the library
-        path counts flushes) the ranges this batch deleted are compacted off the disk:
-        expiry deletes from the start of each time-ordered keyspace, so they cover what the
-        batches since the last compaction deleted, although this store object only lives
-        for one batch.
+        Every :data:`COMPACT_EVERY` batches (whenever the changelog batch number passes a
+        multiple of it, as the library path counts flushes: a task kept open skips the
+        numbers of passes it did not commit) the ranges this batch deleted are compacted
+        off the disk: expiry deletes from the start of each time-ordered keyspace, so they
+        cover what the batches since the last compaction deleted, although this store
+        object only lives for one batch.
         """
         set_local_position(batch, marker + (2 if self.settings.exactly_once else 1))
         if writer is not None:
@@ -213,8 +218,12 @@ class TaskState:
         self.store.commit(batch)
         # the batch logged the compensation: a task kept open does not log it again
         self.restored.uncommitted = []
-        if self.logged_batch is not None and self.logged_batch % COMPACT_EVERY == 0:
-            self.store.compact_deleted(background=True)
+        number = self.logged_batch
+        if number is not None:
+            before = number - 1 if self.committed_batch is None else self.committed_batch
+            self.committed_batch = number
+            if number // COMPACT_EVERY > before // COMPACT_EVERY:  # passed a multiple
+                self.store.compact_deleted(background=True)
 
     def close(self) -> None:
         """Close the store."""

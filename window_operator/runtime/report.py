@@ -23,6 +23,9 @@ class TaskReport:
     restored_records: int = 0
     compensated: int = 0
     changelog_records: int = 0
+    #: passes committed (to Kafka and the store): one that changed nothing but the wall
+    #: clock commits nothing (see :meth:`~window_operator.runtime.commit.TaskState.unchanged_by`)
+    commits: int = 0
     watermark: int = 0
     attempts: int = 0
     seconds: float = 0.0

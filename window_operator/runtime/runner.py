@@ -185,7 +185,9 @@ class TaskRunner(Generic[B, R]):
             raise
         state = TaskState.catch_up(self.settings, self.task, store)  # closes it on failure
         try:
-            return OpenTask(state, producer, writer, self.plan.operator(state.store))
+            op = self.plan.operator(state.store)
+            state.committed_batch = op.batches
+            return OpenTask(state, producer, writer, op)
         except BaseException:
             state.close()
             raise
@@ -409,6 +411,7 @@ class TaskRunner(Generic[B, R]):
         report.seconds_changelog += t_changelog - t_outputs
         crash_point("after_changelog", report.rows, inp.batch_id)
         state.commit(batch, marker, writer)
+        report.commits += 1
         trace("local-commit", self.task, inp.batch_id)
         report.seconds_commit += time.perf_counter() - t0
         report.seconds_local_commit += time.perf_counter() - t_changelog

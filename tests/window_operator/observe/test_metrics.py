@@ -101,3 +101,17 @@ def test_a_range_both_inputs_of_a_self_join_report_is_read_once() -> None:
     run = JobRun()
     run.add(report)
     assert run.totals["records"] == 7
+
+
+def test_a_pass_that_committed_nothing_adds_no_commit_phases() -> None:
+    """An idle task's pass commits nothing (it changed nothing but the wall clock): it
+    counts no commit, and its zeros do not pull the commit phases' latencies down."""
+    metrics = JobMetrics(runtime_for().config)
+    busy = TaskReport(0, 1, commits=1, seconds_outputs=0.2, seconds_local_commit=0.1)
+    metrics(BatchReport(1, [busy], [], ClockState(), 0.1))
+    metrics(BatchReport(-1, [TaskReport(0, -1)], [], ClockState(), 0.1))
+    sample = metrics.registry.get_sample_value
+    assert sample("window_operator_commits_total", {"task": "0"}) == 1
+    for phase in ("outputs", "changelog", "commit"):
+        assert sample("window_operator_phase_seconds_count", {"phase": phase}) == 1
+    assert sample("window_operator_phase_seconds_count", {"phase": "operator"}) == 2

@@ -128,3 +128,26 @@ def test_a_store_whose_catch_up_starts_at_a_record_older_than_deletes_live_is_re
         assert stale.store.get(ColumnFamily.WINDOW_META, b"k") == b"v4"
     finally:
         stale.close()
+
+
+def test_a_task_that_skips_batch_numbers_still_compacts_what_it_deleted(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A task kept open counts the passes it did not commit too (they changed nothing),
+    so the batch numbers it logs may skip every multiple of ``COMPACT_EVERY``: it
+    compacts whenever a number passes one. Before, a task with records every other
+    pass never compacted its deleted ranges off the disk."""
+    state = TaskState.open(settings(tmp_path, kafka_bootstrap, unique_name, "a"), 0)
+    producer = plain_producer(state.settings.producer_config())
+    try:
+        for number in range(1, commit.COMPACT_EVERY + 2, 2):  # 1, 3, ..., 15, 17
+            batch = StoreBatch()
+            batch.put(ColumnFamily.WINDOW_META, b"k%d" % number, b"v")
+            batch.delete_range(ColumnFamily.WINDOW_META, b"a", b"k%d" % number)
+            batch.put(ColumnFamily.CHECKPOINT, b"checkpoint", b"%d" % number)
+            delivery = state.log(producer, batch, batch_number=number, offsets=[])
+            state.commit(batch, delivery.marker_offset(producer.flush(30)))
+            passed = number > commit.COMPACT_EVERY
+            assert state.store.deleted_uncompacted is not passed, number
+    finally:
+        state.close()
