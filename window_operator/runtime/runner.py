@@ -375,6 +375,8 @@ class TaskRunner(Generic[B, R]):
         inp: TaskInput,
         report: TaskReport,
     ) -> None:
+        """Send the results and error records, log the changelog, commit (a transaction
+        under exactly-once), then commit ``batch`` to the local store."""
         t0 = time.perf_counter()
         sink = OutputSink(
             producer,
