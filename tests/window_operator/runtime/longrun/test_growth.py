@@ -99,8 +99,8 @@ def test_an_epoch_waits_for_a_broker_that_does_not_answer_its_look(
         time.sleep(1.5)
         broker.stop()
         # the workers wait at the look before the next epoch, or at the commit of an
-        # epoch under way at the stop (an idle epoch commits its checkpoint too), which
-        # fails once its records time out (transaction.timeout.ms, 60 s)
+        # epoch under way at the stop, which fails once its records time out
+        # (transaction.timeout.ms, 60 s); an idle epoch commits nothing
         wait_until(
             lambda: "the epoch waits for it" in caplog.text or "Kafka did not take" in caplog.text,
             "an unanswered look or commit",
