@@ -170,20 +170,17 @@ class TaskState:
             extra=self.compensation(),
         )
 
-    def unchanged_by(self, batch: StoreBatch, writer: str | None) -> bool:
+    def unchanged_by(self, batch: StoreBatch) -> bool:
         """Whether committing ``batch`` would tell the changelog and the store nothing.
 
         So it is when the batch writes only the checkpoint, and that checkpoint moves
         nothing but the wall clock and the flush count (no position, event time,
-        watermark, timer or operator field); when no earlier batch left a tail in the
-        log to compensate; and, under exactly-once, when ``writer``'s producer committed
-        the store last (a new producer's first commit records its token). The clock a
-        restore then reads is the last one that changed anything: the wall clock only
-        moves forward, and each batch brings its own.
+        watermark, timer or operator field); and when no earlier batch left a tail in
+        the log to compensate. The clock a restore then reads is the last one that
+        changed anything: the wall clock only moves forward, and each batch brings its
+        own. (A new producer's token is recorded all the same: :meth:`record_writer`.)
         """
         if len(batch) != 1 or self.restored.uncommitted:
-            return False
-        if writer is not None and writer != last_writer(self.store):
             return False
         (put,) = batch
         if put.kind is not MutationKind.PUT or put.value is None:
@@ -197,6 +194,17 @@ class TaskState:
         return Checkpoint.decode(put.value, where).moves_only_the_wall_clock(
             Checkpoint.decode(stored, where)
         )
+
+    def record_writer(self, writer: str | None) -> None:
+        """Record ``writer`` as the producer that last committed the store, in the store
+        only (a local key, never logged): a pass that commits nothing still tells the next
+        pass here that the producer cached elsewhere may be fenced (its initialisation
+        fenced it), without a Kafka transaction. Nothing when it is recorded already."""
+        if writer is None or writer == last_writer(self.store):
+            return
+        batch = StoreBatch()
+        batch.put(ColumnFamily.CHECKPOINT, WRITER_KEY, writer.encode())
+        self.store.commit(batch)
 
     def commit(self, batch: StoreBatch, marker: int, writer: str | None = None) -> None:
         """Commit the batch locally with the changelog position after it (step 3).

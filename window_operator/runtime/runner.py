@@ -358,7 +358,8 @@ class TaskRunner(Generic[B, R]):
         by_code = Counter(report.rejected_by_code) + Counter(e.code.value for e in errors)
         report.rejected_by_code = dict(by_code)
         results = op.take_result_batches()
-        if not errors and not any(len(r) for r in results) and state.unchanged_by(batch, writer):
+        if not errors and not any(len(r) for r in results) and state.unchanged_by(batch):
+            state.record_writer(writer)  # a new producer's token, in the store only
             trace("unchanged", self.task, inp.batch_id)
             return
         self._write(producer, writer, state, op, batch, results, errors, inp, report)
