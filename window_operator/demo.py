@@ -27,6 +27,7 @@ from window_operator.config import JobConfig, load_config
 from window_operator.job import build_runtime
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.observe.chart import ResultPoint, write_results_chart
+from window_operator.observe.logs import kafka_logger
 
 if TYPE_CHECKING:
     from window_operator.observe.metrics import JobMetrics
@@ -94,6 +95,7 @@ def _printer(
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 10,
+            "logger": kafka_logger(),
         }
     )
     consumer.subscribe([config.output.topic])
@@ -178,7 +180,7 @@ def _produce_stream(
         max_delay_ms=40_000,
         seed=int(now) % 1000,
     )
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": kafka_logger()})
     records = stream.records()
     chunks = 20
     per_chunk = max(1, len(records) // chunks)

@@ -61,6 +61,7 @@ from window_operator.kafka_range import (
     range_consumer_config,
     read_messages,
 )
+from window_operator.observe.logs import kafka_logger
 from window_operator.simulate_input import META_FIELDS
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ def _send(producer: Producer, routed: Routed, produced: Produced, line: int) -> 
             producer.produce(topic, key=key, value=value, **options)
         except BufferError:
             producer.poll(0.1)
+            _stop_if_timed_out(producer, produced, line)
             continue
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
@@ -162,11 +164,32 @@ def _producer(config: JobConfig | JoinJobConfig, bootstrap: str, once: bool) -> 
     job fences the first)."""
     from confluent_kafka import Producer
 
-    settings: dict[str, Any] = {"linger.ms": 20, **config.kafka.producer}
+    settings: dict[str, Any] = {
+        "linger.ms": 20,
+        "logger": kafka_logger(),  # librdkafka's chatter dropped, secrets masked
+        **config.kafka.producer,
+    }
     if once:
         settings.setdefault("transaction.timeout.ms", 900_000)  # a large file: 15 min
         settings["transactional.id"] = f"{config.job}-produce"  # as the job's: "<job>-..."
     return Producer({**settings, "bootstrap.servers": bootstrap})
+
+
+def _stop_if_timed_out(producer: Producer, produced: Produced, line: int) -> None:
+    """Stop the load once a record timed out unacknowledged: the broker answered
+    nothing for ``message.timeout.ms``, and every record queued after it would wait as
+    long again (a queueful at a time) before failing the same way. The records still
+    queued are dropped (counted as not written), so the closing count is exact."""
+    if produced.timed_out is None:
+        return
+    producer.purge()
+    producer.flush(5)  # their delivery reports: purged
+    raise CliError(
+        f"produce: the broker acknowledged nothing for message.timeout.ms "
+        f"({produced.timed_out}): stopped before line {line}; "
+        f"{produced.summary(verb='written')}",
+        EXIT_FAILED,
+    )
 
 
 def _load(
@@ -187,6 +210,7 @@ def _load(
             routed = route(text, inputs, produced, meta, number) if text else None
             if routed is not None:
                 _send(producer, routed, produced, number)
+                _stop_if_timed_out(producer, produced, number + 1)
     if producer.flush(60):
         raise CliError("some records were not acknowledged by the broker", EXIT_FAILED)
 
@@ -236,7 +260,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         for name, t in inputs.items()
     }
     producer = _producer(config, bootstrap, args.once)
-    consumer = {**config.kafka.consumer, "bootstrap.servers": bootstrap}
+    consumer = {"logger": kafka_logger(), **config.kafka.consumer, "bootstrap.servers": bootstrap}
     if args.once and not _load_once(producer, admin, consumer, partitions):
         return 0
     produced = Produced()

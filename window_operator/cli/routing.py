@@ -88,12 +88,20 @@ class Produced:
     #: timestamp older than it keeps
     expiring: dict[str, tuple[int, int]] = field(default_factory=dict)
 
+    #: the reason of the first record that timed out unacknowledged (``None``: none
+    #: did): the broker answered nothing for ``message.timeout.ms``
+    timed_out: str | None = None
+
     def delivered(self, line: int, err: Any, msg: Any) -> None:
         """The producer's delivery report of the record of line ``line`` (a failed one
         is not produced)."""
         if err is not None:
+            from confluent_kafka import KafkaError
+
             self.records[msg.topic()] -= 1
             self.failed.setdefault(err.str(), []).append(line)
+            if self.timed_out is None and err.code() == KafkaError._MSG_TIMED_OUT:
+                self.timed_out = err.str()
 
     def summary(self, verb: str = "produced") -> str:
         """The closing line (``verb``: what was done with the records counted)."""

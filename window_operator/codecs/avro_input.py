@@ -107,19 +107,16 @@ class AvroPayloadDecoder:
                 record = read(buffer, schema, None)
             except Exception as exc:  # any failure of the reader is a property of the data
                 append(DECODE_FAILED)
-                failures.append((i, self._json_text(payload) or avro_reason(exc, size - start)))
+                failures.append((i, self._why(payload, avro_reason(exc, size - start))))
                 continue
             left = size - buffer.tell()
             if left:
                 append(DECODE_FAILED)
-                failures.append(
-                    (
-                        i,
-                        self._json_text(payload)
-                        or f"invalid Avro: {left} byte(s) left over after the record "
-                        f"({size - start}-byte body); was it written with another schema?",
-                    )
+                reason = (
+                    f"invalid Avro: {left} byte(s) left over after the record "
+                    f"({size - start}-byte body); was it written with another schema?"
                 )
+                failures.append((i, self._why(payload, reason)))
                 continue
             append(record if fixup is None else fixup(record))
         return records, failures
@@ -143,6 +140,33 @@ class AvroPayloadDecoder:
         return (
             "the value is JSON text, not Avro (it holds a record of the input's schema: "
             "a JSON producer wrote it; a topic of JSON values is read with format: json)"
+        )
+
+    def _why(self, payload: bytes, reason: str) -> str:
+        """The reason of a body the reader failed on (``reason``: the reader's), unless
+        the value is JSON text, or a Confluent-framed record on a schemaless input."""
+        framed = None if self.wire == "confluent" else self._framed(payload)
+        return self._json_text(payload) or framed or reason
+
+    def _framed(self, payload: bytes) -> str | None:
+        """Why a value a schemaless input could not read is in the Confluent wire format
+        (``None``: it is not, or no record of the schema follows its header): the topic
+        was written by a Confluent serializer, and every record of it fails the same way."""
+        if len(payload) <= CONFLUENT_HEADER or confluent_problem(payload) is not None:
+            return None
+        buffer = io.BytesIO(payload)
+        buffer.seek(CONFLUENT_HEADER)
+        try:
+            fastavro.schemaless_reader(buffer, self._parsed, None)
+        except Exception:  # not a framed record of the schema either
+            return None
+        if buffer.tell() != len(payload):
+            return None
+        schema_id = int.from_bytes(payload[1:CONFLUENT_HEADER], "big")
+        return (
+            "invalid Avro: the value is in the Confluent wire format (magic byte 0, schema "
+            f"id {schema_id}, then a record of the input's schema); set input.avro_wire: "
+            "confluent to read it"
         )
 
     def _plain(self) -> Any:

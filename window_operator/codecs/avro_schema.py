@@ -83,7 +83,10 @@ def avro_reason(exc: Exception, body_size: int) -> str:
     """The reason of an error record for a body fastavro could not read."""
     if isinstance(exc, EOFError | IndexError):
         # fastavro's readers raise EOFError, or IndexError when a varint runs off the end.
-        what = "unexpected end of data: the payload is truncated or corrupt"
+        what = (
+            "unexpected end of data: the payload is truncated or corrupt, or was written "
+            "with another schema"
+        )
     elif isinstance(exc, UnicodeDecodeError):
         what = f"a string is not valid UTF-8 ({exc.reason})"
     else:

@@ -21,6 +21,7 @@ from window_operator.kafka_admin import KafkaAdmin, TopicSpec
 from window_operator.nexmark.encoding import auctions_json, bids_json, persons_json
 from window_operator.nexmark.generator import NexmarkEvents, generate_chunks
 from window_operator.nexmark.model import FIRST_AUCTION_ID, FIRST_PERSON_ID, NexmarkConfig
+from window_operator.observe.logs import kafka_logger
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -176,7 +177,12 @@ def fill_topics(
 
     cfg.check_times(start + events)
     create_topics(bootstrap_servers, topics, partitions)
-    conf = {**_PRODUCER_DEFAULTS, **(producer_config or {}), "bootstrap.servers": bootstrap_servers}
+    conf = {
+        **_PRODUCER_DEFAULTS,
+        "logger": kafka_logger(),
+        **(producer_config or {}),
+        "bootstrap.servers": bootstrap_servers,
+    }
     producer = Producer(conf)
     report = FillReport()
     errors = DeliveryErrors()

@@ -16,6 +16,7 @@ from stores.changelog import changelog_topic
 from window_operator.config import JobConfig, JoinJobConfig, OffsetsWindow
 from window_operator.errors import WindowOperatorError
 from window_operator.kafka_admin import KafkaAdmin, TopicSpec
+from window_operator.observe.logs import kafka_logger
 from window_operator.runtime.commit import CHANGELOG_DELETE_RETENTION_MS
 from window_operator.runtime.settings import MAX_STATE_RECORD_BYTES
 
@@ -183,7 +184,12 @@ def _check_transactions(bootstrap: str, job: str, timeout_s: float) -> None:
         return
 
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"{job}-probe", "linger.ms": 0}
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"{job}-probe",
+            "linger.ms": 0,
+            "logger": kafka_logger(),
+        }
     )
     try:
         producer.init_transactions(min(timeout_s, 15.0))

@@ -468,3 +468,36 @@ def test_produce_stamps_the_records_of_a_job_that_reads_the_kafka_timestamp(
     assert "skipped (lines 2, 4)" in proc.stderr
     records = read_topic(kafka_bootstrap, topic)
     assert [(m.key(), m.timestamp()[1]) for m in records] == [(b"/a", 1700000000123), (b"/c", 1)]
+
+
+def test_produce_stops_once_records_time_out_unacknowledged(tmp_path: Path) -> None:
+    """A broker lost mid-load: every record queued times out after message.timeout.ms
+    (5 min by default), a queueful at a time. ``produce`` stops at the first such report
+    with one line, rather than queueing the rest of the file to time out as long again
+    per queueful. Here nothing answers at the producer's address, and its queue holds 5
+    records."""
+    from window_operator.broker import free_port
+    from window_operator.cli.common import CliError
+    from window_operator.cli.produce import _load
+
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("".join(f'{{"page": "/a", "ts": {i}}}\n' for i in range(50)))
+    inputs = targets(load_any_config(ROOT / "config/clicks.yaml"))
+    producer = Producer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{free_port()}",
+            "message.timeout.ms": 1000,
+            "queue.buffering.max.messages": 5,
+            "log_level": 0,
+        }
+    )
+    produced = Produced()
+    with pytest.raises(CliError) as stopped:
+        _load(path, inputs, producer, produced, ())
+    assert stopped.value.code == 1
+    message = str(stopped.value)
+    assert "the broker acknowledged nothing for message.timeout.ms" in message
+    # it stopped at the first queueful that timed out, not at the file's end
+    failed = [line for lines in produced.failed.values() for line in lines]
+    assert 5 <= len(failed) <= 10 and max(failed) < 50
+    assert f"stopped before line {max(failed) + 1}; written 0 records" in message

@@ -328,3 +328,31 @@ def test_a_record_nested_too_deeply_to_write_does_not_fit(tmp_path: Path) -> Non
         encode(record)
     with pytest.raises(ValueError, match="the record is array"):
         encode([1, 2])
+
+
+def test_a_confluent_framed_value_read_as_schemaless_says_to_set_avro_wire(
+    tmp_path: Path,
+) -> None:
+    """The default ``avro_wire: schemaless`` over a topic written by a Confluent
+    serializer (magic byte 0, 4-byte schema id, body) rejects every record: the reason
+    names the wire format to set, not a schema mismatch."""
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA))  # schemaless
+    good = avro_body(CLICK_SCHEMA, {"page": "/a", "ts": T0, "latency_ms": 3.0})
+    truncated = confluent(7, good)[:-3]  # framed, but no record after the header either
+    records, failures = decoder.decode([confluent(7, good), good, truncated])
+    reasons = dict(failures)
+    assert sorted(reasons) == [0, 2]
+    assert reasons[0].startswith("invalid Avro: ")
+    assert "Confluent wire format" in reasons[0] and "schema id 7" in reasons[0]
+    assert "input.avro_wire: confluent" in reasons[0]
+    assert "Confluent" not in reasons[2]  # a framed value that does not read: no hint
+    assert records[1] == {"page": "/a", "ts": T0, "latency_ms": 3.0}
+
+
+def test_a_record_of_another_schema_that_runs_out_names_that_cause(tmp_path: Path) -> None:
+    """A body written with another (shorter) schema runs off its end: the reason names
+    another schema as a cause, not only truncation."""
+    decoder = AvroPayloadDecoder(write_schema(tmp_path, CLICK_SCHEMA))
+    other = {"type": "record", "name": "Other", "fields": [{"name": "x", "type": "int"}]}
+    _, failures = decoder.decode([avro_body(other, {"x": 7})])
+    assert len(failures) == 1 and "another schema" in failures[0][1]
