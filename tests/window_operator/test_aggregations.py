@@ -772,6 +772,29 @@ def test_unknown_op_message_lists_names() -> None:
     assert "package.module:ClassName" in message
 
 
+@pytest.mark.parametrize(
+    ("op", "meant"),
+    [
+        ("avg", "mean"),
+        ("Mean", "mean"),
+        ("maxx", "max"),
+        ("stdev", "stddev"),
+        ("nunique", "count_distinct"),
+    ],
+)
+def test_an_unknown_op_names_the_built_in_one_meant(op: str, meant: str) -> None:
+    """Another system's name (SQL's avg, pandas' nunique), a case or a typo."""
+    with pytest.raises(UnknownOpError) as info:
+        resolve_op(op)
+    assert str(info.value).startswith(f"unknown aggregate op {op!r} (did you mean {meant!r}?); ")
+
+
+def test_an_unknown_op_unlike_any_built_in_one_gets_no_guess() -> None:
+    with pytest.raises(UnknownOpError) as info:
+        resolve_op("frobnicate")
+    assert str(info.value).startswith("unknown aggregate op 'frobnicate'; built-in ops are: ")
+
+
 def test_user_duck_typed_op_by_dotted_path() -> None:
     for path in ("udf_example:ProductOp", "udf_example.ProductOp"):
         op = resolve_op(path, {"scale": 2.0})

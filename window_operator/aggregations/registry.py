@@ -21,6 +21,7 @@ rather than on the first event.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Mapping
@@ -174,9 +175,37 @@ def _user_op_class(path: str, impl_cls: type) -> type[UserObjectOp]:
     return _BoundUserObjectOp
 
 
+#: what other systems call a built-in op (SQL, pandas, Spark, Flink)
+_OP_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "avg": "mean",
+        "average": "mean",
+        "std": "stddev",
+        "stdev": "stddev",
+        "stddev_samp": "stddev",
+        "var": "variance",
+        "var_samp": "variance",
+        "nunique": "count_distinct",
+        "distinct_count": "count_distinct",
+        "approx_count_distinct": "count_distinct",
+        "collect_list": "collect",
+        "list": "collect",
+        "quantile": "percentile",
+        "first_value": "first",
+        "last_value": "last",
+        "size": "count",
+    }
+)
+
+
 def _unknown_op_message(op: str) -> str:
+    name = op.lower()
+    close = difflib.get_close_matches(name, list(BUILTIN_OPS), n=1, cutoff=0.75)
+    alias = _OP_ALIASES.get(name) or (name if name in BUILTIN_OPS else None)
+    alias = alias or (close[0] if close else None)
+    hint = f" (did you mean {alias!r}?)" if alias is not None else ""
     return (
-        f"unknown aggregate op {op!r}; built-in ops are: {', '.join(BUILTIN_OPS)}. "
+        f"unknown aggregate op {op!r}{hint}; built-in ops are: {', '.join(BUILTIN_OPS)}. "
         "A user-defined op is given by dotted path, 'package.module:ClassName' or "
         "'package.module.ClassName', naming a VectorOp/ObjectOp subclass or a class with "
         "create/accumulate/combine/finish methods"

@@ -12,6 +12,7 @@ times ISO-8601 strings, UUIDs strings and ``bytes``/``fixed`` strings of code po
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -21,6 +22,7 @@ from uuid import UUID
 
 import fastavro
 import orjson
+from fastavro.schema import UnknownType
 
 from window_operator.errors import WindowOperatorError, exception_text
 
@@ -110,8 +112,52 @@ def parse_schema(schema: Any, source: str) -> Any:
     """``fastavro.parse_schema``; raises :class:`AvroSchemaError` naming ``source``."""
     try:
         return fastavro.parse_schema(schema)
+    except UnknownType as exc:
+        why = _unknown_type(schema, exc.name)
+        raise AvroSchemaError(f"{source}: invalid Avro schema: {why}") from exc
     except Exception as exc:  # fastavro raises several types for a bad schema
         raise AvroSchemaError(f"{source}: invalid Avro schema: {exc}") from exc
+
+
+#: the type names Avro itself defines
+_AVRO_TYPES = "null boolean int long float double bytes string record enum array map fixed".split()
+
+
+def _unknown_type(schema: Any, name: str) -> str:
+    """Why fastavro did not know the type ``name``: where it stands, and the type meant."""
+    where = _field_of(schema, name, ())
+    close = difflib.get_close_matches(name, _AVRO_TYPES, n=1)
+    return (
+        f"unknown type {name!r}"
+        + (
+            f" (did you mean {close[0]!r}?)"
+            if close
+            else " (neither an Avro type nor a named type defined before it)"
+        )
+        + (f" in field {'.'.join(where)!r}" if where else "")
+    )
+
+
+def _field_of(node: Any, name: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The path of the field whose type names ``name`` (``None``: none found)."""
+    if node == name:
+        return path
+    if isinstance(node, list):
+        found = (_field_of(branch, name, path) for branch in node)
+        return next((f for f in found if f is not None), None)
+    if not isinstance(node, Mapping):
+        return None
+    for field in node.get("fields", ()) if isinstance(node.get("fields"), list) else ():
+        if isinstance(field, Mapping):
+            inner = _field_of(field.get("type"), name, (*path, str(field.get("name"))))
+            if inner is not None:
+                return inner
+    for key in ("type", "items", "values"):
+        if key in node and node.get(key) is not node:
+            inner = _field_of(node[key], name, path)
+            if inner is not None:
+                return inner
+    return None
 
 
 def _schema_children(node: Mapping[str, Any]) -> Iterable[Any]:

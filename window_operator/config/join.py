@@ -173,6 +173,16 @@ class JoinJobConfig(JobSections):
 
     join: JoinConfig
 
+    #: why a key of an aggregation job is not one of a join job
+    unknown_key_hints: ClassVar[dict[str, str]] = {
+        "window": "a join job has no window: join.range, join.between or join.rows bound "
+        "which messages pair (to window its results, run an aggregation job over "
+        "output.topic)",
+        "aggregations": "a join job has no aggregations: it writes the pairs (to aggregate "
+        "them, run an aggregation job over output.topic)",
+        "input": "a join reads two inputs: join.left and join.right",
+    }
+
     def input_topic_fields(self) -> list[tuple[Location, str]]:
         """Each side's topic (where it is set: its ``name`` is the topic without ``topic``)."""
         sides = (("left", self.join.left), ("right", self.join.right))

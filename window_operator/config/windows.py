@@ -94,6 +94,17 @@ class HoppingWindow(FrozenModel):
 
     @model_validator(mode="after")
     def _size_multiple_of_step(self) -> Self:
+        if self.step > self.size:
+            got = f"got size {format_duration_ms(self.size)}, step {format_duration_ms(self.step)}"
+            raise FieldProblems(
+                [
+                    (
+                        ("step",),
+                        f"must not be longer than window.size ({got}): step is how often a "
+                        "window starts, size how long it lasts",
+                    )
+                ]
+            )
         _check_steps(self.size // self.step, f"{format_duration_ms(self.step)} steps")
         if self.size % self.step:
             below = self.size // self.step * self.step
@@ -178,6 +189,16 @@ class CountWindow(FrozenModel):
 
     @model_validator(mode="after")
     def _size_multiple_of_step(self) -> Self:
+        if self.step > self.size:
+            raise FieldProblems(
+                [
+                    (
+                        ("step",),
+                        f"must not be larger than window.size ({self.step} vs {self.size}): "
+                        "step is how often a window starts, size how many it holds",
+                    )
+                ]
+            )
         _check_steps(self.size // self.step, f"steps of {self.step}")
         if self.size % self.step:
             raise FieldProblems(

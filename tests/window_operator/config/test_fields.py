@@ -150,7 +150,15 @@ _RECORD = {"type": "record", "name": "E", "fields": [{"name": "ts", "type": "lon
         (b'"string"', "the input schema must be an Avro record (got 'string')"),
         (
             orjson.dumps(_RECORD | {"fields": [{"name": "ts", "type": "lnog"}]}),
-            "invalid Avro schema: ",
+            "invalid Avro schema: unknown type 'lnog' (did you mean 'long'?) in field 'ts'",
+        ),
+        (
+            orjson.dumps(
+                _RECORD
+                | {"fields": [{"name": "o", "type": ["null", {"type": "array", "items": "Pt"}]}]}
+            ),
+            "invalid Avro schema: unknown type 'Pt' (neither an Avro type nor a named type "
+            "defined before it) in field 'o'",
         ),
         (b"{}", "invalid Avro schema: "),
         (orjson.dumps([_RECORD]), "the input schema must be an Avro record (got a list)"),

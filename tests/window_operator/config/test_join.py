@@ -95,7 +95,17 @@ def test_join_between_is_bounded_either_way() -> None:
     ("key", "message"),
     [
         ("retension", "; did you mean 'retention'?"),
-        ("window", ""),  # a join job has none: no suggestion of itself
+        (
+            "window",  # a join job has none: what bounds a join instead
+            "; a join job has no window: join.range, join.between or join.rows bound which "
+            "messages pair (to window its results, run an aggregation job over output.topic)",
+        ),
+        (
+            "aggregations",
+            "; a join job has no aggregations: it writes the pairs (to aggregate them, run an "
+            "aggregation job over output.topic)",
+        ),
+        ("input", "; a join reads two inputs: join.left and join.right"),
     ],
 )
 def test_an_unknown_root_key_of_a_join_job_lists_the_join_jobs_keys(key: str, message: str) -> None:
