@@ -6,7 +6,8 @@ its window's key fields with ``"kind": "RETRACT"`` (a tombstone carries no
 with that kind. An error record is the line of ``simulate --errors`` with
 the input's ``topic``, a join's ``source`` (the input that rejected it),
 ``raw_base64`` (the exact bytes) and the record's Kafka key (``kafka_key``, the value it
-stands for in ``input.key_format``, and ``kafka_key_base64``). The output topic is
+stands for in ``input.key_format``, and ``kafka_key_base64``); for an Avro input, the
+``record`` its value decoded to, where it did. The output topic is
 compacted: once the broker has compacted it, only the latest record of each window is
 left to read.
 """
@@ -38,7 +39,8 @@ from window_operator.cli.common import (
     positive_number,
 )
 from window_operator.codecs import decode_error, error_json, result_decoder_for
-from window_operator.config import JobConfig, JoinJobConfig
+from window_operator.codecs.avro_input import AvroPayloadDecoder
+from window_operator.config import InputConfig, JobConfig, JoinInputConfig, JoinJobConfig
 from window_operator.kafka_admin import KafkaAdmin
 from window_operator.observe.logs import kafka_logger
 
@@ -269,19 +271,42 @@ def _retraction(key: bytes | None) -> dict[str, Any] | None:
 
 
 def _error_line(config: JobConfig | JoinJobConfig) -> Callable[[Message], bytes | None]:
-    """An error record's line, its input record's key read as the job reads it."""
+    """An error record's line, its input record's key read as the job reads it, and an
+    Avro input's record as it decoded (``record``), where it did: ``raw`` is binary."""
     key_format = config.input.key_format if isinstance(config, JobConfig) else "string"
+    avro = _avro_decoders(config)
 
     def line(m: Message) -> bytes | None:
         headers = m.headers()
         if isinstance(headers, dict):  # confluent-kafka gives a list; a dict is the same
             headers = list(headers.items())
         try:
-            return error_json(decode_error(m.key(), m.value(), headers), key_format)
+            err = decode_error(m.key(), m.value(), headers)
+            text = error_json(err, key_format)
         except ValueError:
             return None
+        decoder = avro.get(err.source if isinstance(config, JoinJobConfig) else None)
+        if decoder is None or err.raw is None:
+            return text
+        records, failures = decoder.decode([err.raw])
+        if failures:
+            return text
+        return orjson.dumps({**orjson.loads(text), "record": records[0]}, default=str)
 
     return line
+
+
+def _avro_decoders(config: JobConfig | JoinJobConfig) -> dict[str | None, AvroPayloadDecoder]:
+    """The Avro decoder of each input that reads Avro (by a join side's name)."""
+    if isinstance(config, JobConfig):
+        sides: list[tuple[str | None, InputConfig | JoinInputConfig]] = [(None, config.input)]
+    else:
+        sides = [(side.name, side) for side in (config.join.left, config.join.right)]
+    return {
+        name: AvroPayloadDecoder(side.avro_schema, side.avro_wire)
+        for name, side in sides
+        if side.format == "avro" and side.avro_schema is not None
+    }
 
 
 def _messages(

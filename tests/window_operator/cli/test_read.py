@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import signal
 import subprocess
 import sys
@@ -242,3 +243,58 @@ def test_results_of_another_output_format_are_counted_with_the_likely_cause(
         f"read: 1 results from {config.output.topic}, 1 records skipped that do not decode "
         "as results (written in another format than output.format avro?)"
     ) in proc.stderr.decode()
+
+
+def test_an_avro_inputs_error_records_read_with_the_record_they_decoded_to(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """An Avro record the job rejected (a null key or event time) is binary: ``read
+    --errors`` adds the record it decoded to; a value that does not decode has none."""
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "E",
+        "fields": [
+            {"name": "k", "type": ["null", "string"]},
+            {"name": "ts", "type": ["null", "long"]},
+        ],
+    }
+    (tmp_path / "e.avsc").write_bytes(orjson.dumps(schema))
+    parsed = fastavro.parse_schema(schema)
+
+    def avro(record: dict[str, object]) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record)
+        return out.getvalue()
+
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 1)
+    doc = {
+        "job": unique_name("job"),
+        "input": {"topic": topic, "key": "k", "timestamp": "ts", "format": "avro",
+                  "avro_schema": "e.avsc"},
+        "window": {"type": "tumbling", "size": "10s"},
+        "aggregations": [{"name": "n", "op": "count"}],
+        "state": {"dir": str(tmp_path / "state")},
+    }  # fmt: skip
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc))
+    config = load_config(tmp_path / "job.yaml")
+    good = avro({"k": "a", "ts": 1000})
+    values = [good, avro({"k": None, "ts": 2000}), avro({"k": "a", "ts": None}), good[:-1]]
+    job = LocalJob(
+        TaskSettings(
+            config, kafka_bootstrap, str(tmp_path), prepare_topics(config, kafka_bootstrap)
+        )
+    )
+    job.run_batch([InputRecords(topic, 0, list(range(4)), [b"a"] * 4, values, [7_000] * 4)], 1_000)
+
+    proc = read(tmp_path / "job.yaml", kafka_bootstrap, "--errors")
+    assert proc.returncode == 0, proc.stderr
+    errors = [orjson.loads(line) for line in proc.stdout.splitlines()]
+    assert [(e["code"], e["offset"], e.get("record")) for e in errors] == [
+        ("MISSING_KEY", 1, {"k": None, "ts": 2000}),
+        ("BAD_TIMESTAMP", 2, {"k": "a", "ts": None}),  # the Avro field is there: null
+        ("BAD_AVRO", 3, None),
+    ]
+    assert "record" not in errors[2]
