@@ -65,7 +65,7 @@ def _side(side: JoinInputConfig) -> str:
         if side.timestamp_from == "kafka"
         else f"{side.timestamp} ({side.timestamp_unit})"
     )
-    return f"{side.name} <- {side.topic} ({side.format}, event time {time})"
+    return f"{side.name} <- {side.topic_name} ({side.format}, event time {time})"
 
 
 def _emits(config: JobConfig) -> str:

@@ -18,7 +18,7 @@ from window_operator.config.fields import (
     check_topic_name,
 )
 from window_operator.config.sections import JobSections
-from window_operator.durations import Duration, parse_duration_ms
+from window_operator.durations import Duration, DurationError, parse_duration_ms
 
 __all__ = [
     "JoinConfig",
@@ -36,7 +36,14 @@ def _signed_duration(value: object) -> object:
         sign, magnitude = (-1 if value.strip()[0] == "-" else 1), value.strip()[1:]
     elif isinstance(value, int) and not isinstance(value, bool) and value < 0:
         sign, magnitude = -1, -value
-    return sign * parse_duration_ms(magnitude)  # type: ignore[arg-type]  # bad types raise
+    try:
+        return sign * parse_duration_ms(magnitude)  # type: ignore[arg-type]  # bad types raise
+    except DurationError as exc:
+        unreadable = f"{magnitude!r} is not a duration"
+        if magnitude is value or not str(exc).startswith(unreadable):
+            raise  # a bound too long is told by its size
+        # text that is no duration is shown as written, sign included
+        raise DurationError(f"{value!r}{str(exc).removeprefix(repr(magnitude))}") from None
 
 
 #: A duration that may be negative: ``-2m``, ``+5m``, ``30s``.

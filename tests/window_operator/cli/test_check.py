@@ -56,6 +56,28 @@ def test_a_join_and_a_window_by_arrival(tmp_path: Path, capsys: pytest.CaptureFi
     assert "(avro, derived schema)" in lines[5] and "(8 state tasks)" in lines[6]
 
 
+def test_a_join_side_without_a_topic_reads_the_topic_of_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = {
+        "job": "j",
+        "join": {
+            "left": {"name": "orders", "timestamp": "t"},
+            "right": {"name": "shipments", "topic": "ships", "timestamp": "t"},
+            "on": ["id"],
+            "between": ["-2m", "+5m"],
+        },
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert main(["check", "--config", str(tmp_path / "job.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (
+        "  reads      orders <- orders (json, event time t (ms)), shipments <- ships (json, "
+        "event time t (ms))"
+    )
+    assert lines[2] == "  joins      inner on id, -2m <= right.ts - left.ts <= +5m"
+
+
 def test_a_bad_job_is_refused_as_run_refuses_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

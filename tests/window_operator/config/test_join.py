@@ -209,3 +209,11 @@ def test_a_join_field_listed_twice_is_a_problem() -> None:
     }
     with pytest.raises(ConfigError, match=r"join\.on: 'id' listed twice"):
         parse_any_config({"job": "oj", "join": join}, base_dir=ROOT)
+
+
+def test_a_bad_signed_duration_is_shown_as_written() -> None:
+    """The sign stays in the message: ``-2 minutes``, not ``2 minutes``."""
+    assert _join_problems(_join_doc(range=None, between=["-2 minutes", "5m"])) == [
+        "join.between.0: '-2 minutes' is not a duration: use a number with a unit, e.g. "
+        "250ms, 30s, 5m, 1h, 1d"
+    ]
