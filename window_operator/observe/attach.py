@@ -215,7 +215,8 @@ def _heartbeat(job: AnyJob) -> Heartbeat:
     """The running job's heartbeat (for ``status``), with its workers' failures."""
     from window_operator.spark.longrun import LongRunningJob
 
-    heartbeat = Heartbeat(job.config.spark.checkpoint_dir).start()
+    heartbeat = Heartbeat(job.config.spark.checkpoint_dir, available_now=job.available_now)
+    heartbeat.start()
     if isinstance(job, LongRunningJob):
         job.add_restart_observer(partial(_beat_failure, heartbeat, job.config))
     return heartbeat

@@ -58,14 +58,19 @@ class Beat:
     #: the last of those: when, and why
     last_restart_ms: int | None = None
     last_restart: str | None = None
+    #: the run reads what its input holds, then stops (``run --available-now``)
+    available_now: bool = False
 
 
 class Heartbeat:
     """Writes the heartbeat of the job whose checkpoint is ``directory`` (a thread)."""
 
-    def __init__(self, directory: str | Path, every_s: float = EVERY_S) -> None:
+    def __init__(
+        self, directory: str | Path, every_s: float = EVERY_S, *, available_now: bool = False
+    ) -> None:
         self.path = Path(directory) / HEARTBEAT_FILE
         self.every_s = every_s
+        self.available_now = available_now
         self._started_ms: int | None = None  # set by start
         self._restarts = 0
         self._last_restart: tuple[int, str] | None = None
@@ -119,6 +124,7 @@ class Heartbeat:
                     "restarts": self._restarts,
                     "last_restart_ms": None if last is None else last[0],
                     "last_restart": None if last is None else last[1],
+                    "available_now": self.available_now,
                 }
                 write_atomically(self.path, json.dumps(doc).encode())
         except OSError as exc:  # a full disk must not stop the job: status only loses it
@@ -129,7 +135,8 @@ def read_heartbeat(directory: str | Path) -> Beat | None:
     """The last heartbeat written into ``directory`` (``None``: none, or unreadable)."""
     try:
         doc = json.loads((Path(directory) / HEARTBEAT_FILE).read_text())
-        # (failure, started_ms and the restarts: not written by older versions)
+        # (failure, started_ms, the restarts and available_now: not written by older
+        # versions)
         failure, started = doc.get("failure"), doc.get("started_ms")
         restart_ms, restart = doc.get("last_restart_ms"), doc.get("last_restart")
         return Beat(
@@ -142,6 +149,7 @@ def read_heartbeat(directory: str | Path) -> Beat | None:
             int(doc.get("restarts") or 0),
             None if restart_ms is None else int(restart_ms),
             None if restart is None else str(restart),
+            bool(doc.get("available_now", False)),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

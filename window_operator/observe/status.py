@@ -369,6 +369,8 @@ def _check_alive(config: AnyJobConfig, status: JobStatus, beat: Beat | None) -> 
         return
     if beat is None or config.spark.trigger_ms is None:
         return
+    if beat.stopped and beat.available_now:
+        return  # ``run --available-now`` read what was there and stopped, as asked
     if beat.stopped:
         status.problems.append(
             f"not running: the job stopped at {_time(beat.at_ms)} UTC (start it with "
@@ -423,6 +425,7 @@ def format_status(s: JobStatus) -> str:
         f"job {s.job}: last {cp.unit} {cp.last_committed}{at}, "
         f"last activity {_utc(cp.last_activity_ms)}{ago}, watermark {_utc(wm)}",
         f"checkpoint {cp.directory}",
+        *_last_run(s.beat),
         *_restarts(s.beat),
         "",
         f"{'input partition':<28} {'committed':>10} {'end':>10} {'lag':>8}  "
@@ -454,6 +457,15 @@ def format_status(s: JobStatus) -> str:
         lines.append(f"healthy: lag {s.lag}")
     lines += [f"UNHEALTHY: {p}" for p in s.problems]
     return "\n".join(lines)
+
+
+def _last_run(beat: Beat | None) -> list[str]:
+    """The line on a last run that read what was there and stopped, if it was one."""
+    if beat is None or not beat.stopped or not beat.available_now or beat.failure is not None:
+        return []
+    return [
+        f"its last run (--available-now) read what was there and stopped at {_time(beat.at_ms)} UTC"
+    ]
 
 
 def _restarts(beat: Beat | None) -> list[str]:

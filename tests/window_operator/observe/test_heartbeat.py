@@ -46,6 +46,16 @@ def test_a_heartbeat_says_why_the_job_failed(tmp_path: Path) -> None:
     assert read_heartbeat(tmp_path) == Beat(5, "h", 1, stopped=True, failure=None)
 
 
+def test_a_heartbeat_says_whether_its_run_stops_by_itself(tmp_path: Path) -> None:
+    heartbeat = Heartbeat(tmp_path, every_s=60, available_now=True).start()
+    heartbeat.stop()
+    last = read_heartbeat(tmp_path)
+    assert last is not None and last.stopped and last.available_now
+    Heartbeat(tmp_path, every_s=60).start().stop()
+    last = read_heartbeat(tmp_path)
+    assert last is not None and not last.available_now
+
+
 def test_an_unreadable_heartbeat_is_none(tmp_path: Path) -> None:
     (tmp_path / HEARTBEAT_FILE).write_text("{not json")
     assert read_heartbeat(tmp_path) is None

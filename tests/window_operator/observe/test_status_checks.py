@@ -141,13 +141,30 @@ def test_a_streaming_job_whose_run_ended_or_whose_heartbeat_is_old_is_not_runnin
     assert problems(streaming, None) == []  # not run by `run`: not judged
     available_now = job_config(tmp_path, "clicks", "beat")  # stops by itself
     assert problems(available_now, Beat(at, "h1", 42, stopped=True)) == []
+    # a streaming job's `run --available-now` read what was there and stopped, as asked
+    # (the quick start's first `status` said UNHEALTHY); killed, it is still not running
+    once = Beat(at, "h1", 42, stopped=True, available_now=True)
+    assert problems(streaming, once) == []
+    assert problems(streaming, Beat(now - 45_000, "h1", 42, available_now=True)) == [
+        "not running: no heartbeat for 45 s from its driver (pid 42 on h1): killed, or its "
+        "host is down or hangs"
+    ]
+    lines = format_status(
+        JobStatus("beat", CheckpointState(tmp_path, last_planned=3, last_committed=3), beat=once)
+    )
+    assert (
+        "its last run (--available-now) read what was there and stopped at 2027-01-15 "
+        "07:59:00 UTC" in lines.splitlines()
+    )
     # a failed run said the same as one stopped with Ctrl-C: now it says why
     failed = Beat(at, "h1", 42, stopped=True, failure="the streaming query stopped: OSError")
     for config in (streaming, available_now):
-        assert problems(config, failed) == [
-            "not running: the job failed at 2027-01-15 07:59:00 UTC: the streaming query "
-            "stopped: OSError (start it again with `window-operator run` once that is mended)"
-        ]
+        for run in (failed, replace(failed, available_now=True)):
+            assert problems(config, run) == [
+                "not running: the job failed at 2027-01-15 07:59:00 UTC: the streaming query "
+                "stopped: OSError (start it again with `window-operator run` once that is "
+                "mended)"
+            ]
 
 
 def test_an_input_topic_created_again_is_a_problem(tmp_path: Path) -> None:
