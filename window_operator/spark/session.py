@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULTS",
+    "LOG_CONFIG",
     "TASK_ATTEMPTS",
     "SessionSettings",
     "build_session",
@@ -97,10 +99,25 @@ def session_settings(
         chosen = None
     local = is_local(chosen or given.get("spark.master", ""))
     defaults = dict(DEFAULTS)
+    if submitted is None and _spark_log_config() is None:  # this process starts the JVM
+        defaults["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile={LOG_CONFIG}"
     if local:
         defaults["spark.driver.host"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
     settings = {k: v for k, v in defaults.items() if k not in given}
     return SessionSettings(chosen, local, {**settings, **conf})
+
+
+#: The JVM's log settings where the user has none (see the file).
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+def _spark_log_config() -> Path | None:
+    """The user's ``log4j2.properties``, where Spark finds it (``None``: none)."""
+    for env, sub in (("SPARK_CONF_DIR", ""), ("SPARK_HOME", "conf")):
+        where = os.environ.get(env)
+        if where and (Path(where) / sub / "log4j2.properties").is_file():
+            return Path(where) / sub / "log4j2.properties"
+    return None
 
 
 def is_local(master: str) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from window_operator.spark.session import DEFAULTS, session_settings
+from window_operator.spark.session import DEFAULTS, LOG_CONFIG, session_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,15 +22,39 @@ def test_a_local_master_gets_the_defaults_and_the_loopback_driver(
     monkeypatch.delenv("SPARK_MASTER", raising=False)
     s = session_settings(None, {"spark.sql.shuffle.partitions": "3"}, submitted=None)
     assert (s.master, s.local) == ("local[*,4]", True)
-    assert s.conf == {**DEFAULTS, "spark.driver.host": "127.0.0.1",
+    assert s.conf == {**DEFAULTS, **JVM_LOG, "spark.driver.host": "127.0.0.1",
                       "spark.sql.shuffle.partitions": "3"}  # fmt: skip
+
+
+#: the driver JVM's log settings, where the job starts it and the user gave none
+JVM_LOG = {"spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG_CONFIG}"}
+
+
+def test_the_jvm_log_settings_give_way_to_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's banner lines and the native-hadoop warning of every start are gone, unless
+    the user configured the JVM's log (a log4j2.properties where Spark finds it, or
+    their own java options); spark-submit started the JVM itself."""
+    assert LOG_CONFIG.is_file() and "rootLogger.level = warn" in LOG_CONFIG.read_text()
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert session_settings("local[1]", {}, submitted=None).conf.items() >= JVM_LOG.items()
+    (tmp_path / "log4j2.properties").write_text("rootLogger.level = info\n")
+    assert (
+        "spark.driver.extraJavaOptions" not in session_settings("local[1]", {}, submitted=None).conf
+    )
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    own = {"spark.driver.extraJavaOptions": "-Xss4m"}
+    assert session_settings("local[1]", own, submitted=None).conf.items() >= own.items()
+    assert "spark.driver.extraJavaOptions" not in session_settings(None, {}, submitted={}).conf
 
 
 def test_a_cluster_master_leaves_the_driver_address_to_spark() -> None:
     """Executors on other hosts must reach the driver: no 127.0.0.1 for ``spark://``."""
     s = session_settings("spark://master:7077", {}, submitted=None)
     assert (s.master, s.local) == ("spark://master:7077", False)
-    assert "spark.driver.host" not in s.conf and s.conf == DEFAULTS
+    assert "spark.driver.host" not in s.conf and s.conf == DEFAULTS | JVM_LOG
 
 
 def test_spark_submit_settings_stand_and_the_job_conf_wins_over_both() -> None:
