@@ -67,7 +67,8 @@ class RandomJoin:
             piece = rows[len(rows) * part // parts : len(rows) * (part + 1) // parts]
             if part == parts - 1:
                 end = {"k": "__end__", "k2": "", "ts": BASE + 10_000_000, "n": -1 - side}
-                piece = piece + [(orjson.dumps(end), p, BASE) for p in range(3)]
+                count = max(3, 1 + max((r[1] for r in rows), default=0))
+                piece = piece + [(orjson.dumps(end), p, BASE) for p in range(count)]
             produce_at(bootstrap, topic, piece)
 
     def expected(self) -> Counter[Outcome]:
@@ -92,6 +93,7 @@ def random_join(
     events: int = 3_000,
     seed: int = 31,
     produce: bool = True,
+    partitions: int = 3,
     **sections: Any,
 ) -> RandomJoin:
     """Produce a random join's inputs (late arrivals included) and build its config.
@@ -102,7 +104,7 @@ def random_join(
     rng = random.Random(seed)
     job, left_t, right_t = names
     for t in (left_t, right_t):
-        create_topic(bootstrap, t, 3)
+        create_topic(bootstrap, t, partitions)
     evs: list[Ev] = []
     for n in range(events):
         late = rng.random() < 0.05  # some arrive behind the watermark
@@ -110,7 +112,7 @@ def random_join(
         evs.append(Ev(rng.randrange(2), rng.randrange(150), "", ts, n))
     rows: dict[int, list[tuple[bytes, int, int]]] = {0: [], 1: []}
     for i, e in enumerate(evs):
-        rows[e.side].append((orjson.dumps(e.record), i % 3, BASE + i))
+        rows[e.side].append((orjson.dumps(e.record), i % partitions, BASE + i))
     data: dict[str, Any] = {
         "job": job,
         "join": {

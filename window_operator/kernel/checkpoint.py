@@ -118,9 +118,10 @@ def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint
         return None
     cp = Checkpoint.decode(data, str(store.path))
     if change := shape_change(cp.shape, shape):
+        stored = "messages" if shape.get("type") == "join" else "accumulators"
         raise IncompatibleStateError(
             f"the state in {store.path} was written by another job shape ({change}): its "
-            "stored accumulators cannot be continued. Go back to the config that wrote "
+            f"stored {stored} cannot be continued. Go back to the config that wrote "
             "it, or run this config on an empty state directory (a job on Kafka: start "
             f"it afresh, with {AFRESH}, as its changelog would restore the old state)"
         )

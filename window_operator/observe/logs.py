@@ -165,6 +165,8 @@ class BatchLog:
 
     def line(self, report: BatchReport) -> str:
         """The line of one report."""
+        from window_operator.runtime.exchange import kafka_reads
+
         tasks = report.tasks
         kinds: dict[str, int] = {}
         for t in tasks:
@@ -175,7 +177,8 @@ class BatchLog:
         label = "timer pass" if report.batch_id < 0 else f"batch {report.batch_id}"
         parts = [label]
         if report.batch_id >= 0:
-            parts.append(f"{sum(m.records for m in report.ranges)} read")
+            # a self-join's range is reported by both inputs, and was read once
+            parts.append(f"{sum(m.records for m in kafka_reads(report.ranges))} read")
             parts.append(f"{sum(t.applied for t in tasks)} applied")
             replayed = sum(t.replayed for t in tasks)
             if replayed:
@@ -191,7 +194,10 @@ class BatchLog:
             parts.append(f"{restored} changelog records restored")
         parts.append(f"watermark {_time(report.clock.watermark)}")
         if self.metrics is not None:
-            parts.append(f"lag {self.metrics.summary().lag}")
+            summary = self.metrics.summary()
+            # a lag the broker did not answer for is not this batch's: the gauges keep
+            # an older reading (the records this batch read among it)
+            parts.append(f"lag {summary.lag}" if summary.lag_measured else "lag unknown")
         parts.append(f"{report.seconds:.2f} s")
         return ", ".join(parts)
 

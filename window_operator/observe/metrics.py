@@ -26,6 +26,7 @@ from window_operator.observe.lag import InputLag
 from window_operator.policies import NO_WATERMARK
 from window_operator.results import ErrorCode
 from window_operator.runtime.exchange import kafka_reads
+from window_operator.spark.topics import source_topics
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -64,6 +65,9 @@ class MetricsSummary:
     results: dict[str, int] = field(default_factory=dict)
     batches: int = 0
     lag: int = 0
+    #: whether ``lag`` was measured at the last report (False: the broker did not
+    #: answer, and the gauges keep an older reading)
+    lag_measured: bool = True
 
 
 class MetricsPortError(WindowOperatorError):
@@ -92,9 +96,11 @@ class JobMetrics:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._topics = _source_topics(config)
+        self._topics = source_topics(config)
         #: the largest watermark (key None) and max event time per (topic, partition) set
         self._seen: dict[tuple[str, str] | None, int] = {}
+        #: whether the lag gauges were measured at the last report (see summary)
+        self._lag_measured = True
         self._define()
 
     # -- definitions ---------------------------------------------------------------------
@@ -242,6 +248,7 @@ class JobMetrics:
             return
         self.lag.advance((m.range.topic, m.range.partition, m.range.end) for m in report.ranges)
         readings = self.lag.read()
+        self._lag_measured = readings is not None
         if readings is not None:  # else the broker did not answer: the gauges stand still
             self.lag_time.set(time.time())
         for r in readings or []:
@@ -280,6 +287,7 @@ class JobMetrics:
         out.applied = total.get(f"{PREFIX}_records_applied_total", 0)
         out.late = total.get(f"{PREFIX}_records_late_total", 0)
         out.lag = total.get(f"{PREFIX}_input_lag_records", 0)
+        out.lag_measured = self._lag_measured
         out.batches = int(by_label[f"{PREFIX}_batches_total"].get("micro_batch", 0))
         out.rejected = {k: int(v) for k, v in by_label[f"{PREFIX}_records_rejected_total"].items()}
         out.results = {k: int(v) for k, v in by_label[f"{PREFIX}_results_total"].items()}
@@ -303,11 +311,3 @@ class JobMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-
-
-def _source_topics(config: JobConfig | JoinJobConfig) -> list[str]:
-    """The input topic of each source index."""
-    if isinstance(config, JoinJobConfig):
-        join = config.join
-        return [join.left.topic or join.left.name, join.right.topic or join.right.name]
-    return [config.input.topic]

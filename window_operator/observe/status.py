@@ -26,7 +26,7 @@ from window_operator.observe.heartbeat import STALE_S, Beat, read_heartbeat
 from window_operator.policies import NO_WATERMARK
 from window_operator.runtime.settings import task_state_dir
 from window_operator.runtime.starts import recreated_topics
-from window_operator.spark.topics import input_topics
+from window_operator.spark.topics import input_topics, source_topics
 
 __all__ = ["JobStatus", "PartitionStatus", "TaskStatus", "format_status", "job_status"]
 
@@ -131,13 +131,15 @@ def _partitions(
         unread = [tp for tp in existing if tp not in cp.committed]
         starts = admin.list_offsets(unread, earliest=True) if unread else {}
     lateness = config.watermark.allowed_lateness
-    max_ts = {}
+    # the clock keys partitions by source index: a self-join's two inputs read one topic
+    # (``topics`` names it once)
+    sources = source_topics(config)
+    max_ts: dict[TopicPartition, int] = {}
     if cp.clock is not None:
-        max_ts = {
-            (topics[p.source], p.partition): t
-            for p, t in cp.clock.max_ts.items()
-            if t > NO_WATERMARK  # a partition that waits unread: no event time yet
-        }
+        for p, t in cp.clock.max_ts.items():
+            if t > NO_WATERMARK:  # a partition that waits unread: no event time yet
+                tp = (sources[p.source], p.partition)
+                max_ts[tp] = max(t, max_ts.get(tp, t))
     out = []
     for tp in sorted(known):
         ts = max_ts.get(tp)

@@ -66,9 +66,11 @@ def check_kept_shape(checkpoint_dir: Path, job: str, shape: Shape) -> None:
     kept = kept_shape(checkpoint_dir, job)
     change = None if kept is None else shape_change(kept, shape)
     if change is not None:
+        # a join keeps messages (laid out by its key and time condition), not accumulators
+        stored = "messages" if shape.get("type") == "join" else "accumulators"
         raise IncompatibleStateError(
             f"job {job!r} keeps its state in another shape ({change}; kept in "
-            f"{checkpoint_dir / SHAPE_FILE}): its stored accumulators cannot be "
+            f"{checkpoint_dir / SHAPE_FILE}): its stored {stored} cannot be "
             "continued. Go back to the config that wrote them, or start the job afresh "
             f"({AFRESH})"
         )

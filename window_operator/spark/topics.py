@@ -27,6 +27,7 @@ __all__ = [
     "input_topics",
     "keeps_partitions",
     "prepare_topics",
+    "source_topics",
 ]
 
 AnyJobConfig = JobConfig | JoinJobConfig
@@ -70,8 +71,14 @@ class TransactionsUnsupportedError(WindowOperatorError):
 
 def input_topics(config: AnyJobConfig) -> list[str]:
     """The job's input topics (two for a join, possibly the same)."""
+    return list(dict.fromkeys(source_topics(config)))
+
+
+def source_topics(config: AnyJobConfig) -> list[str]:
+    """The input topic of each source index, as clocks and positions number the inputs
+    (a join's left, then its right: one topic twice in a self-join)."""
     if isinstance(config, JoinJobConfig):
-        return list(dict.fromkeys([config.join.left.topic_name, config.join.right.topic_name]))
+        return [config.join.left.topic_name, config.join.right.topic_name]
     return [config.input.topic]
 
 

@@ -55,6 +55,44 @@ def test_the_line_names_the_batch_and_its_counts() -> None:
     )
 
 
+def test_a_self_join_range_counts_as_read_once() -> None:
+    """Both inputs of a self-join report the one range they read (README, *Joins*: a
+    record of the topic counts as read once, as ``records_read_total`` counts it)."""
+    other_input = InputPartition(1, "clicks", 0)  # the right input, on the same topic
+    ranges = [MapReport(PARTITION.span(100, 110), 10, None),
+              MapReport(other_input.span(100, 110), 10, None)]  # fmt: skip
+    made = BatchReport(7, [TaskReport(0, 7, applied=20)], ranges, ClockState(), 0.5)
+    line = BatchLog().line(made)
+    assert line.startswith("batch 7, 10 read, 20 applied, "), line
+
+
+def test_a_lag_the_broker_did_not_answer_for_is_not_printed_as_this_batchs() -> None:
+    """A batch that read the 30 waiting records while the broker stopped answering the
+    lag request: its line said ``lag 30`` (the gauge's reading from before the batch)."""
+    from helpers import runtime_for
+
+    from window_operator.observe.lag import LagReading
+    from window_operator.observe.metrics import JobMetrics
+
+    class Lag:
+        answers: list[list[LagReading] | None] = [[LagReading("clicks", 0, 100, 130)], None]
+
+        def advance(self, ranges: object) -> None:
+            list(ranges)  # type: ignore[call-overload]
+
+        def read(self) -> list[LagReading] | None:
+            return self.answers.pop(0)
+
+    metrics = JobMetrics(runtime_for().config, lag=Lag())  # type: ignore[arg-type]
+    log = BatchLog(metrics)
+    first = report(1)
+    metrics(first)
+    assert log.line(first).endswith(", lag 30, 0.50 s")
+    second = report(2, read=30, applied=30)
+    metrics(second)
+    assert log.line(second).endswith(", lag unknown, 0.50 s"), log.line(second)
+
+
 def test_the_line_tells_results_that_were_not_written() -> None:
     line = BatchLog().line(report(-1, result_errors=1))
     assert line == "timer pass, 0 results, 1 not written (RESULT_ERROR), watermark -, 0.50 s"

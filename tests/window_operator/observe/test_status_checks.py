@@ -299,3 +299,32 @@ def test_status_names_the_partition_the_watermark_waits_for(tmp_path: Path) -> N
     assert not any(
         line.endswith("< the job's watermark") for line in format_status(status).splitlines()
     )
+
+
+def test_status_of_a_self_join_names_its_one_topic(tmp_path: Path) -> None:
+    """Both inputs of a self-join read one topic: the clock keeps the event times of
+    each input (source 0 and 1), and ``status`` raised IndexError on the second."""
+    from window_operator.config.loading import load_any_config
+    from window_operator.kernel import ClockState, InputPosition
+    from window_operator.observe.status import _partitions
+
+    job = tmp_path / "self.yaml"
+    job.write_text(
+        "job: selfj\njoin:\n"
+        "  left: {name: a, topic: events, timestamp: ts}\n"
+        "  right: {name: b, topic: events, timestamp: ts}\n"
+        "  on: [k]\n  range: 5s\n"
+    )
+    config = load_any_config(job)
+    t = 1_800_000_000_000
+    clock = ClockState(
+        watermark=t,
+        max_ts={InputPosition(0, 0): t, InputPosition(1, 0): t, InputPosition(1, 1): t - 5},
+    )
+    cp = CheckpointState(tmp_path, last_planned=0, last_committed=0,
+                         committed={("events", 0): 10, ("events", 1): 4}, clock=clock)  # fmt: skip
+    parts = _partitions(config, None, cp, {"events": 2})
+    assert [(p.topic, p.partition, p.max_event_time) for p in parts] == [
+        ("events", 0, t),
+        ("events", 1, t - 5),
+    ]

@@ -67,3 +67,27 @@ def test_a_job_of_another_name_or_a_file_that_does_not_read_is_not_compared(
     check_kept_shape(tmp_path, "clicks", other)
     (tmp_path / SHAPE_FILE).write_text(json.dumps(["clicks"]))
     assert kept_shape(tmp_path, "clicks") is None
+
+
+def test_a_join_of_another_shape_is_refused_for_its_stored_messages(tmp_path: Path) -> None:
+    """A join keeps messages, not accumulators: the line said "its stored accumulators
+    cannot be continued" of a join whose kind or time condition changed."""
+    from window_operator.config import parse_any_config
+
+    def join_shape(kind: str) -> dict[str, object]:
+        doc = {
+            "job": "j",
+            "join": {"left": {"name": "l", "timestamp": "ts"},
+                     "right": {"name": "r", "timestamp": "ts"},
+                     "on": ["k"], "range": "2m", "kind": kind},
+            "state": {"dir": str(tmp_path / "state")},
+        }  # fmt: skip
+        config = parse_any_config(doc, base_dir=tmp_path)
+        return dict(state_shape(TaskSettings(config, "", str(tmp_path / "state"))))
+
+    ShapeKeeper(tmp_path, "j", join_shape("full"), tasks=1).committed_by([0])
+    with pytest.raises(IncompatibleStateError) as refused:
+        check_kept_shape(tmp_path, "j", join_shape("inner"))
+    said = str(refused.value)
+    assert 'kind "full"; this config has kind "inner"' in said
+    assert "its stored messages cannot be continued" in said

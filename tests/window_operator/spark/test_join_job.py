@@ -139,20 +139,26 @@ def test_restore_and_inspect_a_join(
     ]
 
 
-@pytest.mark.parametrize("mode", ["micro_batch", "long_running"])
+@pytest.mark.parametrize(
+    ("mode", "partitions"), [("micro_batch", 3), ("long_running", 3), ("long_running", 4)]
+)
 def test_a_self_join_reads_its_one_topic_as_both_inputs(
     tmp_path: Path,
     spark: Any,
     kafka_bootstrap: str,
     unique_name: Callable[[str], str],
     mode: str,
+    partitions: int,
 ) -> None:
     """Both inputs read one topic. In micro-batches every record reached only the left
-    input (the first that reads the topic): an inner join found no pair at all."""
+    input (the first that reads the topic): an inner join found no pair at all. With 4
+    partitions on 2 long-running workers, a worker held partition 0 of both inputs and
+    assigned it twice to its consumer: librdkafka refused, and the workers failed at
+    every start."""
     topic = unique_name("events")
     names = (unique_name("job"), topic, topic)
     one = random_join(kafka_bootstrap, tmp_path, names, events=300, produce=False,
-                      spark={"mode": mode})  # fmt: skip
+                      partitions=partitions, spark={"mode": mode})  # fmt: skip
     rows = sorted((row for _, side in one.inputs for row in side), key=lambda r: r[2])
     both = [Ev(side, e.k, e.k2, e.ts, e.n) for e in one.events for side in (0, 1)]
     join = RandomJoin(one.config, both, "inner", ((topic, rows),))

@@ -62,9 +62,11 @@ class InputReader:
         self.partitions = {p.position: p for p in partitions}
         self.config = consumer_config
         self.ends = ends
-        self._by_tp: dict[tuple[str | None, int | None], InputPosition] = {
-            (p.topic, p.partition): p.position for p in partitions
-        }
+        #: the positions that read each topic partition: two in a self-join, whose
+        #: inputs read one topic (the consumer is assigned each partition once)
+        self._by_tp: dict[tuple[str | None, int | None], list[InputPosition]] = {}
+        for p in partitions:
+            self._by_tp.setdefault((p.topic, p.partition), []).append(p.position)
         #: where the next chunk of each partition starts
         self.next_offset: dict[InputPosition, int] = {}
         #: the partitions still read (``available_now``: not past their end yet)
@@ -87,12 +89,13 @@ class InputReader:
         if not self.reading:
             return
         self.consumer = Consumer(range_consumer_config(self.config))
-        self.consumer.assign(
-            [
-                TopicPartition(self.partitions[pos].topic, pos.partition, begin[pos])
-                for pos in sorted(self.reading)
-            ]
-        )
+        # a partition two inputs read (a self-join) is assigned once, from the lower of
+        # their positions: each input's chunks start at its own (see _chunk)
+        starts: dict[tuple[str, int], int] = {}
+        for pos in sorted(self.reading):
+            tp = (self.partitions[pos].topic, pos.partition)
+            starts[tp] = min(begin[pos], starts.get(tp, begin[pos]))
+        self.consumer.assign([TopicPartition(t, p, at) for (t, p), at in starts.items()])
 
     def stop(self) -> None:
         """Read no more."""
@@ -113,11 +116,12 @@ class InputReader:
         # a consume returns runs of one partition's records: group them by partition
         runs: dict[InputPosition, list[Message]] = {}
         for tp, run in _runs(msgs):
-            pos = self._by_tp.get(tp)
-            if pos is None:
+            readers = self._by_tp.get(tp)
+            if readers is None:
                 raise KafkaSourceError(f"{self.name} got {tp}: not its input")
-            if pos in self.reading:
-                runs.setdefault(pos, []).extend(run)
+            for pos in readers:
+                if pos in self.reading:
+                    runs.setdefault(pos, []).extend(run)
         seconds = (time.perf_counter() - t0) / max(len(runs), 1)
         chunks = [c for pos, run in runs.items() if (c := self._chunk(pos, run, seconds))]
         for m in failed:  # after the records: an end-of-partition event follows them
@@ -126,7 +130,9 @@ class InputReader:
 
     def _chunk(self, pos: InputPosition, run: list[Message], seconds: float) -> Chunked | None:
         source = self.partitions[pos]
-        records = _records(source, run)
+        records = _from(_records(source, run), self.next_offset[pos])
+        if not len(records):  # the other input of a self-join was further behind
+            return None
         end_at = None if self.ends is None else self.ends[pos]
         if end_at is not None and records.offsets[-1] >= end_at:
             records = _until(records, end_at)
@@ -154,15 +160,14 @@ class InputReader:
 
         code = err.code()
         if code == KafkaError._PARTITION_EOF:
-            pos = self._by_tp.get((m.topic(), m.partition()))
-            if pos is not None:
+            for pos in self._by_tp.get((m.topic(), m.partition()), ()):
                 self.end_seen[pos] = max(self.end_seen.get(pos, 0), m.offset() or 0)
-            # a consume may return an end, then records written after it: that end is
-            # stale (records come after it), only one at or past the records read counts
-            if pos is not None and (m.offset() or 0) >= self.next_offset.get(pos, 0):
-                self.caught_up.add(pos)
-            if pos is not None and self.ends is not None and (m.offset() or 0) >= self.ends[pos]:
-                self.reading.discard(pos)
+                # a consume may return an end, then records written after it: that end
+                # is stale (records come after it), only one at or past those read counts
+                if (m.offset() or 0) >= self.next_offset.get(pos, 0):
+                    self.caught_up.add(pos)
+                if self.ends is not None and (m.offset() or 0) >= self.ends[pos]:
+                    self.reading.discard(pos)
         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             raise InputGapError(self._gone(m, err))
         elif err.fatal():
@@ -176,8 +181,8 @@ class InputReader:
         from confluent_kafka import KafkaException
 
         topic, partition = m.topic() or "", m.partition() or 0
-        pos = self._by_tp.get((topic, partition))
-        wanted = self.next_offset.get(pos) if pos is not None else None
+        readers = self._by_tp.get((topic, partition), [])
+        wanted = min((self.next_offset[p] for p in readers if p in self.next_offset), default=None)
         try:
             end = log_ends(self.config, [(topic, partition)])[(topic, partition)]
         except KafkaException:
@@ -276,6 +281,22 @@ def _records(source: InputPartition, run: list[Message]) -> InputRecords:
         list(map(Message.key, run)),
         list(map(Message.value, run)),
         [ts if kind else -1 for kind, ts in map(Message.timestamp, run)],
+    )
+
+
+def _from(records: InputRecords, start: int) -> InputRecords:
+    """The records at or after offset ``start``."""
+    if not records.offsets or records.offsets[0] >= start:
+        return records
+    n = bisect.bisect_left(records.offsets, start)
+    stamps = None if records.timestamps is None else records.timestamps[n:]
+    return InputRecords(
+        records.topic,
+        records.partition,
+        records.offsets[n:],
+        records.keys[n:],
+        records.values[n:],
+        stamps,
     )
 
 

@@ -179,3 +179,29 @@ def test_a_partition_that_ends_before_the_state_s_position_is_told_from_one_trim
     told = first_read(3)
     assert told.startswith(f"worker 0: {topic}[0] no longer holds the records the state")
     assert "they were deleted before they were read" in told
+
+
+@pytest.mark.kafka
+def test_both_inputs_of_a_self_join_read_their_one_partition(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A self-join's inputs read one topic: a worker that holds partition 0 of both
+    (4 partitions on 2 workers, or one worker) assigned it twice, and librdkafka refused
+    (``Duplicate ... in input list``): the workers failed at every start. Each input
+    gets its chunk, from its own position."""
+    topic = unique_name("self")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [], raw=[(None, b"%d" % i, 0) for i in range(5)])
+    left, right = InputPartition(0, topic, 0), InputPartition(1, topic, 0)
+    reader = InputReader("r", [left, right], {"bootstrap.servers": kafka_bootstrap})
+    reader.assign({left.position: 0, right.position: 3})
+    try:
+        got: dict[int, list[int]] = {0: [], 1: []}
+        deadline = time.monotonic() + 20
+        while (len(got[0]), len(got[1])) != (5, 2) and time.monotonic() < deadline:
+            for c in reader.read(1):
+                got[c.partition.source] += list(c.records.offsets)
+        assert got == {0: [0, 1, 2, 3, 4], 1: [3, 4]}
+        assert sorted(p.source for p in reader.take_caught_up()) == [0, 1]
+    finally:
+        reader.close()
