@@ -65,6 +65,7 @@ class ReportFile:
             "tasks": [t.as_dict() for t in report.tasks],
             "ranges": [
                 {
+                    "input": m.range.source,
                     "topic": m.range.topic,
                     "partition": m.range.partition,
                     "start": m.range.start,

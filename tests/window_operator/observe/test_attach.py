@@ -65,3 +65,36 @@ def test_the_failure_kept_for_status_has_no_secret_of_the_kafka_settings(tmp_pat
     assert _scrubbed(failed, config) == (
         "the streaming query stopped: KafkaError: auth with *** refused"
     )
+
+
+def test_a_report_line_holds_the_batch_its_ranges_and_its_tasks(tmp_path: Path) -> None:
+    """The ``--report`` line the README documents field by field; a self-join's one
+    partition is listed for each of its inputs."""
+    import orjson
+
+    from window_operator.kernel import ClockState, InputPosition
+    from window_operator.observe.attach import ReportFile
+    from window_operator.runtime.exchange import InputRange, MapReport
+    from window_operator.runtime.report import TaskReport
+    from window_operator.spark.driver import BatchReport
+
+    ranges = [
+        MapReport(InputRange(source, "t", 1, 10, 15), 5, 99, {"BAD_JSON": 1}) for source in (0, 1)
+    ]
+    task = TaskReport(task=2, batch_id=7, rows=8, applied=7, late=1, commits=1)
+    clock = ClockState({InputPosition(0, 1): 99}, watermark=94)
+    report = ReportFile(str(tmp_path / "r.jsonl"))
+    report(BatchReport(7, [task], ranges, clock, 0.25))
+    report.close()
+    (line,) = (tmp_path / "r.jsonl").read_bytes().splitlines()
+    doc = orjson.loads(line)
+    assert (doc["batch"], doc["watermark"], doc["seconds"]) == (7, 94, 0.25)
+    assert doc["ranges"] == [
+        {"input": source, "topic": "t", "partition": 1, "start": 10, "end": 15, "records": 5,
+         "rejected": {"BAD_JSON": 1}}
+        for source in (0, 1)
+    ]  # fmt: skip
+    (t,) = doc["tasks"]
+    assert {k: t[k] for k in ("task", "rows", "applied", "late", "commits")} == {
+        "task": 2, "rows": 8, "applied": 7, "late": 1, "commits": 1
+    }  # fmt: skip
