@@ -269,7 +269,7 @@ def on_interrupt(interrupted: threading.Event) -> None:
     os.write(
         2,
         b"window-operator: stopping after the running micro-batch, epoch or start-up pass "
-        b"(Ctrl-C again to stop at once)\n",
+        b"(Ctrl-C or SIGTERM again to stop at once)\n",
     )
 
 

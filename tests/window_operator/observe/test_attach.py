@@ -43,7 +43,7 @@ def test_a_first_signal_lets_the_work_finish() -> None:
     done = run_signalled(1, 2)
     assert (done.returncode, done.stdout) == (0, "first only\n"), done.stderr
     assert "stopping after the running micro-batch, epoch or start-up pass" in done.stderr
-    assert "Ctrl-C again to stop at once" in done.stderr
+    assert "(Ctrl-C or SIGTERM again to stop at once)" in done.stderr
 
 
 def test_a_second_signal_stops_at_once() -> None:
