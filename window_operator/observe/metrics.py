@@ -171,14 +171,18 @@ class JobMetrics:
             if report.batch_id >= 0:
                 self.last_batch.set(report.batch_id)
             self.last_time.set(time.time())
+            # series appear in the exposition in the order they were first made: every
+            # partition's (from the lag readings) first, and each kind in sorted order
+            self._lag(report)
             self._ranges(report)
-            for task in report.tasks:
+            for task in sorted(report.tasks, key=lambda t: t.task):
                 self._task(task)
             self._clock(report.clock)
-            self._lag(report)
 
     def _ranges(self, report: BatchReport) -> None:
-        for m in kafka_reads(report.ranges):
+        for m in sorted(
+            kafka_reads(report.ranges), key=lambda m: (m.range.topic, m.range.partition)
+        ):
             labels = (m.range.topic, str(m.range.partition))
             self.read.labels(*labels).inc(m.records)
             self.phase_seconds.labels("read").observe(m.seconds_read + m.seconds)
@@ -233,7 +237,7 @@ class JobMetrics:
             seen[None] = clock.watermark
             self.watermark.set(clock.watermark)
         lateness = self.config.watermark.allowed_lateness
-        for pos, ts in clock.max_ts.items():
+        for pos, ts in sorted(clock.max_ts.items()):
             if pos.source >= len(self._topics) or ts <= NO_WATERMARK:  # no event time yet
                 continue
             labels = (self._topics[pos.source], str(pos.partition))
@@ -251,7 +255,7 @@ class JobMetrics:
         self._lag_measured = readings is not None
         if readings is not None:  # else the broker did not answer: the gauges stand still
             self.lag_time.set(time.time())
-        for r in readings or []:
+        for r in sorted(readings or [], key=lambda r: (r.topic, r.partition)):
             labels = (r.topic, str(r.partition))
             self.read.labels(*labels)  # a series from the start: 0 until a batch reads it
             self.end.labels(*labels).set(r.end)

@@ -115,3 +115,30 @@ def test_a_pass_that_committed_nothing_adds_no_commit_phases() -> None:
     for phase in ("outputs", "changelog", "commit"):
         assert sample("window_operator_phase_seconds_count", {"phase": phase}) == 1
     assert sample("window_operator_phase_seconds_count", {"phase": "operator"}) == 2
+
+
+def test_series_are_listed_in_partition_and_task_order() -> None:
+    """A worker's report brings its partitions (0, 2, 4 of the first worker, say) and
+    tasks in the order they ran: the exposition listed them so (0, 2, 4, 1, 3)."""
+    from prometheus_client import generate_latest
+
+    metrics = JobMetrics(runtime_for().config)
+    topic = runtime_for().config.input.topic
+    parts = [InputPartition(0, topic, p) for p in (4, 0, 2)]
+    clock = ClockState(max_ts={p.position: 1_000 + p.partition for p in parts}, watermark=0)
+    tasks = [TaskReport(t) for t in (3, 1, 2)]
+    metrics(BatchReport(0, tasks, [MapReport(p.span(0, 1), 1, 1_000) for p in parts], clock, 0.1))
+    more = [InputPartition(0, topic, p) for p in (3, 1)]
+    metrics(
+        BatchReport(1, [TaskReport(0)], [MapReport(p.span(0, 1), 1, 1) for p in more], clock, 0.1)
+    )
+    text = generate_latest(metrics.registry).decode()
+
+    def order(metric: str, label: str) -> list[str]:
+        lines = [line for line in text.splitlines() if line.startswith(metric + "{")]
+        return [line.split(f'{label}="')[1].split('"')[0] for line in lines]
+
+    # each report's new partitions in order (those of a later report after them)
+    assert order("window_operator_records_read_total", "partition") == ["0", "2", "4", "1", "3"]
+    assert order("window_operator_partition_max_event_time_ms", "partition") == ["0", "2", "4"]
+    assert order("window_operator_records_applied_total", "task") == ["1", "2", "3", "0"]
