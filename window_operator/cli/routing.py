@@ -106,44 +106,51 @@ class Produced:
     def summary(self, verb: str = "produced") -> str:
         """The closing line (``verb``: what was done with the records counted)."""
         topics = ", ".join(f"{n} to {t}" for t, n in sorted(self.records.items())) or "none"
-        out = f"{verb} {sum(self.records.values())} records ({topics})"
+        out = f"{verb} {_n(sum(self.records.values()), 'record')} ({topics})"
         if self.unfit:
-            out += f"; {self.unfit} lines did not fit the Avro schema: produced as they are"
+            out += f"; {_n(self.unfit, 'line')} did not fit the Avro schema: produced as they are"
         if self.not_json:
-            out += f"; {self.not_json} lines were not JSON (a join's line names its input): skipped"
+            out += (
+                f"; {_n(self.not_json, 'line')} {'was' if self.not_json == 1 else 'were'} not "
+                "JSON (a join's line names its input): skipped"
+            )
         if self.unrouted:
-            out += f"; {self.unrouted} lines named no input of the join in 'source': skipped"
+            out += f"; {_n(self.unrouted, 'line')} named no input of the join in 'source': skipped"
         if self.off_partition:
             out += (
-                f"; {self.off_partition} lines named a partition their topic does not have "
+                f"; {_n(self.off_partition, 'line')} named a partition their topic does not have "
                 "(or no partition number): produced to the partition of their key"
             )
         if self.too_large:
+            n = len(self.too_large)
             out += (
-                f"; {len(self.too_large)} lines are larger than the producer's "
+                f"; {_n(n, 'line')} {'is' if n == 1 else 'are'} larger than the producer's "
                 f"message.max.bytes (kafka.producer): skipped ({_numbered(self.too_large)})"
             )
         if self.unstamped:
+            n = len(self.unstamped)
             out += (
-                f"; {len(self.unstamped)} lines have no wall_ms from 1 to 2^62, their record "
+                f"; {_n(n, 'line')} {_have(n)} no wall_ms from 1 to 2^62, their record "
                 "timestamp (timestamp_from: kafka; a Kafka producer stamps 0 with the time "
                 f"it writes): skipped ({_numbered(self.unstamped)})"
             )
         if self.bad_key:
+            n = len(self.bad_key)
             out += (
-                f"; {len(self.bad_key)} lines have a kafka_key that is not "
+                f"; {_n(n, 'line')} {_have(n)} a kafka_key that is not "
                 f"{_KEY_VALUES[self.key_format]}, their record key (key_from: kafka, "
                 f"key_format {self.key_format}): skipped ({_numbered(self.bad_key)})"
             )
         for topic, (retention, n) in sorted(self.expiring.items()):
             out += (
-                f"; {n} records to {topic} carry a timestamp (wall_ms) older than its "
-                f"retention.ms ({format_duration_ms(retention)}): the broker deletes them, "
+                f"; {_n(n, 'record')} to {topic} {'carries' if n == 1 else 'carry'} a "
+                f"timestamp (wall_ms) older than its retention.ms "
+                f"({format_duration_ms(retention)}): the broker deletes them, "
                 "maybe before the job reads them (give the topic retention.ms -1, as "
                 "produce does with a topic it creates)"
             )
         for reason, lines in sorted(self.failed.items()):
-            out += f"; {len(lines)} records not written: {reason} ({_numbered(lines)})"
+            out += f"; {_n(len(lines), 'record')} not written: {reason} ({_numbered(lines)})"
         return out
 
     @property
@@ -316,3 +323,12 @@ def _dumps(record: dict[str, Any], literals: bool) -> bytes:
     if not literals:
         return orjson.dumps(record)
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 line``, ``2 lines``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _have(count: int) -> str:
+    return "has" if count == 1 else "have"

@@ -798,7 +798,7 @@ def test_produce_writes_the_lines_of_an_avro_job_as_avro(
         "--bootstrap-servers", kafka_bootstrap,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "produced 3 records" in proc.stderr and "1 lines did not fit" in proc.stderr
+    assert "produced 3 records" in proc.stderr and "1 line did not fit" in proc.stderr
     got = read_topic(kafka_bootstrap, topic)
     assert sorted(m.key() for m in got) == [b"a", b"b", b"c"]
     parsed = fastavro.parse_schema(schema)
@@ -834,7 +834,7 @@ def test_produce_writes_a_line_to_the_partition_it_names(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "produced 7 records" in proc.stderr
-    assert "1 lines named a partition their topic does not have" in proc.stderr
+    assert "1 line named a partition their topic does not have" in proc.stderr
     got = {orjson.loads(m.value())["ts"]: m.partition() for m in read_topic(kafka_bootstrap, topic)}
     assert {ts: got[ts] for ts in range(6)} == {i: i % 3 for i in range(6)}
     assert got[9] in range(3)

@@ -109,7 +109,7 @@ def test_the_summary_names_every_topic_and_what_was_skipped() -> None:
     produced = Produced(unfit=1, unrouted=2, not_json=3, off_partition=4)
     produced.records.update({"b": 2, "a": 1})
     assert produced.summary() == (
-        "produced 3 records (1 to a, 2 to b); 1 lines did not fit the Avro schema: "
+        "produced 3 records (1 to a, 2 to b); 1 line did not fit the Avro schema: "
         "produced as they are; 3 lines were not JSON (a join's line names its input): "
         "skipped; 2 lines named no input of the join in 'source': skipped; 4 lines named "
         "a partition their topic does not have (or no partition number): produced to the "
@@ -177,7 +177,7 @@ def test_a_line_too_large_or_refused_is_counted_never_reported_produced(
     proc = produce(big, 'kafka: {producer: {"message.max.bytes": "1000"}}\n')
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"produced 1 records (1 to {big}); 1 lines are larger than the producer's "
+        f"produced 1 record (1 to {big}); 1 line is larger than the producer's "
         "message.max.bytes (kafka.producer): skipped (line 1)"
     )
     assert [m.value() for m in read_topic(kafka_bootstrap, big)] == [b'{"page":"/b","ts":2}']
@@ -299,7 +299,7 @@ def test_once_loads_nothing_where_a_line_was_not_written(loader: OnceLoader) -> 
     refused = loader.run()
     assert refused.returncode == 1, refused.stderr
     assert refused.stderr.strip().startswith("produce --once: nothing loaded (all or nothing)")
-    assert "1 lines are larger than the producer's message.max.bytes" in refused.stderr
+    assert "1 line is larger than the producer's message.max.bytes" in refused.stderr
     assert loader.loaded() == []
     loader.lines.write_bytes(LINE_A + b"\n")
     loaded = loader.run()
@@ -379,7 +379,7 @@ def test_a_lines_kafka_key_is_the_record_key_where_the_job_groups_by_that() -> N
     for number, bad in enumerate([b'{"kafka_key": 7, "wall_ms": 5}', b'{"kafka_key": ["a"]}'], 1):
         assert route(bad, keyed, produced, number=number) is None
     assert produced.bad_key == [1] and produced.unstamped == [2]
-    assert "1 lines have a kafka_key that is not a string" in produced.summary()
+    assert "1 line has a kafka_key that is not a string" in produced.summary()
     plain = targets(config)  # keyed by the job's key field, whatever the line's kafka_key
     assert route(line, plain, Produced()) == Routed(plain[None], b"/a", line)
 

@@ -189,8 +189,8 @@ def test_produce_loads_a_join_file_that_the_job_reads_as_simulate_does(
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"produced 7 records (3 to {orders}, 4 to {ships}); "
-        "1 lines were not JSON (a join's line names its input): skipped; "
-        "1 lines named no input of the join in 'source': skipped"
+        "1 line was not JSON (a join's line names its input): skipped; "
+        "1 line named no input of the join in 'source': skipped"
     )
     # keyed by the join key, the records as simulate hands them to the join
     written = read_topic(kafka_bootstrap, orders)
