@@ -372,7 +372,7 @@ def _check_alive(config: AnyJobConfig, status: JobStatus, beat: Beat | None) -> 
     if beat is None or config.spark.trigger_ms is None:
         return
     if beat.stopped and beat.available_now:
-        return  # ``run --available-now`` read what was there and stopped, as asked
+        return  # ``run --available-now`` (or the config's) stops by itself: as asked
     if beat.stopped:
         status.problems.append(
             f"not running: the job stopped at {_time(beat.at_ms)} UTC (start it with "
@@ -462,11 +462,13 @@ def format_status(s: JobStatus) -> str:
 
 
 def _last_run(beat: Beat | None) -> list[str]:
-    """The line on a last run that read what was there and stopped, if it was one."""
+    """The line on a last run that was to stop by itself (available-now), if it was one:
+    why the job not running is no problem (the lag shows what waits)."""
     if beat is None or not beat.stopped or not beat.available_now or beat.failure is not None:
         return []
     return [
-        f"its last run (--available-now) read what was there and stopped at {_time(beat.at_ms)} UTC"
+        f"its last run was an available-now run (it stops by itself), ended at "
+        f"{_time(beat.at_ms)} UTC"
     ]
 
 

@@ -153,7 +153,7 @@ def test_a_streaming_job_whose_run_ended_or_whose_heartbeat_is_old_is_not_runnin
         JobStatus("beat", CheckpointState(tmp_path, last_planned=3, last_committed=3), beat=once)
     )
     assert (
-        "its last run (--available-now) read what was there and stopped at 2027-01-15 "
+        "its last run was an available-now run (it stops by itself), ended at 2027-01-15 "
         "07:59:00 UTC" in lines.splitlines()
     )
     # a failed run said the same as one stopped with Ctrl-C: now it says why
