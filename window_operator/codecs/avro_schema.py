@@ -152,12 +152,8 @@ def _field_of(node: Any, name: str, path: tuple[str, ...]) -> tuple[str, ...] | 
             inner = _field_of(field.get("type"), name, (*path, str(field.get("name"))))
             if inner is not None:
                 return inner
-    for key in ("type", "items", "values"):
-        if key in node and node.get(key) is not node:
-            inner = _field_of(node[key], name, path)
-            if inner is not None:
-                return inner
-    return None
+    found = (_field_of(node[key], name, path) for key in ("type", "items", "values") if key in node)
+    return next((f for f in found if f is not None), None)
 
 
 def _schema_children(node: Mapping[str, Any]) -> Iterable[Any]:
