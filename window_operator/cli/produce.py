@@ -175,18 +175,21 @@ def _producer(config: JobConfig | JoinJobConfig, bootstrap: str, once: bool) -> 
     return Producer({**settings, "bootstrap.servers": bootstrap})
 
 
-def _stop_if_timed_out(producer: Producer, produced: Produced, line: int) -> None:
-    """Stop the load once a record timed out unacknowledged: the broker answered
-    nothing for ``message.timeout.ms``, and every record queued after it would wait as
-    long again (a queueful at a time) before failing the same way. The records still
-    queued are dropped (counted as not written), so the closing count is exact."""
+def _stop_if_timed_out(producer: Producer, produced: Produced, line: int | None) -> None:
+    """Stop the load once a record timed out unacknowledged (``line``: the next line,
+    ``None`` after the last): the broker answered nothing for it in
+    ``message.timeout.ms``, and every record queued after it would wait as long again
+    (a queueful at a time) before failing the same way. The records still queued are
+    dropped and counted as not written (one already sent may have been written all the
+    same: the count of records written is a lower bound)."""
     if produced.timed_out is None:
         return
     producer.purge()
     producer.flush(5)  # their delivery reports: purged
     raise CliError(
-        f"produce: the broker acknowledged nothing for message.timeout.ms "
-        f"({produced.timed_out}): stopped before line {line}; "
+        f"produce: a record waited message.timeout.ms unacknowledged "
+        f"({produced.timed_out}): stopped "
+        f"{'after the last line' if line is None else f'before line {line}'}; "
         f"{produced.summary(verb='written')}",
         EXIT_FAILED,
     )
@@ -210,9 +213,13 @@ def _load(
             routed = route(text, inputs, produced, meta, number) if text else None
             if routed is not None:
                 _send(producer, routed, produced, number)
+                producer.poll(0)  # the delivery reports so far: a timeout stops it here
                 _stop_if_timed_out(producer, produced, number + 1)
-    if producer.flush(60):
-        raise CliError("some records were not acknowledged by the broker", EXIT_FAILED)
+    # every record is acknowledged, or fails, within message.timeout.ms: the first to
+    # time out stops the wait (it waited 60 s, then said nothing of what was written)
+    while producer.flush(1):
+        _stop_if_timed_out(producer, produced, None)
+    _stop_if_timed_out(producer, produced, None)
 
 
 def _retention(admin: KafkaAdmin, topic: str) -> tuple[int, int] | None:

@@ -124,8 +124,15 @@ _AVRO_TYPES = "null boolean int long float double bytes string record enum array
 
 
 def _unknown_type(schema: Any, name: str) -> str:
-    """Why fastavro did not know the type ``name``: where it stands, and the type meant."""
+    """Why fastavro did not know the type ``name``: where it stands, and the type meant.
+
+    fastavro names a type of a record in a namespace with it (``com.acme.lnog``): the
+    schema holds the name as written (``lnog``)."""
     where = _field_of(schema, name, ())
+    if where is None and "." in name:
+        short = name.rsplit(".", 1)[1]
+        if (where := _field_of(schema, short, ())) is not None:
+            name = short
     close = difflib.get_close_matches(name, _AVRO_TYPES, n=1)
     return (
         f"unknown type {name!r}"

@@ -20,7 +20,14 @@ from stores.rocks import ColumnFamily, TaskStore
 from window_operator.errors import AFRESH, IncompatibleStateError
 from window_operator.kernel.positions import InputPosition
 
-__all__ = ["CHECKPOINT_KEY", "Checkpoint", "JsonValue", "read_checkpoint", "shape_change"]
+__all__ = [
+    "CHECKPOINT_KEY",
+    "Checkpoint",
+    "JsonValue",
+    "read_checkpoint",
+    "shape_change",
+    "stored_state",
+]
 
 #: The checkpoint's key in the checkpoint column family.
 CHECKPOINT_KEY = b"checkpoint"
@@ -118,7 +125,7 @@ def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint
         return None
     cp = Checkpoint.decode(data, str(store.path))
     if change := shape_change(cp.shape, shape):
-        stored = "messages" if shape.get("type") == "join" else "accumulators"
+        stored = stored_state(shape)
         raise IncompatibleStateError(
             f"the state in {store.path} was written by another job shape ({change}): its "
             f"stored {stored} cannot be continued. Go back to the config that wrote "
@@ -126,6 +133,12 @@ def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint
             f"it afresh, with {AFRESH}, as its changelog would restore the old state)"
         )
     return cp
+
+
+def stored_state(shape: Mapping[str, JsonValue]) -> str:
+    """What a state of ``shape`` stores, as a refusal to continue it names it: a join
+    keeps messages, every other operator accumulators."""
+    return "messages" if shape.get("type") == "join" else "accumulators"
 
 
 def shape_change(was: Mapping[str, JsonValue], now: Mapping[str, JsonValue]) -> str | None:

@@ -178,7 +178,8 @@ class BatchLog:
         parts = [label]
         if report.batch_id >= 0:
             # a self-join's range is reported by both inputs, and was read once
-            parts.append(f"{sum(m.records for m in kafka_reads(report.ranges))} read")
+            topics = None if self.metrics is None else self.metrics.topics
+            parts.append(f"{sum(m.records for m in kafka_reads(report.ranges, topics))} read")
             parts.append(f"{sum(t.applied for t in tasks)} applied")
             replayed = sum(t.replayed for t in tasks)
             if replayed:

@@ -96,7 +96,8 @@ class JobMetrics:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._topics = source_topics(config)
+        #: the input topic of each source index (a self-join's twice)
+        self.topics = source_topics(config)
         #: the largest watermark (key None) and max event time per (topic, partition) set
         self._seen: dict[tuple[str, str] | None, int] = {}
         #: whether the lag gauges were measured at the last report (see summary)
@@ -181,7 +182,8 @@ class JobMetrics:
 
     def _ranges(self, report: BatchReport) -> None:
         for m in sorted(
-            kafka_reads(report.ranges), key=lambda m: (m.range.topic, m.range.partition)
+            kafka_reads(report.ranges, self.topics),
+            key=lambda m: (m.range.topic, m.range.partition),
         ):
             labels = (m.range.topic, str(m.range.partition))
             self.read.labels(*labels).inc(m.records)
@@ -238,9 +240,9 @@ class JobMetrics:
             self.watermark.set(clock.watermark)
         lateness = self.config.watermark.allowed_lateness
         for pos, ts in sorted(clock.max_ts.items()):
-            if pos.source >= len(self._topics) or ts <= NO_WATERMARK:  # no event time yet
+            if pos.source >= len(self.topics) or ts <= NO_WATERMARK:  # no event time yet
                 continue
-            labels = (self._topics[pos.source], str(pos.partition))
+            labels = (self.topics[pos.source], str(pos.partition))
             if ts <= seen.get(labels, -(2**63)):
                 continue
             seen[labels] = ts

@@ -93,9 +93,20 @@ class MapReport:
         return PartitionActivity(self.range.position, self.records, self.max_ts)
 
 
-def kafka_reads(reports: Iterable[MapReport]) -> list[MapReport]:
+def kafka_reads(
+    reports: Iterable[MapReport], topics: Sequence[str] | None = None
+) -> list[MapReport]:
     """One report of each Kafka range read: both inputs of a self-join report the one
-    range they read (the first is kept), and it was read once."""
+    range they read (the first is kept), and it was read once.
+
+    ``topics``: the input topic of each source index (``source_topics``). Given, only
+    the reports of the first input that reads a topic count: long-running workers cut
+    the two inputs' ranges of a self-join's partition apart (two workers read it, or
+    one whose inputs' positions differ), so the ranges do not pair up, but each input
+    reads every record of the partition once, the first one too."""
+    if topics is not None:
+        first = {t: topics.index(t) for t in topics}
+        reports = [m for m in reports if first.get(m.range.topic, m.range.source) == m.range.source]
     seen: set[tuple[str, int, int]] = set()
     out = []
     for m in reports:

@@ -22,7 +22,7 @@ from pathlib import Path
 from stores.rocks import TaskStore
 from window_operator.errors import AFRESH, IncompatibleStateError
 from window_operator.files import write_atomically
-from window_operator.kernel.checkpoint import JsonValue, shape_change
+from window_operator.kernel.checkpoint import JsonValue, shape_change, stored_state
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.settings import TaskSettings
 
@@ -66,8 +66,7 @@ def check_kept_shape(checkpoint_dir: Path, job: str, shape: Shape) -> None:
     kept = kept_shape(checkpoint_dir, job)
     change = None if kept is None else shape_change(kept, shape)
     if change is not None:
-        # a join keeps messages (laid out by its key and time condition), not accumulators
-        stored = "messages" if shape.get("type") == "join" else "accumulators"
+        stored = stored_state(shape)
         raise IncompatibleStateError(
             f"job {job!r} keeps its state in another shape ({change}; kept in "
             f"{checkpoint_dir / SHAPE_FILE}): its stored {stored} cannot be "

@@ -52,6 +52,7 @@ from window_operator.spark.topics import (
     input_topics,
     keeps_partitions,
     prepare_topics,
+    source_topics,
 )
 from window_operator.spark.waiting import WaitingInput
 
@@ -96,6 +97,8 @@ class JobRun:
     batches: int = 0
     ticks: int = 0
     totals: dict[str, int] = field(default_factory=dict)
+    #: the input topic of each source index (see ``kafka_reads``)
+    topics: Sequence[str] | None = None
 
     def add(self, report: BatchReport) -> None:
         """Accumulate one batch's reports."""
@@ -104,7 +107,9 @@ class JobRun:
             for name in _COUNTED:
                 if name not in _LEVELS:
                     t[name] = t.get(name, 0) + int(getattr(r, name))
-        t["records"] = t.get("records", 0) + sum(m.records for m in kafka_reads(report.ranges))
+        t["records"] = t.get("records", 0) + sum(
+            m.records for m in kafka_reads(report.ranges, self.topics)
+        )
 
 
 @dataclass
@@ -159,7 +164,9 @@ class SparkJob:
         available_now = options.get("available_now")
         self.available_now = config.spark.available_now if available_now is None else available_now
         self.starting_offsets = options.get("starting_offsets", "earliest")
-        self.reports = JobReports(options.get("on_report"))
+        self.reports = JobReports(
+            options.get("on_report"), totals=JobRun(topics=source_topics(config))
+        )
 
     def _prepare_tasks(self) -> int:
         """Refuse a state of another shape than the config's (see

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULTS",
+    "JVM_DEFAULT_OPTIONS",
     "LOG_CONFIG",
     "TASK_ATTEMPTS",
     "SessionSettings",
@@ -100,7 +101,10 @@ def session_settings(
     local = is_local(chosen or given.get("spark.master", ""))
     defaults = dict(DEFAULTS)
     if submitted is None and _spark_log_config() is None:  # this process starts the JVM
-        defaults["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile={LOG_CONFIG}"
+        # the options Spark puts before spark.driver.extraJavaOptions: the user's (in the
+        # job's conf, or in spark-defaults.conf, which the launcher reads too) stay, and
+        # a -Dlog4j.configurationFile of theirs comes after this one and wins
+        defaults[JVM_DEFAULT_OPTIONS] = f"-Dlog4j.configurationFile={LOG_CONFIG}"
     if local:
         defaults["spark.driver.host"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
     settings = {k: v for k, v in defaults.items() if k not in given}
@@ -110,13 +114,28 @@ def session_settings(
 #: The JVM's log settings where the user has none (see the file).
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
+#: Where they go: Spark puts these options before ``spark.driver.extraJavaOptions``.
+JVM_DEFAULT_OPTIONS = "spark.driver.defaultJavaOptions"
+_SETS_DEFAULT_OPTIONS = re.compile(r"\s*spark\.driver\.defaultJavaOptions\s*[=:\s]")
+
 
 def _spark_log_config() -> Path | None:
-    """The user's ``log4j2.properties``, where Spark finds it (``None``: none)."""
+    """The user's ``log4j2.properties``, where Spark finds it, or their
+    ``spark-defaults.conf`` where it sets :data:`JVM_DEFAULT_OPTIONS` (``None``: neither)."""
     for env, sub in (("SPARK_CONF_DIR", ""), ("SPARK_HOME", "conf")):
         where = os.environ.get(env)
-        if where and (Path(where) / sub / "log4j2.properties").is_file():
-            return Path(where) / sub / "log4j2.properties"
+        if not where:
+            continue
+        conf = Path(where) / sub
+        if (conf / "log4j2.properties").is_file():
+            return conf / "log4j2.properties"
+        defaults = conf / "spark-defaults.conf"
+        try:
+            lines = defaults.read_text().splitlines() if defaults.is_file() else []
+        except OSError:
+            lines = []
+        if any(_SETS_DEFAULT_OPTIONS.match(line) for line in lines):
+            return defaults
     return None
 
 

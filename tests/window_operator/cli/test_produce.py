@@ -496,8 +496,33 @@ def test_produce_stops_once_records_time_out_unacknowledged(tmp_path: Path) -> N
         _load(path, inputs, producer, produced, ())
     assert stopped.value.code == 1
     message = str(stopped.value)
-    assert "the broker acknowledged nothing for message.timeout.ms" in message
+    assert "a record waited message.timeout.ms unacknowledged" in message
     # it stopped at the first queueful that timed out, not at the file's end
     failed = [line for lines in produced.failed.values() for line in lines]
     assert 5 <= len(failed) <= 10 and max(failed) < 50
     assert f"stopped before line {max(failed) + 1}; written 0 records" in message
+
+
+def test_produce_stops_at_a_timeout_of_a_file_its_queue_holds_whole(tmp_path: Path) -> None:
+    """Review: a file that fits the producer's queue (100,000 records by default) never
+    met a full queue, so no delivery report was served before the final flush: with
+    message.timeout.ms under 60 s the load ended as if the broker had refused the
+    records, and over it (the default is 5 min) after 60 s with "some records were not
+    acknowledged by the broker", no count, no reason, the records still queued."""
+    from window_operator.broker import free_port
+    from window_operator.cli.common import CliError
+    from window_operator.cli.produce import _load
+
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("".join(f'{{"page": "/a", "ts": {i}}}\n' for i in range(50)))
+    inputs = targets(load_any_config(ROOT / "config/clicks.yaml"))
+    producer = Producer(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "message.timeout.ms": 1000,
+         "log_level": 0}
+    )  # fmt: skip
+    produced = Produced()
+    with pytest.raises(CliError) as stopped:
+        _load(path, inputs, producer, produced, ())
+    assert "a record waited message.timeout.ms unacknowledged" in str(stopped.value)
+    assert "written 0 records" in str(stopped.value)
+    assert len(producer) == 0  # nothing left queued

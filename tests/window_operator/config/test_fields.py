@@ -160,6 +160,14 @@ _RECORD = {"type": "record", "name": "E", "fields": [{"name": "ts", "type": "lon
             "invalid Avro schema: unknown type 'Pt' (neither an Avro type nor a named type "
             "defined before it) in field 'o'",
         ),
+        (
+            # a record in a namespace (as a Confluent registry's usually are): fastavro
+            # names the unknown type with it, 'com.acme.lnog', which the schema does not hold
+            orjson.dumps(
+                _RECORD | {"namespace": "com.acme", "fields": [{"name": "ts", "type": "lnog"}]}
+            ),
+            "invalid Avro schema: unknown type 'lnog' (did you mean 'long'?) in field 'ts'",
+        ),
         (b"{}", "invalid Avro schema: "),
         (orjson.dumps([_RECORD]), "the input schema must be an Avro record (got a list)"),
     ],

@@ -17,6 +17,8 @@ from joinkit import Ev
 
 from window_operator.config import JoinJobConfig, load_any_config, parse_any_config
 from window_operator.join import build_join_runtime
+from window_operator.observe.logs import BatchLog
+from window_operator.observe.metrics import JobMetrics
 from window_operator.simulate import simulate
 from window_operator.spark.driver import BatchReport
 
@@ -249,3 +251,41 @@ def test_bad_input_on_both_join_sides_is_reported_with_its_side(
     assert sorted((r["left"]["n"], r["right"]["n"]) for r in pairs) == [
         (k, 100 + k) for k in range(5)
     ]
+
+
+def test_a_long_running_self_join_counts_each_record_read_once(
+    tmp_path: Path,
+    spark: Any,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    """README (--report): a self-join's partition "is listed for each input, and was
+    read once"; the log line's ``read``, records_read_total and the run's totals count
+    it once. Epochs of 40 records cut the two inputs' ranges of a partition apart, and
+    with 3 partitions on 2 workers one partition's two inputs are on two workers."""
+    topic = unique_name("events")
+    names = (unique_name("job"), topic, topic)
+    one = random_join(kafka_bootstrap, tmp_path, names, events=600, produce=False,
+                      partitions=3,
+                      spark={"mode": "long_running", "max_offsets_per_trigger": 40})  # fmt: skip
+    rows = sorted((row for _, side in one.inputs for row in side), key=lambda r: r[2])
+    both = [Ev(side, e.k, e.k2, e.ts, e.n) for e in one.events for side in (0, 1)]
+    join = RandomJoin(one.config, both, "inner", ((topic, rows),))
+    join.produce(kafka_bootstrap)
+    reports: list[Any] = []
+    job = run_to_end(join.config, kafka_bootstrap, spark, on_report=reports.append)
+    in_topic = len(read_topic(kafka_bootstrap, topic))
+    metrics = JobMetrics(join.config)
+    log = BatchLog(metrics)
+    counted = 0
+    for r in reports:
+        metrics(r)
+        line = log.line(r)
+        if r.batch_id >= 0:
+            counted += int(line.split(", ")[1].removesuffix(" read"))
+    assert metrics.summary().read == in_topic
+    assert job.reports.totals.totals["records"] == in_topic
+    per_input = {s: sum(m.records for r in reports for m in r.ranges if m.range.source == s)
+                 for s in (0, 1)}  # fmt: skip
+    assert per_input == {0: in_topic, 1: in_topic}
+    assert counted == in_topic

@@ -27,7 +27,7 @@ def test_a_local_master_gets_the_defaults_and_the_loopback_driver(
 
 
 #: the driver JVM's log settings, where the job starts it and the user gave none
-JVM_LOG = {"spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG_CONFIG}"}
+JVM_LOG = {"spark.driver.defaultJavaOptions": f"-Dlog4j.configurationFile={LOG_CONFIG}"}
 
 
 def test_the_jvm_log_settings_give_way_to_the_users(
@@ -41,13 +41,33 @@ def test_the_jvm_log_settings_give_way_to_the_users(
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert session_settings("local[1]", {}, submitted=None).conf.items() >= JVM_LOG.items()
     (tmp_path / "log4j2.properties").write_text("rootLogger.level = info\n")
-    assert (
-        "spark.driver.extraJavaOptions" not in session_settings("local[1]", {}, submitted=None).conf
-    )
+    assert not session_settings("local[1]", {}, submitted=None).conf.keys() & JVM_KEYS
     monkeypatch.delenv("SPARK_CONF_DIR")
     own = {"spark.driver.extraJavaOptions": "-Xss4m"}
-    assert session_settings("local[1]", own, submitted=None).conf.items() >= own.items()
-    assert "spark.driver.extraJavaOptions" not in session_settings(None, {}, submitted={}).conf
+    # the user's options and the log settings both reach the JVM (Spark puts the
+    # default options first: a -Dlog4j.configurationFile of the user's wins)
+    assert session_settings("local[1]", own, submitted=None).conf.items() >= (own | JVM_LOG).items()
+    assert not session_settings(None, {}, submitted={}).conf.keys() & JVM_KEYS
+
+
+JVM_KEYS = {"spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions"}
+
+
+def test_the_jvm_log_settings_keep_the_java_options_of_spark_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher PySpark starts reads spark-defaults.conf of the conf dir, where a
+    user's java options (a -javaagent, -Duser.timezone) may stand: the session's conf,
+    passed as --conf, overrode them with the log settings (the user's options were gone
+    from the JVM). Spark puts spark.driver.defaultJavaOptions before them instead; an
+    administrator's own of those stands."""
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Dmine=1\n")
+    conf = session_settings("local[1]", {}, submitted=None).conf
+    assert "spark.driver.extraJavaOptions" not in conf and conf.items() >= JVM_LOG.items()
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.defaultJavaOptions=-Dadmin=1\n")
+    assert not session_settings("local[1]", {}, submitted=None).conf.keys() & JVM_KEYS
 
 
 def test_a_cluster_master_leaves_the_driver_address_to_spark() -> None:

@@ -95,7 +95,38 @@ class InputReader:
         for pos in sorted(self.reading):
             tp = (self.partitions[pos].topic, pos.partition)
             starts[tp] = min(begin[pos], starts.get(tp, begin[pos]))
+        self._check_past_end(begin, starts)
         self.consumer.assign([TopicPartition(t, p, at) for (t, p), at in starts.items()])
+
+    def _check_past_end(
+        self, begin: Mapping[InputPosition, int], starts: Mapping[tuple[str, int], int]
+    ) -> None:
+        """Raise :class:`InputGapError` where a self-join's input starts past its
+        partition's end, while the other starts lower: the partition is assigned from the
+        lower position, so the consumer's own check (``OFFSET_OUT_OF_RANGE`` for an
+        assignment past the end) does not see it, and records written there later would
+        be skipped as ones the state applied."""
+        from confluent_kafka import KafkaException
+
+        ahead = {
+            pos: begin[pos]
+            for pos in self.reading
+            if begin[pos] > starts[(self.partitions[pos].topic, pos.partition)]
+        }
+        if not ahead:
+            return
+        tps = sorted({(self.partitions[pos].topic, pos.partition) for pos in ahead})
+        try:
+            ends = log_ends(self.config, tps)
+        except KafkaException as exc:
+            raise KafkaSourceError(
+                f"{self.name}: could not learn where {tps} end: {exc.args[0].str()}"
+            ) from None
+        for pos, at in sorted(ahead.items()):
+            topic = self.partitions[pos].topic
+            end = ends[(topic, pos.partition)]
+            if at > end:
+                raise InputGapError(past_end_message(self.name, topic, pos.partition, at - 1, end))
 
     def stop(self) -> None:
         """Read no more."""

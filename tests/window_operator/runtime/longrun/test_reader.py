@@ -205,3 +205,37 @@ def test_both_inputs_of_a_self_join_read_their_one_partition(
         assert sorted(p.source for p in reader.take_caught_up()) == [0, 1]
     finally:
         reader.close()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("self_join", [False, True])
+def test_a_position_past_the_partitions_end_is_a_gap_in_a_self_join_too(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], self_join: bool
+) -> None:
+    """Review: an input whose state applied offsets the partition no longer holds (the
+    broker lost them; the topic made again) is refused: records written there later
+    would be skipped as replays. Alone, its consumer's assignment past the end says so
+    (OFFSET_OUT_OF_RANGE); in a self-join whose other input starts lower, the partition
+    was assigned from that input's position only, and the input past the end waited
+    silently, then skipped the offsets up to its position."""
+    topic = unique_name("lost")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [], raw=[(None, b"%d" % i, 0) for i in range(5)])
+    left, right = InputPartition(0, topic, 0), InputPartition(1, topic, 0)
+    parts = [left, right] if self_join else [right]
+    reader = InputReader("r", parts, {"bootstrap.servers": kafka_bootstrap})
+    got: dict[int, list[int]] = {0: [], 1: []}
+    try:
+        with pytest.raises(InputGapError, match="but the partition now ends at offset 5"):
+            reader.assign({left.position: 0, right.position: 8})
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                for c in reader.read(0.5):
+                    got[c.partition.source] += list(c.records.offsets)
+                if got[0] == [0, 1, 2, 3, 4]:  # past the end: written later, skipped
+                    later = [(None, b"%d" % i, 0) for i in range(5, 10)]
+                    produce(kafka_bootstrap, topic, [], raw=later)
+                    got[0].append(-1)
+        assert got[1] == []
+    finally:
+        reader.close()
