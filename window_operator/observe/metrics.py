@@ -172,13 +172,13 @@ class JobMetrics:
             if report.batch_id >= 0:
                 self.last_batch.set(report.batch_id)
             self.last_time.set(time.time())
-            # series appear in the exposition in the order they were first made: every
-            # partition's (from the lag readings) first, and each kind in sorted order
-            self._lag(report)
+            # series appear in the exposition in the order they were first made: each
+            # report's in sorted order
             self._ranges(report)
             for task in sorted(report.tasks, key=lambda t: t.task):
                 self._task(task)
             self._clock(report.clock)
+            self._lag(report)  # last: it asks the broker
 
     def _ranges(self, report: BatchReport) -> None:
         for m in sorted(
