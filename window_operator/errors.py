@@ -18,6 +18,11 @@ from __future__ import annotations
 import traceback
 from collections.abc import Mapping
 
+# The store's errors a library caller meets (README "Library use": a task store already
+# open in this process is refused with ``StoreLockedError``, "all in
+# window_operator.errors"); they stay under :class:`stores.errors.StoreError`.
+from stores.errors import StateCorruptError, StoreError, StoreLockedError
+
 __all__ = [
     "AFRESH",
     "BatchRefusedError",
@@ -29,6 +34,9 @@ __all__ = [
     "USER_CODE_ERRORS",
     "OutputSendError",
     "StartingOffsetsError",
+    "StateCorruptError",
+    "StoreError",
+    "StoreLockedError",
     "TimerPassError",
     "UnknownSourceError",
     "UserCodeExitError",

@@ -54,6 +54,19 @@ _MAX_FLOAT_INT = 2**1024 - 2**970  # float() of anything larger overflows
 _CONTAINERS = (dict, list)
 
 
+def _python_values(column: Sequence[Any] | Any) -> list[Any]:
+    """An ``objects`` column as the Python values a decoder yields: an Arrow array's
+    ``to_pylist()`` and a NumPy array's ``tolist()`` (before, ``list()`` kept Arrow and
+    NumPy scalars, which reached the results, and the next flush failed on them:
+    ``TypeError: Object of type DoubleScalar is not JSON serializable``)."""
+    if hasattr(column, "to_pylist"):
+        values: list[Any] = column.to_pylist()
+        return values
+    if isinstance(column, np.ndarray):
+        return list(column.tolist())
+    return [v.item() if isinstance(v, np.generic) else v for v in column]
+
+
 @dataclass(slots=True)
 class EventBatch:
     """Decoded events in arrival order, one column per attribute.
@@ -99,7 +112,7 @@ class EventBatch:
         ts_arr = np.asarray(ts, dtype=np.int64)
         part, off, wall = position_columns(len(key_list), partition, offset, wall_ms)
         num = {k: np.asarray(v, dtype=np.float64) for k, v in (numeric or {}).items()}
-        obj = {k: list(v) for k, v in (objects or {}).items()}
+        obj = {k: _python_values(v) for k, v in (objects or {}).items()}
         batch = cls(key_list, ts_arr, part, off, num, obj, wall)
         batch.check()
         check_column_values(ts_arr, part, off)
@@ -274,6 +287,8 @@ class RecordDecoder:
         if kf not in record:
             raise RecordRejected(ErrorCode.MISSING_KEY, f"missing key field {kf!r}")
         raw = record[kf]
+        if isinstance(raw, np.generic):  # a NumPy scalar (a row of an array): its value
+            raw = raw.item()
         if isinstance(raw, str):
             key = raw
         elif raw is None:
@@ -328,6 +343,9 @@ class RecordDecoder:
         for f in self.numeric_fields:
             v = rec.get(f, MISSING)
             cls = v.__class__
+            if isinstance(v, np.number):  # a NumPy scalar (a row of an array): its value
+                v = v.item()
+                cls = v.__class__
             # v - v is 0.0 for every finite float, NaN for NaN and the infinities
             if cls is float and v - v == 0.0:
                 nums.append(v)
@@ -358,6 +376,8 @@ class RecordDecoder:
             v = rec.get(f, MISSING)
             if v is MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
+            if isinstance(v, np.number):
+                v = v.item()
             if v.__class__ in _CONTAINERS or v.__class__ is float:
                 check_object_value(f, v)
             objs.append(v)

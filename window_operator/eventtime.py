@@ -11,6 +11,8 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
+import numpy as np
+
 from window_operator.rejections import RecordRejected, show
 from window_operator.results import ErrorCode
 from window_operator.timeunits import number_to_ms
@@ -43,6 +45,8 @@ def field_time_ms(raw: Any, unit: TimestampUnit, name: str | None) -> int:
         return int(raw)  # the usual case, first
     if unit == "iso8601":
         return _iso_time_ms(raw, name)
+    if isinstance(raw, np.number):  # a NumPy scalar (a row of an array): its value
+        raw = raw.item()
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise RecordRejected(
             ErrorCode.BAD_TIMESTAMP,

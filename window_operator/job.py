@@ -212,4 +212,5 @@ def _emit_policy(config: JobConfig) -> EmitPolicy:
         late_mode=LateMode(config.emit.late.mode),
         late_period=config.emit.late.period_ms,
         retention=retention,
+        max_future=config.watermark.max_future,
     )

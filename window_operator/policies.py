@@ -39,6 +39,7 @@ class EmitPolicy:
     * ``late_mode`` / ``late_period``: re-emission of past windows changed by late events.
     * ``retention``: a window stays updatable while ``window_end + retention >
       watermark``; older events go to the error output.
+    * ``max_future``: see the field.
     """
 
     allowed_lateness: int = 0
@@ -47,6 +48,11 @@ class EmitPolicy:
     late_mode: LateMode = LateMode.PERIOD
     late_period: int = 10_000
     retention: int = 3_600_000
+    #: ``watermark.max_future``: a record given with its arrival time (the library's
+    #: ``add_message(..., wall_ms=)``) dated more than this after it is
+    #: ``FUTURE_TIMESTAMP``; ``None`` = no limit. (On Kafka and in ``simulate`` the
+    #: input plans reject those before the operator: see :mod:`window_operator.arrival`.)
+    max_future: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("allowed_lateness", "retention", "late_period"):

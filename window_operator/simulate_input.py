@@ -25,6 +25,7 @@ from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.codecs.json_input import JSON_WHITESPACE, InvalidJsonError, parse_json
 from window_operator.config import InputConfig, JoinInputConfig
 from window_operator.events import EventBatch, IntArray, RecordDecoder
+from window_operator.kernel.positions import MAX_OFFSET, MAX_PARTITION
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = [
@@ -44,10 +45,9 @@ __all__ = [
 
 #: The per-line fields of the Kafka record, removed from the event before decoding.
 META_FIELDS: Final = ("partition", "offset", "wall_ms", "kafka_key")
-#: The largest partition of a line (Kafka's partition ids are 32-bit).
-MAX_LINE_PARTITION: Final = 2**31 - 1
-#: The largest offset of a line (Kafka's are 64-bit; one short, so the next is one too).
-MAX_LINE_OFFSET: Final = 2**63 - 2
+#: The largest partition and offset of a line: a Kafka record's (see kernel.positions).
+MAX_LINE_PARTITION: Final = MAX_PARTITION
+MAX_LINE_OFFSET: Final = MAX_OFFSET
 
 
 @dataclass(slots=True)

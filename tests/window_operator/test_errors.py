@@ -49,3 +49,16 @@ def test_every_exception_is_under_the_package_base(
 def test_exception_text_names_the_type() -> None:
     assert exception_text(ValueError("bad")) == "ValueError: bad"
     assert exception_text(KeyError()) == "KeyError"
+
+
+def test_the_errors_the_library_section_names_are_in_window_operator_errors() -> None:
+    """README "Library use" names ``StoreLockedError`` among the refusals, "all in
+    ``window_operator.errors``"; before, it was only in ``stores.errors``."""
+    import window_operator.errors as errors
+
+    for name in ("InvalidArgumentError", "OperatorClosedError", "OperatorFailedError"):
+        assert name in errors.__all__
+    from stores.errors import StoreLockedError
+
+    assert errors.StoreLockedError is StoreLockedError
+    assert "StoreLockedError" in errors.__all__

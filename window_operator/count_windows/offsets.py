@@ -64,7 +64,10 @@ class OffsetWindows:
         # Offsets of one partition only grow: no lateness, nothing late, and a window
         # is never needed after it fired.
         inner_policy = EmitPolicy(
-            early_period=policy.early_period, late_mode=LateMode.OFF, retention=0
+            early_period=policy.early_period,
+            late_mode=LateMode.OFF,
+            retention=0,
+            max_future=policy.max_future,
         )
         try:
             self.inner = WindowedAggregator(

@@ -20,6 +20,7 @@ from window_operator.columns import (
     position_columns,
 )
 from window_operator.config import JoinInputConfig
+from window_operator.errors import InvalidArgumentError
 from window_operator.events import RecordDecoder
 from window_operator.eventtime import MAX_ABS_TS
 from window_operator.join.common import JoinKey
@@ -27,7 +28,7 @@ from window_operator.jsonbytes import json_bytes, loads_as
 from window_operator.rejections import RecordRejected, raw_of
 from window_operator.results import ErrorCode, ErrorRecord
 
-__all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRecord", "JoinRows"]
+__all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRecord", "JoinRows", "check_join_keys"]
 
 
 @dataclass(slots=True)
@@ -50,6 +51,9 @@ class JoinRows:
     partition: IntArray
     offset: IntArray
     wall_ms: IntArray | None = None
+    #: Whether ``keys`` are known to be of the form a decoder yields (rows the package
+    #: builds); :meth:`from_columns` leaves it to the operator, which knows ``on``.
+    keys_checked: bool = True
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -73,7 +77,7 @@ class JoinRows:
         n = len(keys)
         part, off, wall = position_columns(n, partition, offset, wall_ms)
         recs = [_record_json(i, r) for i, r in enumerate(records)]
-        rows = cls(source, list(keys), np.asarray(ts, np.int64), recs, part, off, wall)
+        rows = cls(source, list(keys), np.asarray(ts, np.int64), recs, part, off, wall, False)
         lengths = {"ts": len(rows.ts), "records": len(rows.records), "partition": len(part)}
         lengths["offset"] = len(off)
         if wall is not None:
@@ -356,3 +360,36 @@ class JoinDecoder:
             recs.append(got.json)
             kept.append(i)
         return keys, tss, recs, kept, errors
+
+
+def _join_value_ok(value: object) -> bool:
+    """Whether ``value`` is a join key part the decoders yield: text of at most
+    :data:`MAX_KEY_BYTES` UTF-8 bytes, or a signed 64-bit integer (not a bool)."""
+    if type(value) is str:
+        try:
+            return len(value.encode()) <= MAX_KEY_BYTES
+        except UnicodeEncodeError:
+            return False
+    return type(value) is int and MIN_I64 <= value <= MAX_I64
+
+
+def check_join_keys(keys: Sequence[object], fields: int) -> None:
+    """Raise :class:`InvalidArgumentError` (before any change) for a key of
+    :class:`JoinRows` that no decoder yields: with one ``on`` field its value, with
+    several the tuple of theirs, without any ``()``. Before, ``(1,)`` for one field was
+    taken and never joined, ``True`` joined ``1``, and ``None``, a list or an integer
+    beyond 64 bits failed the operator."""
+    for i, key in enumerate(keys):
+        if fields == 1:
+            ok = _join_value_ok(key)
+        else:
+            ok = type(key) is tuple and len(key) == fields and all(_join_value_ok(v) for v in key)
+        if not ok:
+            want = (
+                "the value of the one on field (a str, or an int of 64 bits)"
+                if fields == 1
+                else f"a tuple of the {fields} on fields' values (str, or int of 64 bits)"
+                if fields
+                else "() (the join has no on fields)"
+            )
+            raise InvalidArgumentError(f"keys[{i}] = {key!r}: a join key is {want}")

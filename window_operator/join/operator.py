@@ -31,7 +31,7 @@ from window_operator.join.common import (
     UnknownSourceError,
     obj_array,
 )
-from window_operator.join.decoding import JoinDecoder, JoinRows
+from window_operator.join.decoding import JoinDecoder, JoinRows, check_join_keys
 from window_operator.join.emission import JoinEmitter
 from window_operator.join.keys import JoinKeyTable
 from window_operator.join.matching import TimeMatcher
@@ -161,6 +161,9 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         part, ts = rows.partition, rows.ts
         if int(part.min()) < 0 or int(part.max()) > MAX_PARTITION:
             raise InvalidArgumentError(f"partitions must be in [0, {MAX_PARTITION}]")
+        if not rows.keys_checked:  # rows of from_columns: the library's caller's keys
+            check_join_keys(rows.keys, len(self.spec.on))
+            rows.keys_checked = True
         kernel = self.kernel
         adm = kernel.admit(side, part, rows.offset)
         off, fresh = adm.offsets, adm.fresh

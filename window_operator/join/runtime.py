@@ -85,6 +85,7 @@ def build_join_runtime(config: JoinJobConfig, *, source: str | None = None) -> J
         retention=config.retention.time,
         allowed_lateness=config.watermark.allowed_lateness,
         idle_timeout=config.watermark.idle_timeout,
+        max_future=config.watermark.max_future,
         left_topic=j.left.topic_name,
         right_topic=j.right.topic_name,
     )

@@ -38,6 +38,7 @@ class JoinSpec:
     retention: int = 3_600_000
     allowed_lateness: int = 0
     idle_timeout: int | None = None
+    max_future: int | None = None
     left_topic: str | None = None
     right_topic: str | None = None
 
@@ -88,6 +89,7 @@ class JoinSpec:
             allowed_lateness=self.allowed_lateness,
             idle_timeout=self.idle_timeout,
             retention=self.retention,
+            max_future=self.max_future,
         )
 
     def outer(self, side: int) -> bool:

@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.arrays import IntArray
+from window_operator.arrival import future_error
 from window_operator.errors import (
     InvalidArgumentError,
     JobSetupError,
@@ -178,6 +179,14 @@ class OperatorKernel(Generic[R]):
         off = last + 1 if offset is None else offset
         try:
             value = decoder.decode_one(message, record_time, record_key)
+            limit = self.policy.max_future
+            if limit is not None and record_time is not None and record_time >= 0:
+                # the far-future guard of the input plans, for a record given with its
+                # arrival time: before, the library took a year-3000 event, whose
+                # watermark then rejected every later event as OUT_OF_RETENTION
+                ts = getattr(value, "ts", None)  # a DecodedEvent's or a JoinRecord's
+                if isinstance(ts, int) and ts - record_time > limit:
+                    raise RecordRejected(*future_error(ts, record_time, limit))
         except RecordRejected as rej:
             self.positions.mark_at(pos, off)
             self.outputs.reject(

@@ -18,6 +18,9 @@ from window_operator.arrays import BoolArray, IntArray, distinct
 from window_operator.errors import InvalidArgumentError
 
 __all__ = [
+    "MAX_OFFSET",
+    "MAX_PARTITION",
+    "MAX_WALL",
     "InputPosition",
     "Positions",
     "check_record_position",
@@ -25,6 +28,15 @@ __all__ = [
     "check_time",
     "input_position",
 ]
+
+
+#: The largest partition and offset a Kafka record can have (its partition ids are 32-bit,
+#: its offsets 64-bit: one short, so that the next offset is one too); a position beyond
+#: them has no 64-bit form in the checkpoint or the columns.
+MAX_PARTITION = 2**31 - 1
+MAX_OFFSET = 2**63 - 2
+#: Wall clocks (``wall_ms``, ``timeout``) are within +-2^62 ms (``END_OF_TIME``).
+MAX_WALL = 2**62
 
 
 def _whole(value: object) -> TypeGuard[int | np.integer[Any]]:
@@ -43,30 +55,38 @@ def check_record_position(
     p, o, w = partition, offset, wall_ms
     if (
         type(p) is int
-        and p >= 0
-        and (type(o) is int and o >= 0 or (o is None and next_offset))
-        and (w is None or type(w) is int)
+        and 0 <= p <= MAX_PARTITION
+        and (type(o) is int and 0 <= o <= MAX_OFFSET or (o is None and next_offset))
+        and (w is None or type(w) is int and -MAX_WALL <= w <= MAX_WALL)
     ):
         return p, o, w  # the usual case, first: a record of the library's add_message
     if not _whole(p) or p < 0:
         raise InvalidArgumentError(f"partition must be an integer >= 0, got {p!r}")
+    if p > MAX_PARTITION:
+        raise InvalidArgumentError(f"partition must be at most 2^31 - 1 (Kafka's), got {p!r}")
     if o is None and not next_offset:
         raise InvalidArgumentError("offset must be an integer >= 0, got None")
     if o is not None and (not _whole(o) or o < 0):
         raise InvalidArgumentError(f"offset must be None or an integer >= 0, got {o!r}")
+    if o is not None and o > MAX_OFFSET:
+        raise InvalidArgumentError(f"offset must be at most 2^63 - 2 (Kafka's), got {o!r}")
     if w is not None and not _whole(w):
         raise InvalidArgumentError(f"wall_ms must be None or an integer (ms), got {w!r}")
+    if w is not None and not -MAX_WALL <= w <= MAX_WALL:
+        raise InvalidArgumentError(f"wall_ms must be within +-2^62 ms, got {w!r}")
     return int(p), None if o is None else int(o), None if w is None else int(w)
 
 
 def check_time(now_ms: object) -> int:
     """A wall clock given to ``timeout`` as a Python int (epoch ms), or
     :class:`InvalidArgumentError` (before, ``"soon"`` failed the operator)."""
-    if type(now_ms) is int:
+    if type(now_ms) is int and -MAX_WALL <= now_ms <= MAX_WALL:
         return now_ms
     if not _whole(now_ms):
         raise InvalidArgumentError(f"now_ms must be an integer (epoch ms), got {now_ms!r}")
-    return int(now_ms)
+    # beyond +-2^62 (END_OF_TIME) a clock is at the end (or the start) of time: before,
+    # -2^64 was taken and failed the next flush (no 64-bit form in the checkpoint)
+    return max(-MAX_WALL, min(int(now_ms), MAX_WALL))
 
 
 def check_source(source: object, sources: int) -> int:

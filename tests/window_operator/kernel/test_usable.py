@@ -301,3 +301,137 @@ def test_only_the_type_error_of_a_call_that_does_not_bind_is_not_a_failure() -> 
 
     assert verdict() is False
     assert verdict(1) is True
+
+
+@pytest.mark.parametrize(
+    ("partition", "offset", "wall_ms"),
+    [(2**31, None, None), (0, 2**63 - 1, None), (0, 2**64 + 5, None), (0, None, 2**64),
+     (0, None, -(2**64))],
+)  # fmt: skip
+def test_positions_beyond_kafka_ranges_are_refused_before_any_change(
+    tmp_path: Path, partition: int, offset: int | None, wall_ms: int | None
+) -> None:
+    """Before: taken and reported applied; then the next flush raised ``TypeError:
+    Integer exceeds 64-bit range`` (or an ``add_batch`` an ``OverflowError``), which
+    failed the operator and lost every record since the last commit."""
+    runtime = runtime_for(aggregations=SUM)
+    op = runtime.open_task(tmp_path)
+    record = {"k": "a", "ts": BASE, "v": 1.0}
+    with pytest.raises(InvalidArgumentError, match="at most|within"):
+        op.add_message(record, partition=partition, offset=offset, wall_ms=wall_ms)
+    # the operator stays usable, and the largest Kafka positions are taken
+    assert op.add_message(record, partition=2**31 - 1, offset=2**63 - 2).applied == 1
+    op.timeout(-(2**64))  # a clock before the start of time: no timer to run
+    op.flush()
+    op.close()
+    assert runtime.open_task(tmp_path).offsets == {(0, 2**31 - 1): 2**63 - 2}
+
+
+def test_numpy_scalars_in_records_are_taken_as_their_values(tmp_path: Path) -> None:
+    """Rows of a NumPy array hold NumPy scalars (``np.float64`` is even a ``float``).
+    Before: every such record was rejected (``WRONG_TYPE: field 'v' must be a number,
+    got float64 2.0``, ``BAD_TIMESTAMP`` for an ``np.int64`` time, ``BAD_KEY`` for an
+    ``np.int64`` key), by ``add_message`` and ``add_batch`` alike."""
+    aggs = [*SUM, {"name": "f", "op": "first", "field": "w"}]
+    runtime = runtime_for(aggregations=aggs)
+    op = runtime.open_task(tmp_path)
+    ts = np.array([BASE, BASE + 1], dtype=np.int64)
+    v = np.array([1.5, 2.5])
+    records = [{"k": np.int64(7), "ts": ts[i], "v": v[i], "w": np.int32(i)} for i in range(2)]
+    assert op.add_message(records[0]).applied == 1
+    assert op.add_batch([records[1]]).applied == 1
+    nan = {"k": "7", "ts": BASE, "v": np.float64("nan"), "w": 0}
+    assert op.add_message(nan).rejected == 1  # a NaN is NaN, whatever holds it
+    assert [e.code.value for e in op.get_errors()] == ["NON_FINITE_VALUE"]
+    op.timeout(2**62)
+    (result,) = op.get_result()
+    assert (result.key, result.values) == ("7", {"s": 4.0, "f": 0})
+    assert type(result.values["f"]) is int
+    op.close()
+
+
+@pytest.mark.parametrize(
+    ("on", "key"),
+    [(["k"], (1,)), (["k"], True), (["k"], 1.0), (["k"], None), (["k"], [1]), (["k"], 2**70),
+     (["k", "k2"], 1), (["k", "k2"], (1,)), (["k", "k2"], (1, None)), ([], 1)],
+)  # fmt: skip
+def test_join_rows_with_keys_no_decoder_yields_are_refused_before_any_change(
+    tmp_path: Path, on: list[str], key: object
+) -> None:
+    """``JoinRows.from_columns``' keys are the ``on`` value (one field), the tuple of
+    them (several), or ``()`` (none). Before: ``(1,)`` for one field was taken and never
+    joined, ``True`` and ``1.0`` joined ``1``, and ``None``, a list or an integer beyond
+    64 bits failed the operator (``TypeError`` / ``KeyEncodingError``)."""
+    op = join_runtime({"on": on, "range": "1m"}).open_task(tmp_path)
+    good = {0: (), 1: 1, 2: (1, "x")}[len(on)]
+    left = JoinRows.from_columns([good], [BASE], ['{"k": 1, "k2": "x"}'], source=0)
+    assert op.add_batch(left).applied == 1
+    rows = JoinRows.from_columns([key], [BASE], ['{"k": 1, "k2": "x"}'], source=1)  # type: ignore[list-item]
+    with pytest.raises(InvalidArgumentError, match=r"keys\[0\]"):
+        op.add_batch(rows)
+    right = JoinRows.from_columns([good], [BASE], ['{"k": 1, "k2": "x"}'], source=1)
+    assert op.add_batch(right).matches == 1  # still usable, and the right key joins
+    op.close()
+
+
+@pytest.mark.parametrize("shape", [*sorted(WINDOWS), "offsets"])
+def test_add_message_with_its_arrival_time_guards_against_far_future_events(
+    tmp_path: Path, shape: str
+) -> None:
+    """README: an event dated more than ``watermark.max_future`` after its arrival is
+    ``FUTURE_TIMESTAMP`` and never reaches the operator. Before, the library's
+    ``add_message(..., wall_ms=)`` took a year-3000 event; its watermark then rejected
+    every later event as ``OUT_OF_RETENTION``, in the committed state too."""
+    window = WINDOWS.get(shape, {"type": "offsets", "size": 3})
+    runtime = runtime_for(window=window, aggregations=SUM)
+    op = runtime.open_task(tmp_path)
+    year_3000 = 32_503_680_000_000
+    assert op.add_message({"k": "a", "ts": BASE, "v": 1.0}, wall_ms=BASE).applied == 1
+    assert op.add_message({"k": "a", "ts": year_3000, "v": 9.0}, wall_ms=BASE + 1).rejected == 1
+    (error,) = op.get_errors()
+    assert (error.code.value, error.offset) == ("FUTURE_TIMESTAMP", 1)
+    assert "watermark.max_future" in error.reason
+    # a day ahead is within the default limit, and an event without its arrival time
+    # is not checked (as a Kafka record without a timestamp)
+    assert op.add_message({"k": "a", "ts": BASE + 2, "v": 1.0}, wall_ms=BASE + 2).applied == 1
+    assert op.get_errors() == []
+    op.close()
+
+
+def test_a_join_message_with_its_arrival_time_is_guarded_too(tmp_path: Path) -> None:
+    op = join_runtime({"range": "1m"}).open_task(tmp_path)
+    assert op.add_message("L", {"k": 1, "ts": 32_503_680_000_000}, wall_ms=BASE).rejected == 1
+    assert [e.code.value for e in op.get_errors()] == ["FUTURE_TIMESTAMP"]
+    assert op.add_message("L", {"k": 1, "ts": BASE}, wall_ms=BASE).applied == 1
+    op.close()
+
+
+@pytest.mark.parametrize("column", ["arrow", "numpy_int", "numpy_float"])
+def test_object_columns_of_arrow_or_numpy_arrays_hold_python_values(
+    tmp_path: Path, column: str
+) -> None:
+    """README: ``add_batch`` takes "an EventBatch of NumPy/Arrow columns". Before, an
+    ``objects`` column kept Arrow / NumPy scalars: results held ``pyarrow.DoubleScalar``
+    (a null as ``DoubleScalar(None)``) or ``np.float64``, and the next flush failed
+    (``TypeError: Object of type DoubleScalar is not JSON serializable``, ``int64``
+    alike), failing the operator."""
+    import pyarrow as pa
+
+    aggs = [*SUM, {"name": "c", "op": "collect", "field": "v"}]
+    op = runtime_for(aggregations=aggs).open_task(tmp_path)
+    objects: Any = {
+        "arrow": pa.array([1.0, None]),
+        "numpy_int": np.array([1, 2]),
+        "numpy_float": np.array([1.0, 2.0]),
+    }[column]
+    expected = {"arrow": [1.0, None], "numpy_int": [1, 2], "numpy_float": [1.0, 2.0]}[column]
+    batch = EventBatch.from_columns(
+        ["a", "a"], [BASE, BASE + 1], numeric={"v": [1.0, 2.0]}, objects={"v": objects}
+    )
+    assert op.add_batch(batch).applied == 2
+    op.flush()  # before: TypeError, and the operator failed
+    op.timeout(2**62)
+    (result,) = op.get_result()
+    assert result.values["c"] == expected
+    assert [type(v) for v in result.values["c"]] == [type(v) for v in expected]
+    op.close()
