@@ -255,3 +255,10 @@ class TextDumpsOverHundredOp(SumOp):
 
     def loads(self, data: bytes) -> float:
         return float(data)
+
+
+class CombineFailsOp(SumOp):
+    """A sum whose ``combine`` raises: no record nor window can take the blame."""
+
+    def combine(self, a: float, b: float) -> float:
+        raise ZeroDivisionError("combine of two partial sums")

@@ -23,7 +23,12 @@ from window_operator.aggregations.base import (
     VectorOp,
 )
 from window_operator.columns import check_column_values
-from window_operator.errors import USER_CODE_ERRORS, InvalidArgumentError, exception_text
+from window_operator.errors import (
+    USER_CODE_ERRORS,
+    InvalidArgumentError,
+    UserOpError,
+    exception_text,
+)
 from window_operator.events import EventBatch
 from window_operator.results import FailedValue
 
@@ -204,20 +209,28 @@ class AggregationSet:
 
     def combine(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Row-wise combine of two ``(n, width)`` arrays."""
-        return self._rowwise(a, b, lambda op, x, y: op.combine(x, y))
+        return self._rowwise(a, b, "combine", lambda op, x, y: op.combine(x, y))
 
     def deduct(self, a: FloatArray, b: FloatArray) -> FloatArray:
         """Row-wise inverse of :meth:`combine`."""
-        return self._rowwise(a, b, lambda op, x, y: op.deduct(x, y))
+        return self._rowwise(a, b, "deduct", lambda op, x, y: op.deduct(x, y))
 
     def _rowwise(
-        self, a: FloatArray, b: FloatArray, step: Callable[[VectorOp, FloatArray, FloatArray], Any]
+        self,
+        a: FloatArray,
+        b: FloatArray,
+        method: str,
+        step: Callable[[VectorOp, FloatArray, FloatArray], Any],
     ) -> FloatArray:
-        """``step`` of each vector operation over its columns of ``a`` and ``b``."""
+        """``step`` (``method``) of each vector operation over its columns of ``a`` and
+        ``b``; a user-defined one that raises is a :class:`UserOpError`."""
         out = np.empty_like(a)
         with _overflow_is_null():
-            for _, op, sl in self.vector:
-                out[:, sl] = step(op, a[:, sl], b[:, sl])
+            for agg, op, sl in self.vector:
+                try:
+                    out[:, sl] = step(op, a[:, sl], b[:, sl])
+                except Exception as exc:
+                    raise UserOpError.of(agg.name, method, exc) from exc
         return out
 
     def deduct_checked(self, a: FloatArray, b: FloatArray) -> tuple[FloatArray, IntArray]:
@@ -246,8 +259,15 @@ class AggregationSet:
         return [op.create() for _, op in self.objects]
 
     def combine_objects(self, a: list[Any], b: list[Any]) -> list[Any]:
-        """Combine two lists of object accumulators."""
-        return [op.combine(x, y) for (_, op), x, y in zip(self.objects, a, b, strict=True)]
+        """Combine two lists of object accumulators (a user-defined operation that
+        raises is a :class:`UserOpError`)."""
+        out = []
+        for (agg, op), x, y in zip(self.objects, a, b, strict=True):
+            try:
+                out.append(op.combine(x, y))
+            except Exception as exc:
+                raise UserOpError.of(agg.name, "combine", exc) from exc
+        return out
 
     # -- results ------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ __all__ = [
     "TimerPassError",
     "UnknownSourceError",
     "UserCodeExitError",
+    "UserOpError",
     "WindowOperatorError",
     "exception_text",
     "show",
@@ -120,6 +121,22 @@ class UserCodeExitError(WindowOperatorError):
             last = frames[-1]
             where = f" in {last.name} ({last.filename}, line {last.lineno})"
         return cls(f"a user-defined operation called sys.exit({exc.code!r}){where}")
+
+
+class UserOpError(WindowOperatorError):
+    """A user-defined operation raised where no record nor window can take the blame
+    (``combine`` of two accumulators): the job stops, naming the operation, the method
+    and the line that raised (before, a traceback from inside the engine)."""
+
+    @classmethod
+    def of(cls, name: str, method: str, exc: Exception) -> UserOpError:
+        """The error of ``exc``, raised by ``method`` of aggregation ``name``."""
+        where = ""
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames:
+            last = frames[-1]
+            where = f" ({last.filename}, line {last.lineno})"
+        return cls(f"aggregation {name!r}: {method} raised {exception_text(exc)}{where}")
 
 
 #: What user code may raise where the job blames a record or a window on it: any

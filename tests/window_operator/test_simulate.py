@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.config import parse_any_config
-from window_operator.errors import UserCodeExitError
+from window_operator.errors import UserCodeExitError, UserOpError
 from window_operator.join import build_join_runtime
 from window_operator.simulate import FinishedStateError, SimulationSummary, simulate
 from window_operator.simulate_input import META_FIELDS
@@ -616,6 +616,21 @@ def test_sys_exit_where_no_record_or_window_can_be_blamed_fails_the_run(tmp_path
     window = {"type": "hopping", "size": "10s", "step": "5s"}
     with pytest.raises(UserCodeExitError, match=r"called sys.exit\(3\) in combine \(.*udf_example"):
         run(lines, tmp_path, 10, aggregations=aggs, window=window)
+
+
+def test_a_user_combine_that_raises_fails_the_run_naming_it(tmp_path: Path) -> None:
+    """An exception in a user ``combine`` while windows fire was a traceback from inside
+    the engine: a UserOpError names the aggregation, the method and the line."""
+    lines = [orjson.dumps({"k": "a", "ts": BASE + i * 500, "v": 1}) for i in range(3)]
+    aggs = [{"name": "s", "op": "udf_example:CombineFailsOp", "field": "v"}]
+    window = {"type": "hopping", "size": "10s", "step": "5s"}
+    with pytest.raises(UserOpError) as info:
+        run(lines, tmp_path, 10, aggregations=aggs, window=window)
+    message = str(info.value)
+    assert message.startswith(
+        "aggregation 's': combine raised ZeroDivisionError: combine of two partial sums ("
+    )
+    assert "udf_example.py, line " in message
 
 
 @pytest.mark.parametrize("batch_size", [1, 10_000])

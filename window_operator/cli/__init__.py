@@ -30,6 +30,7 @@ from window_operator.errors import (
     JobSetupError,
     StartingOffsetsError,
     UserCodeExitError,
+    UserOpError,
 )
 from window_operator.kafka_admin import KafkaAdminError
 from window_operator.observe.logs import setup_logging
@@ -82,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _STARTUP_FAILURES as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except UserCodeExitError as exc:
+    except (UserCodeExitError, UserOpError) as exc:
         print(f"window-operator: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except StateCorruptError as exc:
