@@ -115,11 +115,7 @@ class UserCodeExitError(WindowOperatorError):
     def of(cls, exc: SystemExit) -> UserCodeExitError:
         """The error of ``exc``, the ``SystemExit`` user code raised (naming the line
         that raised it)."""
-        where = ""
-        frames = traceback.extract_tb(exc.__traceback__)
-        if frames:
-            last = frames[-1]
-            where = f" in {last.name} ({last.filename}, line {last.lineno})"
+        where = _raised_at(exc)
         return cls(f"a user-defined operation called sys.exit({exc.code!r}){where}")
 
 
@@ -131,12 +127,19 @@ class UserOpError(WindowOperatorError):
     @classmethod
     def of(cls, name: str, method: str, exc: Exception) -> UserOpError:
         """The error of ``exc``, raised by ``method`` of aggregation ``name``."""
-        where = ""
-        frames = traceback.extract_tb(exc.__traceback__)
-        if frames:
-            last = frames[-1]
-            where = f" ({last.filename}, line {last.lineno})"
+        where = _raised_at(exc, function=False)
         return cls(f"aggregation {name!r}: {method} raised {exception_text(exc)}{where}")
+
+
+def _raised_at(exc: BaseException, *, function: bool = True) -> str:
+    """`` in combine (ops.py, line 12)``: where ``exc`` was raised (its function's name
+    unless not ``function``; empty without a traceback)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    name = f" in {last.name}" if function else ""
+    return f"{name} ({last.filename}, line {last.lineno})"
 
 
 #: What user code may raise where the job blames a record or a window on it: any
