@@ -262,3 +262,13 @@ class CombineFailsOp(SumOp):
 
     def combine(self, a: float, b: float) -> float:
         raise ZeroDivisionError("combine of two partial sums")
+
+
+class LoadsFailsOp(SumOp):
+    """A sum whose ``loads`` cannot read what its ``dumps`` wrote."""
+
+    def dumps(self, acc: float) -> bytes:
+        return repr(acc).encode()
+
+    def loads(self, data: bytes) -> float:
+        raise ValueError(f"cannot read {data!r}")

@@ -22,6 +22,7 @@ from window_operator.aggregations.base import (
     ObjectOp,
     VectorOp,
 )
+from window_operator.aggregations.registry import BUILTIN_OPS
 from window_operator.columns import check_column_values
 from window_operator.errors import (
     USER_CODE_ERRORS,
@@ -328,3 +329,15 @@ def _finish_one(name: str, finish: Callable[[Any], Any], acc: Any) -> Any:
         return finish(acc)
     except USER_CODE_ERRORS as exc:  # user code: the window's result is an error
         return _failed(name, exc)
+
+
+def load_object(op: ObjectOp, data: bytes) -> Any:
+    """``op.loads(data)``: a user-defined operation that raises is a
+    :class:`UserOpError` naming it (before, a StateCorruptError that blamed the store);
+    a built-in one's ``ValueError`` stays, for the caller to call the record corrupt."""
+    try:
+        return op.loads(data)
+    except Exception as exc:
+        if op.op_name in BUILTIN_OPS:
+            raise
+        raise UserOpError.of(op.op_name, "loads", exc, what="operation") from exc

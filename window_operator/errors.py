@@ -125,10 +125,11 @@ class UserOpError(WindowOperatorError):
     and the line that raised (before, a traceback from inside the engine)."""
 
     @classmethod
-    def of(cls, name: str, method: str, exc: Exception) -> UserOpError:
-        """The error of ``exc``, raised by ``method`` of aggregation ``name``."""
+    def of(cls, name: str, method: str, exc: Exception, what: str = "aggregation") -> UserOpError:
+        """The error of ``exc``, raised by ``method`` of aggregation ``name`` (or of
+        ``what`` else: an ``operation`` named by its op)."""
         where = _raised_at(exc, function=False)
-        return cls(f"aggregation {name!r}: {method} raised {exception_text(exc)}{where}")
+        return cls(f"{what} {name!r}: {method} raised {exception_text(exc)}{where}")
 
 
 def _raised_at(exc: BaseException, *, function: bool = True) -> str:

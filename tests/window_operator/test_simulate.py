@@ -633,6 +633,22 @@ def test_a_user_combine_that_raises_fails_the_run_naming_it(tmp_path: Path) -> N
     assert "udf_example.py, line " in message
 
 
+def test_a_user_loads_that_raises_names_the_operation_not_the_store(tmp_path: Path) -> None:
+    """A state written by ``dumps`` that ``loads`` cannot read back: before, a
+    StateCorruptError said the store's frame record did not decode."""
+    aggs = [{"name": "s", "op": "udf_example:LoadsFailsOp", "field": "v"}]
+    runtime = runtime_for(aggregations=aggs, window={"type": "tumbling", "size": "10s"})
+    op = runtime.open_task(tmp_path)
+    op.add_message({"k": "a", "ts": BASE, "v": 1})
+    op.flush()
+    op.close()
+    with pytest.raises(UserOpError) as info:  # the open frames are read back at the open
+        runtime.open_task(tmp_path)
+    assert str(info.value).startswith(
+        "operation 'udf_example:LoadsFailsOp': loads raised ValueError: cannot read b'1.0' ("
+    )
+
+
 @pytest.mark.parametrize("batch_size", [1, 10_000])
 def test_a_job_keyed_by_several_fields_counts_each_combination(
     tmp_path: Path, batch_size: int

@@ -29,7 +29,7 @@ from stores.errors import StateCorruptError
 from stores.keyspace import KeySlotKeyspace
 from stores.rocks import ColumnFamily
 from window_operator.aggregations.base import ObjectOp
-from window_operator.aggset import AggregationSet
+from window_operator.aggset import AggregationSet, load_object
 from window_operator.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = [
@@ -138,7 +138,7 @@ class FrameCodec:
                 for j, op in self.stored_objects:
                     (length,) = _LEN.unpack_from(data, pos)
                     pos += _LEN.size
-                    objs[j] = op.loads(data[pos : pos + length])
+                    objs[j] = load_object(op, data[pos : pos + length])
                     pos += length
             except (ValueError, struct.error) as exc:
                 raise StateCorruptError(f"count-window frame record: {exc}") from exc

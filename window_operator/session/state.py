@@ -39,7 +39,7 @@ from stores.keyspace import (
 )
 from stores.rocks import ColumnFamily
 from window_operator.aggregations.base import Ordering
-from window_operator.aggset import AggregationSet, PendingMessage
+from window_operator.aggset import AggregationSet, PendingMessage, load_object
 from window_operator.arrays import BoolArray, FloatArray, IntArray
 from window_operator.jsonbytes import json_bytes, loads_as
 
@@ -240,7 +240,7 @@ class SessionRecordCodec:
                 continue
             (length,) = _LEN.unpack_from(tail, pos)
             pos += _LEN.size
-            objs[j] = op.loads(tail[pos : pos + length])
+            objs[j] = load_object(op, tail[pos : pos + length])
             pos += length
         return RecordTail(extra, objs)
 

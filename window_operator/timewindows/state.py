@@ -25,7 +25,7 @@ import numpy as np
 from stores.errors import StateCorruptError
 from stores.keyspace import KeyTimeKeyspace, TimeFirstKeyspace
 from stores.rocks import ColumnFamily
-from window_operator.aggset import AggregationSet
+from window_operator.aggset import AggregationSet, load_object
 from window_operator.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = [
@@ -129,7 +129,7 @@ class FrameCodec:
                 for j, op in self.stored_objects:
                     (length,) = _LEN.unpack_from(data, pos)
                     pos += 4
-                    objs[j] = op.loads(data[pos : pos + length])
+                    objs[j] = load_object(op, data[pos : pos + length])
                     pos += length
         except (ValueError, struct.error) as exc:
             raise StateCorruptError(f"frame record does not decode: {exc}") from exc
