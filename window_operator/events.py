@@ -67,6 +67,19 @@ def _python_values(column: Sequence[Any] | Any) -> list[Any]:
     return [v.item() if isinstance(v, np.generic) else v for v in column]
 
 
+def _numpy_number(name: str, v: np.number[Any]) -> float:
+    """A NumPy scalar field's value as the columns hold it (off the per-record fast path,
+    which takes Python floats and ints)."""
+    x = v.item()
+    if not isinstance(x, int | float):  # a complex number
+        raise RecordRejected(
+            ErrorCode.WRONG_TYPE, f"field {name!r} must be a number, got {show(v)}"
+        )
+    if x - x == 0.0:
+        return float(x)
+    raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite(name, x))
+
+
 @dataclass(slots=True)
 class EventBatch:
     """Decoded events in arrival order, one column per attribute.
@@ -343,9 +356,6 @@ class RecordDecoder:
         for f in self.numeric_fields:
             v = rec.get(f, MISSING)
             cls = v.__class__
-            if isinstance(v, np.number):  # a NumPy scalar (a row of an array): its value
-                v = v.item()
-                cls = v.__class__
             # v - v is 0.0 for every finite float, NaN for NaN and the infinities
             if cls is float and v - v == 0.0:
                 nums.append(v)
@@ -357,6 +367,8 @@ class RecordDecoder:
                 raise RecordRejected(ErrorCode.NON_FINITE_VALUE, non_finite(f, v))
             elif v is MISSING:
                 raise RecordRejected(ErrorCode.MISSING_FIELD, f"missing field {f!r}")
+            elif isinstance(v, np.number):  # a NumPy scalar (a row of an array): its value
+                nums.append(_numpy_number(f, v))
             else:
                 raise RecordRejected(
                     ErrorCode.WRONG_TYPE, f"field {f!r} must be a number, got {show(v)}"
