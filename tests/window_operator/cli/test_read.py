@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from codeckit import avro_body
 from jobkit import create_topic, input_records, join_batch_job, produce, read_topic
 
 from window_operator.broker import free_port
@@ -250,8 +250,6 @@ def test_an_avro_inputs_error_records_read_with_the_record_they_decoded_to(
 ) -> None:
     """An Avro record the job rejected (a null key or event time) is binary: ``read
     --errors`` adds the record it decoded to; a value that does not decode has none."""
-    import fastavro
-
     schema = {
         "type": "record",
         "name": "E",
@@ -261,12 +259,9 @@ def test_an_avro_inputs_error_records_read_with_the_record_they_decoded_to(
         ],
     }
     (tmp_path / "e.avsc").write_bytes(orjson.dumps(schema))
-    parsed = fastavro.parse_schema(schema)
 
     def avro(record: dict[str, object]) -> bytes:
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, parsed, record)
-        return out.getvalue()
+        return avro_body(schema, record)
 
     topic = unique_name("in")
     create_topic(kafka_bootstrap, topic, 1)
