@@ -1,9 +1,10 @@
 """Input lag per partition: the end offset of each input partition minus the job's position.
 
 The job's position in a partition is the end of the last range it processed (the next
-offset it reads); before its first batch in this process, the one its Spark checkpoint
-recorded. End offsets are the last stable offsets (``read_committed``, as the job reads),
-asked once per batch with one ListOffsets request.
+offset it reads; of a self-join's two inputs, the slower one's); before its first batch
+in this process, the one its Spark checkpoint recorded. End offsets are the last stable
+offsets (``read_committed``, as the job reads), asked once per batch with one
+ListOffsets request.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 from window_operator.kafka_admin import KafkaAdmin, KafkaAdminError
 from window_operator.observe.checkpoint import TopicPartition, read_checkpoint
+from window_operator.runtime.longrun.progress import InputEnd, slowest_positions
 
 __all__ = ["InputLag", "LagReading"]
 
@@ -56,6 +58,8 @@ class InputLag:
         self.topics = list(dict.fromkeys(topics))
         self.admin = KafkaAdmin(bootstrap_servers, client_config=client_config)
         self.positions: dict[TopicPartition, int] = {}
+        #: per (source, topic, partition): how far each input read
+        self._inputs: dict[InputEnd, int] = {}
         #: the Spark checkpoint of a job of ``shape`` (the positions it goes on from)
         self.checkpoint_dir, self.shape = checkpoint_dir, shape
         if checkpoint_dir is not None:
@@ -63,11 +67,13 @@ class InputLag:
         self._partitions: list[TopicPartition] = []
         self._asked = 0.0
 
-    def advance(self, ranges: Iterable[tuple[str, int, int]]) -> None:
-        """The job processed up to ``end`` (exclusive) of ``(topic, partition, end)``."""
-        for topic, partition, end in ranges:
-            tp = (topic, partition)
-            self.positions[tp] = max(end, self.positions.get(tp, 0))
+    def advance(self, ends: Iterable[tuple[InputEnd, int]]) -> None:
+        """The job processed up to ``end`` (exclusive) of each
+        ``((source, topic, partition), end)``."""
+        inputs = self._inputs
+        for at, end in ends:
+            inputs[at] = max(end, inputs.get(at, 0))
+        self.positions.update(slowest_positions(inputs))
 
     def _input_partitions(self) -> list[TopicPartition]:
         if not self._partitions or time.monotonic() - self._asked > METADATA_EVERY_S:

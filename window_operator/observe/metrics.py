@@ -252,7 +252,8 @@ class JobMetrics:
     def _lag(self, report: BatchReport) -> None:
         if self.lag is None:
             return
-        self.lag.advance((m.range.topic, m.range.partition, m.range.end) for m in report.ranges)
+        ranges = (m.range for m in report.ranges)
+        self.lag.advance(((r.source, r.topic, r.partition), r.end) for r in ranges)
         readings = self.lag.read()
         self._lag_measured = readings is not None
         if readings is not None:  # else the broker did not answer: the gauges stand still

@@ -425,7 +425,7 @@ class LongRunningJob(SparkJob):
 
     def _record_progress(self, report: BatchReport) -> None:
         """Keep the newest read positions and activity where ``status`` finds them."""
-        ends = [(m.range.topic, m.range.partition, m.range.end) for m in report.ranges]
+        ends = [((r.source, r.topic, r.partition), r.end) for r in (m.range for m in report.ranges)]
         try:
             record_progress(self.checkpoint_dir, ends, report.clock)
         except OSError as exc:

@@ -18,7 +18,7 @@ from window_operator.kernel import ClockState
 from window_operator.observe.lag import InputLag
 from window_operator.observe.metrics import JobMetrics
 from window_operator.runtime.exchange import InputPartition, MapReport
-from window_operator.runtime.longrun.progress import record_progress
+from window_operator.runtime.longrun.progress import Progress, read_progress, record_progress
 from window_operator.runtime.report import TaskReport
 from window_operator.spark.driver import BatchReport
 
@@ -47,7 +47,7 @@ def test_a_partition_no_batch_read_yet_is_where_the_checkpoint_started_it(
     )
     (checkpoint / "commits" / "0").write_text("v1\n{}\n")
     produce(kafka_bootstrap, topic, [], raw=[(b"a", b"{}", 0)])
-    lag.advance([(topic, 0, 4)])
+    lag.advance([((0, topic, 0), 4)])
     after = lag.read()
     assert after is not None
     assert [(r.partition, r.position, r.lag) for r in after] == [(0, 4, 0), (1, 3, 0)]
@@ -69,11 +69,39 @@ def test_after_a_switch_of_shape_the_lag_is_from_where_this_shape_goes_on(
         "v1\n" + json.dumps({"batchTimestampMs": 1}) + "\n" + json.dumps({topic: {"0": 2}}) + "\n"
     )
     (checkpoint / "commits" / "0").write_text("v1\n{}\n")
-    record_progress(checkpoint, [(topic, 0, 6)], ClockState())  # the workers ran later
+    record_progress(checkpoint, [((0, topic, 0), 6)], ClockState())  # the workers ran later
     for shape, lag in (("micro_batch", 4), ("long_running", 0)):
         readings = InputLag(kafka_bootstrap, [topic], checkpoint_dir=str(checkpoint), shape=shape)
         got = readings.read()
         assert got is not None and [r.lag for r in got] == [lag], shape
+
+
+def test_a_self_joins_lag_and_progress_are_from_its_slower_input(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """The two inputs of a self-join read one topic, each at its own pace (on two
+    workers). Input 0 read all 6 records, input 1 only 2: 4 records are still to be
+    read. Before, the lag and ``status`` took the faster input's position: lag 0."""
+    topic = unique_name("in")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [], raw=[(b"a", b"{}", 0) for _ in range(6)])
+    ends = [((0, topic, 0), 6), ((1, topic, 0), 2)]
+    lag = InputLag(kafka_bootstrap, [topic])
+    lag.advance(ends[:1])
+    lag.advance(ends[1:])
+    got = lag.read()
+    assert got is not None and [(r.position, r.lag) for r in got] == [(2, 4)]
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    record_progress(checkpoint, ends[:1], ClockState())
+    record_progress(checkpoint, ends[1:], ClockState())
+    progress = read_progress(checkpoint)
+    assert progress is not None and progress.positions == {(topic, 0): 2}
+    readings = InputLag(kafka_bootstrap, [topic], checkpoint_dir=str(checkpoint),
+                        shape="long_running").read()  # fmt: skip
+    assert readings is not None and [r.lag for r in readings] == [4]
+    record_progress(checkpoint, [((1, topic, 0), 6)], ClockState())  # input 1 caught up
+    assert (read_progress(checkpoint) or Progress()).positions == {(topic, 0): 6}
 
 
 def test_the_lag_gauges_say_when_they_were_last_measured(
