@@ -21,6 +21,7 @@ __all__ = [
     "check_keys",
     "int_column",
     "position_columns",
+    "time_column",
 ]
 
 #: Keys longer than this (UTF-8 bytes) are rejected: they would bloat every store key.
@@ -62,6 +63,23 @@ def int_column(name: str, values: Sequence[int] | IntArray) -> IntArray:
     if arr.dtype.kind == "i" or (arr.dtype.kind == "u" and int(arr.max()) < 2**63):
         return arr.astype(np.int64)
     raise InvalidArgumentError(f"{name} must hold integers of 64 bits, got {arr.dtype} values")
+
+
+def time_column(values: Sequence[int] | Sequence[float] | IntArray) -> IntArray:
+    """Event times in ms as an int64 column: whole numbers as they are, other numbers
+    floored, as the decoders floor a time field's value (before, ``-1.5`` was taken as
+    -1, and ``NaN`` as -2^63, refused as a time "out of range"); a value that is not a
+    finite number, or beyond +-2^61 ms, is :class:`InvalidArgumentError`."""
+    arr = np.asarray(values)
+    if arr.dtype.kind != "f":
+        return int_column("ts", values)
+    bad = ~(np.abs(arr) < MAX_ABS_TS)  # NaN too
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InvalidArgumentError(
+            f"ts[{i}] = {float(arr[i])!r} is not an event time (finite ms within +-2^61)"
+        )
+    return np.floor(arr).astype(np.int64)
 
 
 def check_keys(keys: list[Any]) -> None:

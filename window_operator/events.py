@@ -24,6 +24,7 @@ from window_operator.columns import (
     check_column_values,
     check_keys,
     position_columns,
+    time_column,
 )
 from window_operator.errors import InvalidArgumentError
 from window_operator.eventkey import KEY_FORMATS, KeyFormat, kafka_key_text
@@ -122,7 +123,7 @@ class EventBatch:
             keys = keys.to_pylist()
         key_list = list(keys) if not isinstance(keys, list) else keys
         check_keys(key_list)
-        ts_arr = np.asarray(ts, dtype=np.int64)
+        ts_arr = time_column(ts)
         part, off, wall = position_columns(len(key_list), partition, offset, wall_ms)
         num = {k: np.asarray(v, dtype=np.float64) for k, v in (numeric or {}).items()}
         obj = {k: _python_values(v) for k, v in (objects or {}).items()}

@@ -18,6 +18,7 @@ from window_operator.columns import (
     check_column_lengths,
     check_column_values,
     position_columns,
+    time_column,
 )
 from window_operator.config import JoinInputConfig
 from window_operator.errors import InvalidArgumentError
@@ -77,7 +78,7 @@ class JoinRows:
         n = len(keys)
         part, off, wall = position_columns(n, partition, offset, wall_ms)
         recs = [_record_json(i, r) for i, r in enumerate(records)]
-        rows = cls(source, list(keys), np.asarray(ts, np.int64), recs, part, off, wall, False)
+        rows = cls(source, list(keys), time_column(ts), recs, part, off, wall, False)
         lengths = {"ts": len(rows.ts), "records": len(rows.records), "partition": len(part)}
         lengths["offset"] = len(off)
         if wall is not None:

@@ -24,7 +24,7 @@ from window_operator.errors import (
     OperatorClosedError,
     OperatorFailedError,
 )
-from window_operator.events import EventBatch
+from window_operator.events import EventBatch, RecordDecoder
 from window_operator.join import JoinRows, build_join_runtime
 from window_operator.kernel.shell import _not_called
 
@@ -193,6 +193,28 @@ def test_columns_no_decoder_would_yield_are_refused(
         EventBatch.from_columns(["a"], [BASE], numeric={"v": [1.0]}, offset=[-2])
     with pytest.raises(InvalidArgumentError, match="out of range"):
         JoinRows.from_columns([(1,)], [2**62], [b"{}"], source=0)
+
+
+def test_column_times_that_are_not_whole_ms_are_floored_as_the_decoders_floor_them() -> None:
+    """A JSON time field of -1.5 ms is -2 ms (floored). Before, ``from_columns`` took it
+    as -1 (truncated toward zero), ``NaN`` as -2^63 ("out of range"), and a list of
+    numeric strings or of bools as the numbers they spell."""
+    decoder = RecordDecoder(key_field="page", timestamp_field="ts")
+    assert decoder.time_of({"page": "a", "ts": -1.5}) == -2
+    got = EventBatch.from_columns(["a", "a", "a"], [-1.5, 2.5, 7.0]).ts.tolist()
+    assert got == [-2, 2, 7]
+    assert JoinRows.from_columns([(1,)], np.array([9.99]), [b"{}"], source=0).ts.tolist() == [9]
+    for ts, match in [
+        ([math.nan], r"ts\[0\] = nan is not an event time"),
+        ([1.0, -math.inf], r"ts\[1\] = -inf is not an event time"),
+        ([2.0**62], "is not an event time"),
+        (["5"], "ts must hold integers of 64 bits"),
+        ([True], "ts must hold integers of 64 bits"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=match):
+            EventBatch.from_columns(["a"] * len(ts), ts)
+        with pytest.raises(InvalidArgumentError, match=match):
+            JoinRows.from_columns([(1,)] * len(ts), ts, [b"{}"] * len(ts), source=0)
 
 
 def test_a_batch_missing_a_column_or_of_uneven_columns_is_refused(tmp_path: Path) -> None:
