@@ -72,14 +72,15 @@ def time_column(values: Sequence[int] | Sequence[float] | IntArray) -> IntArray:
     finite number, or beyond +-2^61 ms, is :class:`InvalidArgumentError`."""
     arr = np.asarray(values)
     if arr.dtype.kind != "f":
-        return int_column("ts", values)
+        return int_column("ts", arr)
     bad = ~(np.abs(arr) < MAX_ABS_TS)  # NaN too
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise InvalidArgumentError(
             f"ts[{i}] = {float(arr[i])!r} is not an event time (finite ms within +-2^61)"
         )
-    return np.floor(arr).astype(np.int64)
+    floored: IntArray = np.floor(arr).astype(np.int64)
+    return floored
 
 
 def check_keys(keys: list[Any]) -> None:

@@ -31,7 +31,7 @@ from window_operator.kernel import (
     WindowOperator,
 )
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.shell import EventOperator, changes, queries, timer
+from window_operator.kernel.shell import EventOperator, changes, queries, query_bounds, timer
 from window_operator.policies import EmitPolicy
 from window_operator.results import ResultBatch
 
@@ -201,6 +201,7 @@ class CountWindowAggregator(EventOperator):
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored windows of ``key`` overlapping ``[start, end)`` (message indices or offsets)."""
         self._check_key(key)
+        start, end = query_bounds(start=start, end=end)
         return self.engine.get_windows(key, start, end)
 
 

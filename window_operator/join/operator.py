@@ -52,7 +52,7 @@ from window_operator.join.storage import JoinStorage
 from window_operator.kernel import ClockState, LiveState, OperatorKernel, StepStats
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.positions import check_record_position, check_source
-from window_operator.kernel.shell import KernelForwarding, changes, queries, timer
+from window_operator.kernel.shell import KernelForwarding, changes, queries, query_bounds, timer
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
 from window_operator.results import ErrorCode, ErrorRecord
 
@@ -355,6 +355,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         ``key`` ``None``: the frames' metadata of every key (Window Meta Store); a join
         key: the same frames restricted to that key's messages (Message Store).
         """
+        start, end = query_bounds(start=start, end=end)
         return self.queries.windows(key, start, end)
 
     @queries
@@ -377,6 +378,9 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         retention are still returned (they match nothing).
         """
         side = self.side_of(source)
+        start_ts, start_offset, end_ts, end_offset = query_bounds(
+            start_ts=start_ts, start_offset=start_offset, end_ts=end_ts, end_offset=end_offset
+        )
         lo, hi = (start_ts, start_offset), (end_ts, end_offset)
         return self.queries.messages(side, lo, hi, join_keys)
 

@@ -8,8 +8,11 @@ input of keyed events take their single-record path from :class:`EventOperator`.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sized
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
+
+import numpy as np
 
 from stores.rocks import TaskStore
 from window_operator.errors import InvalidArgumentError
@@ -24,9 +27,18 @@ from window_operator.kernel.positions import (
     check_time,
 )
 from window_operator.kernel.records import StepStats
+from window_operator.rejections import show
 from window_operator.results import ErrorRecord, ResultBatch, WindowResult
 
-__all__ = ["EventOperator", "KernelForwarding", "ResultColumns", "changes", "queries", "timer"]
+__all__ = [
+    "EventOperator",
+    "KernelForwarding",
+    "ResultColumns",
+    "changes",
+    "queries",
+    "query_bounds",
+    "timer",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -96,6 +108,35 @@ def queries(method: Callable[Concatenate[S, P], RT]) -> Callable[Concatenate[S, 
 
     functools.update_wrapper(call, method)
     return call
+
+
+#: What an infinite query bound stands for: beyond every event time and offset.
+_UNBOUNDED = 2**63 - 1
+
+
+def query_bounds(**bounds: object) -> tuple[int, ...]:
+    """A query's time or offset bounds, in the order given, as ints: integers (NumPy's
+    too), floats of whole numbers, and an infinity as unbounded; anything else is
+    :class:`InvalidArgumentError` named by its argument. Before, a float bound failed
+    inside the store's key encoding (``KeyEncodingError``) in one operator and was
+    taken in another, and ``None`` or a string raised a bare ``TypeError``."""
+    out = []
+    for name, value in bounds.items():
+        if isinstance(value, int | np.integer) and not isinstance(value, bool):
+            out.append(int(value))
+            continue
+        if isinstance(value, float | np.floating):
+            x = float(value)
+            if x.is_integer():
+                out.append(int(x))
+                continue
+            if math.isinf(x):
+                out.append(_UNBOUNDED if x > 0 else -_UNBOUNDED)
+                continue
+        raise InvalidArgumentError(
+            f"{name} = {show(value)}: query bounds are whole numbers (ms, or offsets)"
+        )
+    return tuple(out)
 
 
 class ResultColumns(Protocol[T]):

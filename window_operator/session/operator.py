@@ -40,7 +40,7 @@ from window_operator.kernel import (
 )
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.shell import EventOperator, changes, queries, timer
+from window_operator.kernel.shell import EventOperator, changes, queries, query_bounds, timer
 from window_operator.keytable import DEFAULT_KEY_SLACK
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import Kind, ResultBatch
@@ -198,6 +198,7 @@ class SessionAggregator(EventOperator):
         the sessions of every partition holding the key are returned).
         """
         self._check_key(key)
+        start, end = query_bounds(start=start, end=end)
         self.sessions.loader.key(key, end)
         return self.cache.windows(key, start, end, self.trigger.pad)
 

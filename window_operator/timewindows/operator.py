@@ -44,7 +44,7 @@ from window_operator.kernel import (
 )
 from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.kernel import Decoded
-from window_operator.kernel.shell import EventOperator, changes, queries, timer
+from window_operator.kernel.shell import EventOperator, changes, queries, query_bounds, timer
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, NO_WATERMARK, EmitPolicy, LateMode
 from window_operator.results import ResultBatch
@@ -256,6 +256,7 @@ class WindowedAggregator(EventOperator):
     def get_windows(self, key: str, start: int, end: int) -> list[StoredWindow]:
         """Stored windows of ``key`` that overlap ``[start, end)``, in start order."""
         self._check_key(key)
+        start, end = query_bounds(start=start, end=end)
         kid = self.keys.id_of(key)
         # Windows are derived from the key's frames (a window exists iff it holds one):
         # the frames of the range are found by a time-range scan of the store (keys are

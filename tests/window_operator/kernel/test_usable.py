@@ -217,6 +217,42 @@ def test_column_times_that_are_not_whole_ms_are_floored_as_the_decoders_floor_th
             JoinRows.from_columns([(1,)] * len(ts), ts, [b"{}"] * len(ts), source=0)
 
 
+@pytest.mark.parametrize("shape", sorted(WINDOWS))
+def test_query_bounds_are_whole_numbers_in_every_operator(tmp_path: Path, shape: str) -> None:
+    """A float of a whole number is taken and an infinity is unbounded; ``0.5``,
+    ``None``, text and bools are refused by name. Before, a float bound raised a
+    ``KeyEncodingError`` from the store in time windows and sessions and was taken in
+    count windows; ``None`` raised a bare ``TypeError``."""
+    runtime = runtime_for(window=WINDOWS[shape], aggregations=SUM)
+    op = runtime.open_task(tmp_path)
+    op.add_message({"k": "a", "ts": BASE, "v": 1.0}, partition=0, offset=0)
+    whole = op.get_windows("a", 0, 2 * BASE)
+    assert len(whole) == 1
+    assert op.get_windows("a", 0.0, float(2 * BASE)) == whole
+    assert op.get_windows("a", np.int64(0), np.float64(2 * BASE)) == whole
+    assert op.get_windows("a", -math.inf, math.inf) == whole
+    for bad, shown in [(0.5, "float 0.5"), (None, "null"), ("0", 'string "0"'), (True, "true")]:
+        with pytest.raises(InvalidArgumentError, match=f"start = .*{shown}.*whole numbers"):
+            op.get_windows("a", bad, 2 * BASE)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="end = float NaN"):
+        op.get_windows("a", 0, math.nan)  # type: ignore[arg-type]
+    assert op.get_windows("a", 0, 2 * BASE) == whole  # still usable
+    op.close()
+
+
+def test_join_query_bounds_are_whole_numbers(tmp_path: Path) -> None:
+    runtime = join_runtime({"rows": 1}, retention="1d")
+    op = runtime.open_task(tmp_path)
+    op.add_message("L", {"k": 1, "ts": BASE, "n": 0})
+    assert len(op.get_messages("L", 0.0, 0, math.inf, 0)) == 1
+    assert len(op.get_windows(None, 0.0, math.inf)) == 1
+    with pytest.raises(InvalidArgumentError, match="end_offset = float 0.5"):
+        op.get_messages("L", 0, 0, 2 * BASE, 0.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="start = null"):
+        op.get_windows(None, None, 2 * BASE)  # type: ignore[arg-type]
+    op.close()
+
+
 def test_a_batch_missing_a_column_or_of_uneven_columns_is_refused(tmp_path: Path) -> None:
     """Before: a bare ``KeyError: 'v'`` from deep inside, and an ``IndexError`` for a
     batch built directly with a short column."""
