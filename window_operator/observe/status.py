@@ -352,6 +352,12 @@ def _check_idle(
             "stuck (see its log: each batch's line gives its time)"
         )
         return
+    if beat is not None and beat.stopped:  # it knows: the last run ended
+        status.problems.append(
+            f"behind: {lag} input records wait for the next run (the last one ended at "
+            f"{_time(beat.at_ms)} UTC)"
+        )
+        return
     status.problems.append(
         f"behind: {lag} input records wait, but no batch ran for {idle_s:.0f} s "
         f"({triggers}): is the job running?"

@@ -211,9 +211,17 @@ def test_a_job_that_started_after_its_last_batch_is_said_to_be_starting(tmp_path
         None,  # not run by `run`
         Beat(now - 1_000, "h1", 42),  # an older version's heartbeat
         Beat(now - 60_000, "h1", 42, started_ms=now - 70_000),  # its heartbeat is old
-        Beat(now - 1_000, "h1", 42, stopped=True, started_ms=now - 25_000),
     ):
         assert problems(beat) == [asked + "is the job running?"]
+    # its last run ended (an available-now run Ctrl-C'd, or stopped): it knows, and
+    # asked "is the job running?" before
+    for available_now in (False, True):
+        stopped = Beat(now - 1_000, "h1", 42, stopped=True, started_ms=now - 25_000,
+                       available_now=available_now)  # fmt: skip
+        assert problems(stopped) == [
+            "behind: 800 input records wait for the next run (the last one ended at "
+            "2027-01-15 07:59:59 UTC)"
+        ]
     # running, its heartbeat fresh, started before its last batch: a batch that takes
     # longer than the triggers allowed (a walkthrough saw a 25 s batch of 3,000 records
     # asked "is the job running?" 22 s into it, with a 1 s trigger)
