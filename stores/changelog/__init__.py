@@ -4,7 +4,8 @@ One compacted topic per store, one partition per task. A record's key is the col
 family's one-byte tag followed by the store key; its value is the stored bytes, or
 ``None`` (a tombstone) for a delete. A range delete is logged as one tombstone per key
 it removes. Headers carry the column family name; the commit marker also the batch
-number and the task's input offsets.
+number and the task's input offsets. A value longer than 512 KiB is logged in parts
+(:mod:`stores.changelog.parts`).
 
 A batch's mutations are followed by its *commit marker* (the task checkpoint record,
 always last). A restore applies records only up to the last marker it has seen; records

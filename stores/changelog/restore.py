@@ -7,18 +7,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stores.changelog.parts import Reassembler, Restored
 from stores.changelog.records import (
     ChangelogError,
     is_marker,
     local_position,
     set_local_position,
-    split_changelog_key,
 )
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 
 __all__ = ["RestoreProgress", "RestoreResult", "restore_from_changelog"]
-
-Record = tuple[ColumnFamily, bytes, bytes | None]
 #: Records between two progress reports of a restore.
 PROGRESS_EVERY = 10_000
 
@@ -105,7 +103,7 @@ class _Reader:
         )
         return int(low), int(high)
 
-    def records(self, start: int) -> Iterator[tuple[int, Record]]:
+    def records(self, start: int) -> Iterator[tuple[int, Restored]]:
         """``(offset, record)`` from ``start`` to the end of the partition."""
         from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
@@ -135,8 +133,7 @@ class _Reader:
                     )
                 if self.first_ts == 0:
                     self.first_ts = max(0, int(msg.timestamp()[1]))
-                cf, key = split_changelog_key(raw_key)
-                yield offset, (cf, key, msg.value())
+                yield offset, Restored.read(raw_key, msg.value())
 
     def close(self) -> None:
         self.consumer.close()
@@ -149,20 +146,17 @@ class _Applier:
         self.store = store
         self.result = result
         self.chunk_records = chunk_records
-        self.pending: list[Record] = []
+        self.pending: list[Restored] = []
         self.chunk = StoreBatch()
         self.chunk_size = 0
+        self.parts = Reassembler(store)
 
-    def add(self, offset: int, record: Record) -> None:
+    def add(self, offset: int, record: Restored) -> None:
         self.pending.append(record)
-        cf, key, _ = record
-        if not is_marker(cf, key):
+        if record.part is not None or record.head or not is_marker(record.cf, record.key):
             return
-        for pcf, pkey, pval in self.pending:
-            if pval is None:
-                self.chunk.delete(pcf, pkey)
-            else:
-                self.chunk.put(pcf, pkey, pval)
+        for pending in self.pending:
+            self.parts.apply(pending, self.chunk)
         self.chunk_size += len(self.pending)
         self.result.applied += len(self.pending)
         self.result.batches += 1
@@ -173,16 +167,21 @@ class _Applier:
 
     def commit(self, *, moved: bool = False) -> None:
         """Write the batches gathered (and the position: ``moved``, also with none)."""
-        if self.chunk_size or moved:
+        if len(self.chunk) or moved:
             set_local_position(self.chunk, self.result.position)
             self.store.commit(self.chunk)
             self.chunk, self.chunk_size = StoreBatch(), 0
 
-    def finish(self, end: int) -> None:
+    def finish(self, end: int, topic: str, partition: int) -> None:
         """Commit what is left, read to ``end`` (where the partition ended). With no batch
         left unfinished, what lies between the last batch and ``end`` is transaction
         markers and aborted records: the position moves on to ``end``, where the job's
-        own commits put it, so that the next opening of the store reads nothing."""
+        own commits put it, so that the next opening of the store reads nothing. Parts
+        and heads of the unfinished batch are noted, for the key's next write to
+        tombstone them."""
+        self.parts.check_complete(topic, partition)
+        for record in self.pending:
+            self.parts.uncommitted(record, self.chunk)
         moved = not self.pending and end > self.result.position
         if moved:
             self.result.position = end
@@ -238,11 +237,12 @@ def restore_from_changelog(
             if not _catch_up(reader, applier, high, on_progress, stale_after_ms):
                 result.stale = True
                 return result
-            tail = dict.fromkeys((cf, k) for cf, k, _ in applier.pending)
+            tail = dict.fromkeys((r.cf, r.key) for r in applier.pending)
             stable = reader.end
         if transactional:
-            opened = _open_transaction_keys(consumer_config, topic, partition, stable, timeout_s)
-            tail.update(dict.fromkeys(opened))
+            opened = _open_transaction_records(consumer_config, topic, partition, stable, timeout_s)
+            tail.update(dict.fromkeys((r.cf, r.key) for r in opened))
+            _note_parts(store, opened)
         result.uncommitted = list(tail)
         return result
     finally:
@@ -269,24 +269,36 @@ def _catch_up(
         applier.add(offset, record)
         if on_progress is not None and n % PROGRESS_EVERY == 0:
             on_progress(RestoreProgress(topic, partition, start, offset + 1, high, n))
-    applier.finish(reader.end)
+    applier.finish(reader.end, topic, partition)
     if on_progress is not None:
         applied = applier.result.applied
         on_progress(RestoreProgress(topic, partition, start, high, high, applied, True))
     return True
 
 
-def _open_transaction_keys(
+def _open_transaction_records(
     consumer_config: Mapping[str, Any], topic: str, partition: int, start: int, timeout_s: float
-) -> list[tuple[ColumnFamily, bytes]]:
-    """Keys of the records from ``start`` (the last stable offset) that ``read_committed``
-    does not show yet: those of a transaction still open, up to the high watermark,
-    which only a ``read_uncommitted`` consumer is told."""
+) -> list[Restored]:
+    """The records from ``start`` (the last stable offset) that ``read_committed`` does
+    not show yet: those of a transaction still open, up to the high watermark, which
+    only a ``read_uncommitted`` consumer is told."""
     peek = _Reader(consumer_config, topic, partition, timeout_s, isolation="read_uncommitted")
     try:
         _, high = peek.watermarks()
         if high <= start:
             return []
-        return [(cf, key) for _, (cf, key, _) in peek.records(start)]
+        return [record for _, record in peek.records(start)]
     finally:
         peek.close()
+
+
+def _note_parts(store: TaskStore, records: list[Restored]) -> None:
+    """Note the parts and heads among ``records`` (an open transaction's), for their
+    keys' next writes to tombstone them."""
+    if not any(r.part is not None or r.head for r in records):
+        return
+    parts, batch = Reassembler(store), StoreBatch()
+    for record in records:
+        parts.uncommitted(record, batch)
+    if len(batch):
+        store.commit(batch)

@@ -8,6 +8,7 @@ from typing import Any, cast
 
 import orjson
 
+from stores.changelog.parts import PART_BYTES, in_parts, logged_parts
 from stores.changelog.records import CF_TAGS, ChangelogError, is_marker
 from stores.errors import ProduceError
 from stores.rocks import BulkPut, ColumnFamily, Mutation, MutationKind, StoreBatch, TaskStore
@@ -131,12 +132,20 @@ class ChangelogWriter:
     """
 
     def __init__(
-        self, producer: Any, topic: str, partition: int, *, transactional: bool = False
+        self,
+        producer: Any,
+        topic: str,
+        partition: int,
+        *,
+        transactional: bool = False,
+        part_bytes: int = PART_BYTES,
     ) -> None:
         self.producer = producer
         self.topic = topic
         self.partition = partition
         self.transactional = transactional
+        #: values longer than this are logged in parts (:mod:`~stores.changelog.parts`)
+        self.part_bytes = part_bytes
         self._headers = {cf: [("cf", cf.value.encode())] for cf in ColumnFamily}
 
     def write(
@@ -152,11 +161,13 @@ class ChangelogWriter:
 
         Range deletes become one tombstone per key currently in the store or put
         earlier in the same batch, so this must run before ``batch`` is committed to
-        ``store``. The caller flushes (or commits the transaction) and then reads the
-        marker's offset from the returned delivery.
+        ``store``; values longer than :attr:`part_bytes` are logged in parts, which
+        adds the note of their part count to ``batch``. The caller flushes (or commits
+        the transaction) and then reads the marker's offset from the returned delivery.
         """
         delivery = ChangelogDelivery(self.topic, self.partition)
         records, marker = _records(batch, store, extra)
+        records = in_parts(records, logged_parts(store), batch, self.part_bytes)
         offsets = [[s, p, o] for (s, p), o in sorted(source_offsets)]
         headers = [
             *self._headers[marker.cf],

@@ -32,8 +32,6 @@ __all__ = [
 
 AnyJobConfig = JobConfig | JoinJobConfig
 log = logging.getLogger(__name__)
-#: Changelogs whose record bound was warned of in this process.
-_WARNED: set[str] = set()
 
 #: What to do about a missing input topic (the job does not create it).
 _INPUT_TOPIC_HINT = (
@@ -44,9 +42,10 @@ _KEEP_FOREVER = {"retention.ms": "-1"}
 _COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
 #: How often the changelog starts a new segment (which compaction may then clean).
 CHANGELOG_SEGMENT_MS = 3_600_000
-#: The changelog takes a state value of up to 32 MiB (a join's stored message, a
-#: ``collect`` accumulator), where Kafka's default is 1 MB; the job's producers and
-#: restore consumers take it too (:data:`~window_operator.runtime.settings.MAX_STATE_RECORD_BYTES`).
+#: The changelog takes records of up to 32 MiB: a state value longer than 512 KiB is
+#: logged in parts (:mod:`stores.changelog.parts`), within Kafka's default 1 MB, but
+#: changelogs written before that hold such values whole, and a restore reads them
+#: (:data:`~window_operator.runtime.settings.MAX_STATE_RECORD_BYTES`).
 _CHANGELOG = {
     **_COMPACTED,
     "max.message.bytes": str(MAX_STATE_RECORD_BYTES),
@@ -115,7 +114,6 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
         ]
     )
     if existing is not None:
-        _check_changelog_limit(admin, changelog)
         for topic in sorted(set(created) - {changelog}):  # the job ran: it had made them
             log.warning(
                 "topic %r of job %r did not exist and was created (a topic the config "
@@ -127,24 +125,6 @@ def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 3
     if config.processing.exactly_once:
         _check_transactions(bootstrap, config.job, timeout_s)
     return tasks
-
-
-def _check_changelog_limit(admin: KafkaAdmin, changelog: str) -> None:
-    """Warn (once per process: the command line and the driver both prepare the topics)
-    when a changelog made before the job asked for 32 MiB records takes less."""
-    if changelog in _WARNED:
-        return
-    text = admin.topic_config(changelog).get("max.message.bytes", "")
-    if text.isdigit() and int(text) < MAX_STATE_RECORD_BYTES:
-        _WARNED.add(changelog)
-        log.warning(
-            "the changelog %s takes records up to %s bytes (max.message.bytes): a larger "
-            "state value stops the job (RecordTooLargeError); the job creates its changelog "
-            "with %d, which an administrator can set on this one",
-            changelog,
-            text,
-            MAX_STATE_RECORD_BYTES,
-        )
 
 
 def keeps_partitions(config: AnyJobConfig) -> bool:
