@@ -355,8 +355,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         ``key`` ``None``: the frames' metadata of every key (Window Meta Store); a join
         key: the same frames restricted to that key's messages (Message Store).
         """
-        start, end = query_bounds(start=start, end=end)
-        return self.queries.windows(key, start, end)
+        return self.queries.windows(key, *query_bounds(start=start, end=end))
 
     @queries
     def get_messages(
@@ -377,12 +376,9 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         order) then ``(ts, position)``. Messages expire at a flush: until then those past
         retention are still returned (they match nothing).
         """
-        side = self.side_of(source)
-        start_ts, start_offset, end_ts, end_offset = query_bounds(
-            start_ts=start_ts, start_offset=start_offset, end_ts=end_ts, end_offset=end_offset
-        )
-        lo, hi = (start_ts, start_offset), (end_ts, end_offset)
-        return self.queries.messages(side, lo, hi, join_keys)
+        ts0, off0, ts1, off1 = query_bounds(start_ts=start_ts, start_offset=start_offset,
+                                            end_ts=end_ts, end_offset=end_offset)  # fmt: skip
+        return self.queries.messages(self.side_of(source), (ts0, off0), (ts1, off1), join_keys)
 
     # ------------------------------------------------------------------ batch path
 
