@@ -24,23 +24,20 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, cast
+from typing import IO
 
 import numpy as np
 import orjson
 
 from window_operator.arrival import ArrivalClock, future_errors
 from window_operator.codecs.json_input import JSON_WHITESPACE
-from window_operator.codecs.result_avro import AvroResultEncoder
-from window_operator.codecs.result_errors import encode_checked
-from window_operator.codecs.result_json import JsonResultEncoder, dumps_json
-from window_operator.config import JobConfig, OffsetsWindow
+from window_operator.config import OffsetsWindow
 from window_operator.errors import UserCodeExitError, WindowOperatorError
 from window_operator.events import EventBatch
 from window_operator.job import JobRuntime, TaskOperator
 from window_operator.join import JoinOperator, JoinResultBatch, JoinRuntime
 from window_operator.policies import END_OF_TIME, NO_WATERMARK
-from window_operator.results import ErrorCode, ErrorRecord, Kind, ResultBatch
+from window_operator.results import ErrorCode, ErrorRecord
 from window_operator.runtime.guard import add_guarded, internal_error
 from window_operator.simulate_input import (
     META_FIELDS,
@@ -50,6 +47,7 @@ from window_operator.simulate_input import (
     first_partition,
 )
 from window_operator.simulate_join import run_join_chunk
+from window_operator.simulate_output import ResultLines
 
 __all__ = ["FinishedStateError", "SimulationSummary", "simulate"]
 
@@ -129,7 +127,7 @@ def simulate(
         path = state_dir if state_dir is not None else Path(tmp)
         running = _Running(runtime.open_task(path))
         try:
-            result_lines = _result_lines_for(runtime)
+            results = ResultLines(runtime.config)
             if running.op.watermark >= END_OF_TIME:
                 raise FinishedStateError(path)
             clock = _arrival_clock(runtime, running.op)
@@ -138,14 +136,14 @@ def simulate(
                 for chunk in _chunks(stream, batch_size):
                     summary.lines += len(chunk)
                     rejected = step(chunk, summary)  # may replace running.op
-                    _drain(running.op, rejected, out, errors_out, summary, result_lines)
+                    _drain(running.op, rejected, out, errors_out, summary, results)
                     if progress is not None:
                         progress(stream.tell())
                     if _flush_each_batch(runtime):
                         running.op.flush()
             if final:
                 running.op.timeout(END_OF_TIME)
-                _drain(running.op, [], out, errors_out, summary, result_lines)
+                _drain(running.op, [], out, errors_out, summary, results)
         except SystemExit as exc:  # only user code exits while the job runs
             raise UserCodeExitError.of(exc) from exc
         finally:
@@ -332,62 +330,26 @@ def _drain(
     out: IO[bytes],
     errors_out: IO[bytes] | None,
     summary: SimulationSummary,
-    result_lines: Callable[[ResultBatch], list[bytes]],
+    results: ResultLines,
 ) -> None:
     """Write the operator's pending results, then ``rejected``, its error records and
     those of the results that cannot be written."""
     unwritten: list[ErrorRecord] = []
     for batch in op.take_result_batches():
         if isinstance(batch, JoinResultBatch):
-            summary.results += len(batch)
-            out.write(batch.to_json_lines())
-            continue
-        checked = encode_checked(batch, result_lines)
-        summary.results += len(checked.records)
-        if checked.records:
-            out.write(b"\n".join(checked.records) + b"\n")
-        unwritten += checked.errors
+            text, errors = results.of_join(batch)
+            summary.results += text.count(b"\n")
+            out.write(text)
+        else:
+            lines, errors = results.of(batch)
+            summary.results += len(lines)
+            if lines:
+                out.write(b"\n".join(lines) + b"\n")
+        unwritten += errors
     for err in rejected + op.get_errors() + unwritten:
         summary.errors[err.code.value] += 1
         if errors_out is not None:
             errors_out.write(orjson.dumps(err.to_dict()) + b"\n")
-
-
-def _result_lines(batch: ResultBatch) -> list[bytes]:
-    """Each result's JSON line (no newline): the output topic's JSON value, from the
-    same columnar encoder; for a RETRACT, a tombstone there, its document. A value with
-    no JSON form raises."""
-    if batch.kind is not Kind.RETRACT:
-        return cast(list[bytes], [value for _, value in _JSON_OUTPUT.encode_batch(batch)])
-    return [dumps_json(r.to_dict()) for r in batch.to_results()]
-
-
-#: The JSON values of the output topic (stateless).
-_JSON_OUTPUT = JsonResultEncoder()
-
-
-def _result_lines_for(
-    runtime: JobRuntime | JoinRuntime,
-) -> Callable[[ResultBatch], list[bytes]]:
-    """How results become lines: as JSON, or for an Avro output written with the job's
-    output schema and read back, as `read` prints them (a field the schema leaves out
-    is not there, a default it adds is, a ``float`` holds what a float holds; a value
-    the schema cannot hold raises, and is a ``RESULT_ERROR``)."""
-    config = runtime.config
-    if not isinstance(config, JobConfig) or config.output.format != "avro":
-        return _result_lines
-    encoder = AvroResultEncoder(config)
-    decoder = encoder.decoder()
-
-    def lines(batch: ResultBatch) -> list[bytes]:
-        if batch.kind is Kind.RETRACT:
-            return _result_lines(batch)
-        return [
-            orjson.dumps(decoder.decode(value), default=str)
-            for _, value in encoder.encode_batch(batch)
-        ]
-
-    return lines
 
 
 def _partition_offsets(agg: TaskOperator) -> dict[int, int]:

@@ -794,3 +794,59 @@ def test_a_kafka_key_of_another_format_is_the_value_it_stands_for(
         ("1234", BASE): {"n": 2, "s": 17.0},
         ("-1", BASE): {"n": 1, "s": 4.0},
     }
+
+
+def test_a_result_over_max_record_bytes_is_a_result_error_as_on_kafka(tmp_path: Path) -> None:
+    """On Kafka, a result whose record (key and value) is over
+    ``output.max_record_bytes`` is a ``RESULT_ERROR``; ``simulate`` wrote it as a result
+    (walkthrough: a session ``collect`` fine in ``simulate`` failed after deploying).
+    The other window's result is written."""
+    big, small = "z" * 1500, "s"
+    lines = [
+        orjson.dumps({"k": k, "ts": BASE + i * S, "t": t})
+        for i, (k, t) in enumerate([("big", big), ("big", big), ("ok", small)])
+    ]
+    aggs = [{"name": "all", "op": "collect", "field": "t"}]
+    output = {"max_record_bytes": 2048}
+    results, errors, summary = run(lines, tmp_path, 2, aggregations=aggs, output=output)
+    assert [(r["key"], r["values"]["all"]) for r in results] == [("ok", [small])]
+    assert [e["code"] for e in errors] == ["RESULT_ERROR"]
+    assert "more than output.max_record_bytes (2048)" in errors[0]["reason"]
+    assert '"key":"big"' in errors[0]["reason"]
+    assert summary.result_errors == 1 and summary.applied == 3
+
+
+def test_a_join_result_over_max_record_bytes_is_a_result_error_as_on_kafka(
+    tmp_path: Path,
+) -> None:
+    config = parse_any_config(
+        {
+            "job": "orders-shipments",
+            "join": {
+                "left": {"name": "orders", "timestamp": "ts"},
+                "right": {"name": "shipments", "timestamp": "ts"},
+                "on": ["id"],
+                "range": "1h",
+            },
+            "retention": {"time": "1h"},
+            "output": {"max_record_bytes": 2048},
+        },
+        base_dir=tmp_path,
+    )
+    lines = [
+        {"source": "orders", "id": 1, "ts": BASE, "note": "x" * 1500},
+        {"source": "shipments", "id": 1, "ts": BASE + S, "note": "y" * 1500},
+        {"source": "orders", "id": 2, "ts": BASE},
+        {"source": "shipments", "id": 2, "ts": BASE + S},
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    out, errors = io.BytesIO(), io.BytesIO()
+    runtime = build_join_runtime(config)  # type: ignore[arg-type]
+    summary = simulate(runtime, source, out, errors_out=errors, batch_size=4)
+    matches = [orjson.loads(x) for x in out.getvalue().splitlines()]
+    assert [m["key"]["id"] for m in matches if m["kind"] == "MATCH"] == [2]
+    errs = [orjson.loads(x) for x in errors.getvalue().splitlines()]
+    assert [e["code"] for e in errs] == ["RESULT_ERROR"]
+    assert "more than output.max_record_bytes (2048)" in errs[0]["reason"]
+    assert summary.results == len(matches)

@@ -13,14 +13,20 @@ import orjson
 
 from stores.keys import FieldValue
 from window_operator.arrays import IntArray
-from window_operator.join.common import message_position
+from window_operator.join.common import POSITION_BITS, message_position
+
+#: The longest Kafka key of a join result (two partitions and offsets in JSON), rounded up.
+MAX_PAIR_KEY_BYTES = 128
+_OFFSET_MASK = (1 << POSITION_BITS) - 1
 
 __all__ = [
+    "MAX_PAIR_KEY_BYTES",
     "JoinKind",
     "JoinMessage",
     "JoinResult",
     "JoinResultBatch",
     "JoinWindow",
+    "pair_key",
 ]
 
 
@@ -89,6 +95,17 @@ class JoinResultBatch:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def to_records(self) -> list[tuple[bytes | None, bytes | None]]:
+        """The results' records in the output topic: keyed by the pair's positions
+        (:func:`pair_key`), the value a result's JSON; a RETRACT is a tombstone."""
+        n = len(self)
+        left, right = _positions(self.left_pos, n), _positions(self.right_pos, n)
+        keys = [pair_key(lp, rp) for lp, rp in zip(left, right, strict=True)]
+        if self.kind is JoinKind.RETRACT:
+            return [(k, None) for k in keys]
+        values = self.to_json_lines().split(b"\n")[:n]
+        return list(zip(keys, values, strict=True))
 
     def to_json_lines(self) -> bytes:
         """One JSON object per result, each followed by a newline (byte-stable)."""
@@ -168,3 +185,19 @@ class JoinWindow:
     max_ts: int
     first_position: int
     last_position: int
+
+
+def _positions(pos: IntArray | None, n: int) -> list[tuple[int, int] | None]:
+    if pos is None:
+        return [None] * n
+    return [(p >> POSITION_BITS, p & _OFFSET_MASK) for p in pos.tolist()]
+
+
+def pair_key(left: tuple[int, int] | None, right: tuple[int, int] | None) -> bytes:
+    """The Kafka key of a join result: the (partition, offset) of each message it pairs."""
+    return orjson.dumps(
+        {
+            "left": None if left is None else list(left),
+            "right": None if right is None else list(right),
+        }
+    )

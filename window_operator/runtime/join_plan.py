@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
 import pyarrow as pa
 
 from stores.keys import decode_fields, encode_fields
@@ -29,18 +28,16 @@ from window_operator.codecs import (
 )
 from window_operator.config import JoinInputConfig, JoinJobConfig
 from window_operator.join import JoinRuntime, build_join_runtime
-from window_operator.join.common import POSITION_BITS, JoinKey
+from window_operator.join.common import JoinKey
 from window_operator.join.decoding import JoinRows
-from window_operator.join.results import JoinKind, JoinResultBatch
+from window_operator.join.results import JoinResultBatch
 from window_operator.kernel import WindowOperator
 from window_operator.results import ErrorRecord
 from window_operator.runtime.inputs import InputRecords
 from window_operator.runtime.plan import DecodedInput, KafkaRecord, SourceSpec
 from window_operator.runtime.routing import task_of_bytes
 
-__all__ = ["JoinPlan", "join_result_key"]
-
-_OFFSET_MASK = (1 << POSITION_BITS) - 1
+__all__ = ["JoinPlan"]
 
 
 def _payload_decoder(side: JoinInputConfig) -> PayloadDecoder:
@@ -236,14 +233,7 @@ class JoinPlan:
     def encode_results(self, results: JoinResultBatch) -> CheckedResults[KafkaRecord]:
         """Output records keyed by the pair's positions; a RETRACT is a tombstone (a
         pair's records are decoded JSON: every one can be written)."""
-        n = len(results)
-        left = _positions(results.left_pos, n)
-        right = _positions(results.right_pos, n)
-        keys = [join_result_key(lp, rp) for lp, rp in zip(left, right, strict=True)]
-        if results.kind is JoinKind.RETRACT:
-            return CheckedResults([(k, None) for k in keys], [])
-        values = results.to_json_lines().split(b"\n")[:n]
-        return CheckedResults(list(zip(keys, values, strict=True)), [])
+        return CheckedResults(results.to_records(), [])
 
 
 def _ordered(table: pa.Table) -> pa.Table:
@@ -252,19 +242,3 @@ def _ordered(table: pa.Table) -> pa.Table:
 
 def _encode_key(key: JoinKey) -> bytes:
     return encode_fields(key if isinstance(key, tuple) else (key,))
-
-
-def _positions(pos: IntArray | None, n: int) -> list[tuple[int, int] | None]:
-    if pos is None:
-        return [None] * n
-    return [(p >> POSITION_BITS, p & _OFFSET_MASK) for p in pos.tolist()]
-
-
-def join_result_key(left: tuple[int, int] | None, right: tuple[int, int] | None) -> bytes:
-    """The Kafka key of a join result: the (partition, offset) of each message it pairs."""
-    return orjson.dumps(
-        {
-            "left": None if left is None else list(left),
-            "right": None if right is None else list(right),
-        }
-    )

@@ -22,7 +22,14 @@ from dataclasses import dataclass, replace
 
 from window_operator.results import ErrorCode, ErrorRecord
 
-__all__ = ["MAX_REASON_BYTES", "FittedResults", "fit_errors", "fit_results"]
+__all__ = [
+    "MAX_REASON_BYTES",
+    "FittedResults",
+    "KafkaRecord",
+    "fit_errors",
+    "fit_results",
+    "too_large",
+]
 
 KafkaRecord = tuple[bytes | None, bytes | None]
 #: The longest reason an error record carries (UTF-8 bytes); a longer one is cut.
@@ -49,19 +56,29 @@ def fit_results(records: Sequence[KafkaRecord], max_bytes: int) -> FittedResults
         return FittedResults(records, [])
     kept: list[KafkaRecord] = []
     errors: list[ErrorRecord] = []
-    for key, value in records:
-        size = _size(key) + _size(value)
-        if size <= max_bytes:
-            kept.append((key, value))
-            continue
-        shown = (key or b"")[:200].decode("utf-8", "replace")
-        reason = (
-            f"the result keyed {shown} is {size} bytes, more than output.max_record_bytes "
-            f"({max_bytes}) lets the job write"
-        )
-        fits = key is not None and len(key) <= max_bytes
-        errors.append(ErrorRecord(ErrorCode.RESULT_ERROR, reason, key=key if fits else None))
+    for record in records:
+        error = too_large(record, max_bytes)
+        if error is None:
+            kept.append(record)
+        else:
+            errors.append(error)
     return FittedResults(kept, errors)
+
+
+def too_large(record: KafkaRecord, max_bytes: int) -> ErrorRecord | None:
+    """The ``RESULT_ERROR`` of an encoded result whose key and value exceed
+    ``max_bytes`` (``None``: it fits)."""
+    key, value = record
+    size = _size(key) + _size(value)
+    if size <= max_bytes:
+        return None
+    shown = (key or b"")[:200].decode("utf-8", "replace")
+    reason = (
+        f"the result keyed {shown} is {size} bytes, more than output.max_record_bytes "
+        f"({max_bytes}) lets the job write"
+    )
+    fits = key is not None and len(key) <= max_bytes
+    return ErrorRecord(ErrorCode.RESULT_ERROR, reason, key=key if fits else None)
 
 
 def fit_errors(errors: Sequence[ErrorRecord], max_bytes: int) -> list[ErrorRecord]:
