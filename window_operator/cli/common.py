@@ -205,11 +205,32 @@ def warn_ignored(config: JobConfig | JoinJobConfig, path: str | Path) -> None:
     for each aggregation a user Avro output schema leaves unwritten."""
     for reason in config.ignored_settings():
         print(f"window-operator: warning: {path}: {reason}; it is ignored", file=sys.stderr)
+    for setting, name in _dotted_fields(config):
+        print(
+            f"window-operator: warning: {path}: {setting} names the field {name!r}: a "
+            "top-level field of that name (a dot does not reach into nested objects)",
+            file=sys.stderr,
+        )
     if isinstance(config, JobConfig) and config.output.avro_schema is not None:
         from window_operator.codecs.result_schema import unwritten_values  # Avro: imported
 
         for reason in unwritten_values(config):
             print(f"window-operator: warning: {path}: {reason}", file=sys.stderr)
+
+
+def _dotted_fields(config: JobConfig | JoinJobConfig) -> list[tuple[str, str]]:
+    """The settings that name a record field with a dot in it (a nested path, meant?)."""
+    named: list[tuple[str, str | None]] = []
+    if isinstance(config, JobConfig):
+        named += [("input.key", f) for f in config.input.key_fields]
+        named.append(("input.timestamp", config.input.timestamp))
+        named += [(f"aggregations.{i}.field", a.field) for i, a in enumerate(config.aggregations)]
+    else:
+        named += [("join.on", f) for f in config.join.on]
+        for side in (config.join.left, config.join.right):
+            named.append((f"{side.section}.timestamp", side.timestamp))
+            named += [(f"{side.section}.fields", f) for f in side.fields or ()]
+    return [(setting, name) for setting, name in named if name is not None and "." in name]
 
 
 def bootstrap_servers(args: argparse.Namespace, config: JobConfig | JoinJobConfig | None) -> str:

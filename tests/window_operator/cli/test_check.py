@@ -122,3 +122,41 @@ def test_a_job_whose_state_an_earlier_run_kept_in_another_shape_is_refused(
     assert out == ""
     assert err.startswith("window-operator: job 'totals' keeps its state in another shape")
     assert "(size 60000, step 60000; this config has size 300000, step 300000;" in err
+
+
+def test_a_field_name_with_a_dot_is_said_to_be_a_top_level_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``user.id`` reads a top-level field of that name, not ``id`` inside ``user``:
+    every record of ``{"user": {"id": ...}}`` was a MISSING_KEY, and check said
+    nothing (a walkthrough)."""
+    job = {
+        "job": "nested",
+        "input": {"topic": "ev", "key": "user.id", "timestamp": "meta.ts"},
+        "window": {"type": "tumbling", "size": "1m"},
+        "aggregations": [{"name": "n", "op": "count"}, {"name": "s", "op": "sum", "field": "v"}],
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert main(["check", "--config", str(tmp_path / "job.yaml")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"window-operator: warning: {tmp_path / 'job.yaml'}: {setting} names the field "
+        f"'{name}': a top-level field of that name (a dot does not reach into nested objects)"
+        for setting, name in [("input.key", "user.id"), ("input.timestamp", "meta.ts")]
+    ]
+    join = {
+        "job": "j",
+        "join": {
+            "left": {"name": "a", "timestamp": "ts"},
+            "right": {"name": "b", "timestamp": "ts", "fields": ["x.y"]},
+            "on": ["order.id"],
+            "range": "1m",
+        },
+    }
+    (tmp_path / "join.yaml").write_text(yaml.safe_dump(join))
+    assert main(["check", "--config", str(tmp_path / "join.yaml")]) == 0
+    err = capsys.readouterr().err
+    assert "join.on names the field 'order.id'" in err
+    assert "join.right.fields names the field 'x.y'" in err
+    assert main(["check", "--config", str(REPO / "config" / "clicks.yaml")]) == 0
+    assert capsys.readouterr().err == ""
