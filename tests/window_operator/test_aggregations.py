@@ -740,6 +740,24 @@ def test_median_percentile_ignore_nulls_and_empty() -> None:
     assert object_op("percentile").full_state
 
 
+def test_median_and_percentile_of_values_past_half_the_largest_double_do_not_overflow(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    """Before: the median of [1e308, 1e308] was null (their sum overflows), the
+    percentiles of [1e308, -1e308] were all null (NumPy's interpolation subtracts them),
+    and NumPy's overflow warning reached stderr."""
+    median = object_op("median")
+    both = fold(median, [((1, 0, 0), 1e308), ((2, 0, 0), 1e308)])
+    assert median.finish(both) == 1e308
+    apart = fold(median, [((1, 0, 0), 1e308), ((2, 0, 0), -1e308)])
+    assert median.finish(apart) == 0.0
+    multi = resolve_op("percentile", {"q": [0.0, 0.25, 0.5, 1.0]})
+    assert isinstance(multi, ObjectOp)
+    got = multi.finish(fold(multi, [((1, 0, 0), 1e308), ((2, 0, 0), -1e308)]))
+    assert got == {"p0": -1e308, "p25": -5e307, "p50": 0.0, "p100": 1e308}
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
 # --------------------------------------------------------------------------- registry
 
 

@@ -290,7 +290,9 @@ class MedianOp(ObjectOp):
         mid = len(values) // 2
         if len(values) % 2:
             return values[mid]
-        return (values[mid - 1] + values[mid]) / 2.0
+        lo, hi = values[mid - 1], values[mid]
+        # halve first: lo + hi overflows to inf for two values past 8.9e307
+        return lo / 2.0 + hi / 2.0 if abs(lo) > 1e307 or abs(hi) > 1e307 else (lo + hi) / 2.0
 
     def dumps(self, acc: list[NumEntry]) -> bytes:
         """Sorted little-endian ``(ts, partition, offset, value)`` records.
@@ -304,6 +306,15 @@ class MedianOp(ObjectOp):
         """Inverse of :meth:`dumps`."""
         records = np.frombuffer(data, dtype=_ENTRY_DTYPE).tolist()
         return [((ts, p, o), value) for ts, p, o, value in records]
+
+
+def _quantiles(values: npt.NDArray[np.float64], q: Any) -> Any:
+    """``np.quantile``, without the overflow of its interpolation (``b - a``) for values
+    of opposite signs past 8.9e307: such values are halved first and doubled after."""
+    big = bool(len(values)) and float(np.max(np.abs(values))) > 1e307
+    if not big:
+        return np.quantile(values, q)
+    return np.quantile(values / 2.0, q) * 2.0
 
 
 class PercentileOp(MedianOp):
@@ -323,8 +334,8 @@ class PercentileOp(MedianOp):
         if isinstance(self.q, list):
             if not acc:
                 return None
-            quantiles = np.quantile(self._values(acc), self.q).tolist()
+            quantiles = _quantiles(self._values(acc), self.q).tolist()
             return {_percentile_key(q): v for q, v in zip(self.q, quantiles, strict=True)}
         if not acc:
             return None
-        return float(np.quantile(self._values(acc), self.q))
+        return float(_quantiles(self._values(acc), self.q))
