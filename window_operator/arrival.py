@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
 
 from window_operator.events import DecodeResult, EventBatch, IntArray
 from window_operator.results import ErrorCode, ErrorRecord
+from window_operator.timeunits import iso_ms
 
 __all__ = [
     "ArrivalClock",
@@ -47,19 +47,26 @@ def future_mask(ts: IntArray, arrival: IntArray, max_future: int) -> BoolArray:
     return (arrival >= 0) & (ts - arrival > max_future)
 
 
-def _iso(ms: int) -> str:
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
-    except (OverflowError, ValueError, OSError):
-        return f"{ms} ms"
+#: How close to the arrival time a far-future time divided by 1000^n must come for the
+#: reason to suggest a unit (a day).
+_UNIT_HINT_MS = 86_400_000
 
 
 def future_error(ts: int, arrival: int, max_future: int) -> tuple[ErrorCode, str]:
-    """The code and reason of a far-future event."""
-    return ErrorCode.FUTURE_TIMESTAMP, (
-        f"event time {ts} ({_iso(ts)}) is {ts - arrival} ms ahead of the record's arrival "
-        f"time {arrival} ({_iso(arrival)}); the limit is watermark.max_future = {max_future} ms"
+    """The code and reason of a far-future event; when the time is 1000, 10^6 or 10^9
+    times the arrival time, the reason asks whether the time field's unit is right."""
+    reason = (
+        f"event time {ts} ({iso_ms(ts)}) is {ts - arrival} ms ahead of the record's arrival "
+        f"time {arrival} ({iso_ms(arrival)}); the limit is watermark.max_future = {max_future} ms"
     )
+    for factor in (1_000, 1_000_000, 1_000_000_000):
+        if arrival > 0 and abs(ts // factor - arrival) <= _UNIT_HINT_MS:
+            reason += (
+                f"; it is {factor:,} times the arrival time: is input.timestamp_unit too "
+                "coarse for the field (s for values in ms, ms for us)?"
+            )
+            break
+    return ErrorCode.FUTURE_TIMESTAMP, reason
 
 
 def future_errors(

@@ -34,7 +34,7 @@ _ONE_MS = timedelta(milliseconds=1)
 #: Why a record is rejected when the job reads the Kafka record timestamp and it has none.
 NO_RECORD_TIME: Final = (
     "the record has no Kafka timestamp, which is its event time with timestamp_from: kafka "
-    "(in simulate: the line's wall_ms)"
+    "(in simulate: the line's wall_ms, an integer from 0 to 2^62)"
 )
 
 
@@ -50,7 +50,8 @@ def field_time_ms(raw: Any, unit: TimestampUnit, name: str | None) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise RecordRejected(
             ErrorCode.BAD_TIMESTAMP,
-            f"timestamp field {name!r} must be a number ({unit}), got {show(raw)}",
+            f"timestamp field {name!r} must be a number ({unit}), got {show(raw)}"
+            + _text_hint(raw),
         )
     if isinstance(raw, float) and not math.isfinite(raw):
         raise RecordRejected(ErrorCode.BAD_TIMESTAMP, f"timestamp field {name!r} is {raw}")
@@ -58,6 +59,18 @@ def field_time_ms(raw: Any, unit: TimestampUnit, name: str | None) -> int:
     if not -MAX_ABS_TS < ts < MAX_ABS_TS:
         raise RecordRejected(ErrorCode.BAD_TIMESTAMP, f"timestamp {raw!r} ({unit}) is out of range")
     return int(ts)
+
+
+def _text_hint(raw: Any) -> str:
+    """What a time written as text needs, for a job that reads numbers."""
+    if not isinstance(raw, str):
+        return ""
+    text = raw.strip()
+    if text.lstrip("+-").isdigit():
+        return " (a number written as text is not read: write it as a JSON number)"
+    if len(text) >= 10 and text[4:5] == "-" and text[7:8] == "-":
+        return " (for ISO-8601 times, set the job's timestamp_unit: iso8601)"
+    return ""
 
 
 def _iso_time_ms(raw: Any, name: str | None) -> int:

@@ -26,6 +26,7 @@ from window_operator.codecs.json_input import JSON_WHITESPACE, InvalidJsonError,
 from window_operator.config import InputConfig, JoinInputConfig
 from window_operator.events import EventBatch, IntArray, RecordDecoder
 from window_operator.kernel.positions import MAX_OFFSET, MAX_PARTITION
+from window_operator.rejections import show
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = [
@@ -301,7 +302,7 @@ def bad_position(
     if not _is_int(part) or not 0 <= part <= max_partition:
         return BadPosition(
             f"the line's partition must be an integer from 0 to {max_partition}, got "
-            f"{part!r}{_META_HINT}",
+            f"{show(part)}{_META_HINT}",
             None,
         )
     if not named and _is_int(off) and off > max_offset:  # one after the last
@@ -312,7 +313,7 @@ def bad_position(
         )
     if not _is_int(off) or not 0 <= off <= max_offset:
         return BadPosition(
-            f"the line's offset must be an integer from 0 to {max_offset}, got {off!r}"
+            f"the line's offset must be an integer from 0 to {max_offset}, got {show(off)}"
             + _META_HINT,
             part,
         )

@@ -10,6 +10,7 @@ one millisecond early whenever the product rounds just below a whole number.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from decimal import ROUND_FLOOR, Decimal
 from typing import Literal
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from window_operator.arrays import FloatArray
 
-__all__ = ["NumericUnit", "floats_to_ms", "number_to_ms"]
+__all__ = ["NumericUnit", "floats_to_ms", "iso_ms", "number_to_ms"]
 
 NumericUnit = Literal["ms", "s", "us", "ns"]
 
@@ -60,3 +61,11 @@ def floats_to_ms(values: FloatArray, unit: Literal["ms", "s"]) -> FloatArray:
     for i in np.flatnonzero(doubt).tolist():
         out[i] = number_to_ms(float(values[i]), "s")
     return out
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch ``ms`` as an ISO-8601 UTC time, for messages (beyond what a date holds: said)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):
+        return "past the year 9999" if ms > 0 else "before the year 1"

@@ -103,3 +103,24 @@ def test_reject_future_keeps_one_verdict_per_input_in_order() -> None:
     assert future.raw == payloads[2] and future.topic == "in" and future.partition == 3
     assert "watermark.max_future" in future.reason and "3000-01-01" in future.reason
     assert reject_future(decoded, arrival, None, raws=payloads) is decoded
+
+
+def test_a_far_future_time_in_the_wrong_unit_is_said_to_be_and_dated() -> None:
+    """A seconds job fed milliseconds: the time is 1000 times the arrival time. Before,
+    the reason showed the time as "1700000000000000 (1700000000000000 ms)", no date,
+    and no word of the unit."""
+    from window_operator.arrival import future_error
+    from window_operator.kernel.records import retention_error
+
+    arrival = 1_700_000_000_000
+    _, reason = future_error(arrival * 1000, arrival, 3_600_000)
+    assert "(past the year 9999)" in reason
+    assert "it is 1,000 times the arrival time: is input.timestamp_unit too coarse" in reason
+    _, plain = future_error(arrival + 7_200_000, arrival, 3_600_000)
+    assert "times the arrival time" not in plain and "2023-11-14T" in plain
+    err = retention_error(
+        ts=0, key="k", what="its window ended", retention=20_000, watermark=arrival,
+        partition=0, offset=1,
+    )  # fmt: skip
+    assert "(the retention: retention.time, or retention.size windows)" in err.reason
+    assert err.reason.endswith("before the watermark 1700000000000 (2023-11-14T22:13:20.000+00:00)")

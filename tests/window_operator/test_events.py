@@ -71,3 +71,23 @@ def test_key_or_none_is_the_key_or_none_for_what_the_job_rejects() -> None:
     assert TWO.key_or_none({"country": "US", "year": 2024}) == '["US","2024"]'
     assert TWO.key_or_none({"country": "US"}) is None  # MISSING_KEY
     assert TWO.key_or_none([1, 2]) is None  # not an object
+
+
+@pytest.mark.parametrize(
+    ("raw", "hint"),
+    [
+        ("1700000000000", "a number written as text is not read: write it as a JSON number"),
+        ("2023-11-14T22:13:20Z", "for ISO-8601 times, set the job's timestamp_unit: iso8601"),
+        ("soon", ""),
+    ],
+)
+def test_a_time_written_as_text_in_a_job_that_reads_numbers_says_what_it_needs(
+    raw: str, hint: str
+) -> None:
+    decoder = RecordDecoder(key_field="k", timestamp_field="ts")
+    with pytest.raises(RecordRejected) as caught:
+        decoder.time_of({"k": "a", "ts": raw})
+    assert caught.value.code is ErrorCode.BAD_TIMESTAMP
+    reason = caught.value.reason
+    assert reason.startswith(f"timestamp field 'ts' must be a number (ms), got string \"{raw}\"")
+    assert reason.endswith(f" ({hint})" if hint else f'"{raw}"')

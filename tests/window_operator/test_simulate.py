@@ -711,7 +711,9 @@ def test_the_kafka_timestamp_is_the_lines_wall_ms(tmp_path: Path, batch_size: in
     ]
     results, errors, summary = run(lines, tmp_path, batch_size, input=KAFKA_TIME)
     assert [(e["code"], e["offset"]) for e in errors] == [("MISSING_TIMESTAMP", 2)]
-    assert errors[0]["reason"].endswith("(in simulate: the line's wall_ms)")
+    assert errors[0]["reason"].endswith(
+        "(in simulate: the line's wall_ms, an integer from 0 to 2^62)"
+    )
     assert final_windows(results) == {
         ("a", BASE): {"n": 3, "s": 19.0},
         ("b", BASE + 10 * S): {"n": 1, "s": 8.0},

@@ -9,6 +9,7 @@ import orjson
 
 from window_operator.arrays import BoolArray, IntArray
 from window_operator.results import ErrorCode, ErrorRecord
+from window_operator.timeunits import iso_ms
 
 __all__ = ["Admission", "LiveState", "StepStats", "retention_error"]
 
@@ -72,7 +73,8 @@ def retention_error(
         code=ErrorCode.OUT_OF_RETENTION,
         reason=(
             f"event time {ts} of key {key!r} is out of retention: {what} "
-            f"more than {retention} ms before the watermark {watermark}"
+            f"more than {retention} ms (the retention: retention.time, or retention.size "
+            f"windows) before the watermark {watermark} ({iso_ms(watermark)})"
         ),
         partition=partition,
         offset=offset,
