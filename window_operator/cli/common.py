@@ -218,8 +218,8 @@ def warn_ignored(config: JobConfig | JoinJobConfig, path: str | Path) -> None:
             print(f"window-operator: warning: {path}: {reason}", file=sys.stderr)
 
 
-def _dotted_fields(config: JobConfig | JoinJobConfig) -> list[tuple[str, str]]:
-    """The settings that name a record field with a dot in it (a nested path, meant?)."""
+def named_fields(config: JobConfig | JoinJobConfig) -> list[tuple[str, str]]:
+    """``(setting, field)`` of every record field the config names."""
     named: list[tuple[str, str | None]] = []
     if isinstance(config, JobConfig):
         named += [("input.key", f) for f in config.input.key_fields]
@@ -230,7 +230,12 @@ def _dotted_fields(config: JobConfig | JoinJobConfig) -> list[tuple[str, str]]:
         for side in (config.join.left, config.join.right):
             named.append((f"{side.section}.timestamp", side.timestamp))
             named += [(f"{side.section}.fields", f) for f in side.fields or ()]
-    return [(setting, name) for setting, name in named if name is not None and "." in name]
+    return [(setting, name) for setting, name in named if name is not None]
+
+
+def _dotted_fields(config: JobConfig | JoinJobConfig) -> list[tuple[str, str]]:
+    """The settings that name a record field with a dot in it (a nested path, meant?)."""
+    return [(setting, name) for setting, name in named_fields(config) if "." in name]
 
 
 def bootstrap_servers(args: argparse.Namespace, config: JobConfig | JoinJobConfig | None) -> str:

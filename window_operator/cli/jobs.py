@@ -26,6 +26,7 @@ from window_operator.cli.common import (
     input_file,
     load_checked_config,
     load_simulation_runtime,
+    named_fields,
     port_number,
     positive_int,
     positive_number,
@@ -52,6 +53,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     warn_ignored(runtime.config, args.config)
     if args.no_meta:
         check_no_meta(runtime.config, "simulate")
+    else:
+        for setting, name in named_fields(runtime.config):
+            if name in META_FIELDS:
+                print(
+                    f"simulate: warning: {setting} names the field {name!r}, which simulate "
+                    "reads as the line's own (where it stands, or when it came): if it is a "
+                    "field of your events, run with --no-meta",
+                    file=sys.stderr,
+                )
     input_path = input_file(args.input)
     _check_outputs(
         {"--input": input_path, "--config": Path(args.config)},

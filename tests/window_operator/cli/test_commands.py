@@ -906,6 +906,27 @@ def test_simulate_no_meta_reads_partition_offset_and_wall_ms_as_event_fields(
     assert "0 replayed, 0 rejected" in plain.stderr and "--no-meta" not in plain.stderr
 
 
+def test_simulate_warns_of_a_job_field_named_as_a_line_field(tmp_path: Path) -> None:
+    """A job keyed by ``partition`` with its time in ``wall_ms``: simulate read both as
+    the lines' own, and every line was a MISSING_KEY "missing key field 'partition'",
+    the field being right there (a walkthrough). It now says so at the start."""
+    job = (
+        "job: m\ninput: {topic: t, key: partition, timestamp: wall_ms}\n"
+        "window: {type: tumbling, size: 10s}\naggregations: [{name: n, op: count}]\n"
+    )
+    events: list[dict[str, object]] = [{"partition": 3, "wall_ms": 1}]
+    proc = simulate_files(tmp_path, job, events)
+    for setting, name in [("input.key", "partition"), ("input.timestamp", "wall_ms")]:
+        assert (
+            f"simulate: warning: {setting} names the field '{name}', which simulate reads as "
+            "the line's own (where it stands, or when it came): if it is a field of your "
+            "events, run with --no-meta"
+        ) in proc.stderr
+    plain = simulate_files(tmp_path, job, events, "--no-meta")
+    assert plain.returncode == 0 and "warning" not in plain.stderr
+    assert [orjson.loads(r)["key"] for r in plain.stdout.splitlines()] == ["3"]
+
+
 @pytest.mark.parametrize(
     ("job", "names"),
     [
