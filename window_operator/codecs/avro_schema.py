@@ -61,6 +61,13 @@ class AvroSchemaError(WindowOperatorError, ValueError):
 
 def confluent_problem(payload: bytes) -> str | None:
     """Why ``payload`` is not in the Confluent wire format (``None``: it is)."""
+    head = payload[:32]
+    if head[:1] != b"\x00" and _is_text(head):
+        shown = head.decode("ascii") + ("..." if len(payload) > len(head) else "")
+        return (
+            f"invalid Confluent wire format: the value is text ({shown!r}), not Avro "
+            "(a topic of JSON values is read with format: json)"
+        )
     if len(payload) < CONFLUENT_HEADER:
         return (
             f"invalid Confluent wire format: {len(payload)} byte(s), shorter than the 5-byte "
@@ -72,6 +79,11 @@ def confluent_problem(payload: bytes) -> str | None:
             "(is the topic written without a schema registry? use input.avro_wire: schemaless)"
         )
     return None
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether ``head`` is printable ASCII text (not empty)."""
+    return bool(head) and all(32 <= b < 127 or b in b"\t\r\n" for b in head)
 
 
 def confluent_header(schema_id: int) -> bytes:

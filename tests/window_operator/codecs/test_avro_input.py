@@ -137,6 +137,11 @@ def test_a_json_value_on_an_avro_topic_is_told_as_json_with_what_does_not_fit(
     assert not reasons[2].startswith("the value is JSON") and not reasons[3].startswith(
         "the value is JSON"
     )
+    if wire == "confluent":  # before: "magic byte is 0x5b ... use avro_wire: schemaless"
+        assert reasons[3] == (
+            "invalid Confluent wire format: the value is text ('[1]'), not Avro (a topic of "
+            "JSON values is read with format: json)"
+        )
 
 
 def test_decode_payloads_avro_builds_bad_avro_errors_with_raw_bytes(tmp_path: Path) -> None:
