@@ -2,7 +2,8 @@
 restart it, and check that every result reaches the output exactly once.
 
 Run ``python benchmarks/crash_trials.py`` (options: ``--kills N`` per job, default 20;
-``--jobs aggregation,session,join``; ``--events N`` per job, default 6,000; ``--seed S``;
+``--jobs aggregation,session,join``, or also ``count``, ``offsets``; ``--events N`` per
+job, default 6,000; ``--seed S``;
 ``--broker-kills P`` the share of trials that also SIGKILL the broker, default 0.25;
 ``--wipe P`` the share that also delete the local state directory, default 0.2;
 ``--startup-kills P`` the share of kills during start-up, default 0.1; ``--max-delay S``
@@ -17,7 +18,9 @@ with a 1 s trigger and small micro-batches; after a random delay the whole group
 SIGKILLed, and so is every process the job started (PySpark's Python workers leave the
 group). In some trials the local state directory is deleted too, or the broker is
 SIGKILLed and started again on the same port and data directory. Then the job restarts;
-after the last kill it runs to the end of the input (``--available-now``).
+after the last kill it runs to the end of the input (``--available-now``). The ``count``
+job's stream is keyed instead (a key's messages in one partition), so that its windows do
+not depend on where batches are cut; its partial windows at the end stay open, unexpected.
 
 The output is read with ``isolation.level=read_committed``. Checked: the latest result of
 every window equals the oracle (none missing, none wrong), no result record appears twice,
@@ -25,8 +28,9 @@ and every bad record is in the error topic exactly once. The phase each kill hit
 from the job's own trace (``WINDOW_OPERATOR_TRACE``): map side, before outputs, after
 outputs, after the changelog (transaction committed), after the local commit.
 
-A duplicate whose first copy was written by an attempt that never committed (its
-``attempt`` header is not among the committed attempts the trace lists) is the test
+A duplicate (of a result, or of an error record: both carry the ``attempt`` header
+while the job is traced) whose first copy was written by an attempt that never committed
+(its ``attempt`` header is not among the committed attempts the trace lists) is the test
 broker's defect, not the job's: noida-db does not abort the open transaction of a killed
 producer when its transactional id is initialised again, and commits it with the next one
 (real Kafka aborts it). Such duplicates are counted apart. So are those of an attempt
@@ -39,6 +43,7 @@ committed with the next one, while the job, rightly, sends the lost batch again.
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
 import random
 import shutil
@@ -48,6 +53,7 @@ import sys
 import tempfile
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -84,10 +90,13 @@ BROKER_LOSS_S = 2.0
 
 @dataclass
 class Stream:
-    """What was produced: per topic the records, and the bad ones' positions."""
+    """What was produced: per topic the records, the bad ones' positions, each event's
+    (partition, offset) and per partition the offset of its far event, the last."""
 
     events: list[dict[str, Any]]
     bad: set[tuple[str, int, int]] = field(default_factory=set)
+    at: list[tuple[int, int]] = field(default_factory=list)
+    ends: dict[int, int] = field(default_factory=dict)
 
 
 def _produce(bootstrap: str, topic: str, rows: list[tuple[bytes, int]]) -> list[int]:
@@ -123,10 +132,21 @@ def _events(rng: random.Random, n: int, keys: int, gap_ms: int) -> list[dict[str
 
 
 def produce_stream(
-    bootstrap: str, topic: str, events: list[dict[str, Any]], partitions: int, rng: random.Random
+    bootstrap: str,
+    topic: str,
+    events: list[dict[str, Any]],
+    partitions: int,
+    rng: random.Random,
+    *,
+    keyed: bool = False,
 ) -> Stream:
-    """Round-robin records with a few bad ones among them, then one far event per partition."""
-    rows = [(orjson.dumps(e), i % partitions) for i, e in enumerate(events)]
+    """Round-robin records (``keyed``: by key) with a few bad ones among them, then one far
+    event per partition."""
+
+    def part(i: int, e: dict[str, Any]) -> int:
+        return zlib.crc32(e["k"].encode()) % partitions if keyed else i % partitions
+
+    rows = [(orjson.dumps(e), part(i, e)) for i, e in enumerate(events)]
     bad_at = sorted(rng.sample(range(len(rows)), 5))
     for j, i in enumerate(bad_at):
         rows.insert(i + j, (b'{"k": "broken", "ts": ' if j % 2 else b"not json", i % partitions))
@@ -137,6 +157,10 @@ def produce_stream(
     for j, i in enumerate(bad_at):
         row = i + j
         stream.bad.add((topic, rows[row][1], offsets[row]))
+    for i in range(len(events)):
+        row = i + bisect.bisect_right(bad_at, i)
+        stream.at.append((rows[row][1], offsets[row]))
+    stream.ends = {rows[-1 - p][1]: offsets[-1 - p] for p in range(partitions)}
     return stream
 
 
@@ -259,7 +283,63 @@ def join_job(bootstrap: str, work: Path, rng: random.Random, n: int) -> Job:
     return Job("join", config, work / "job.yaml", streams, expected)
 
 
-MAKERS = {"aggregation": aggregation_job, "session": session_job, "join": join_job}
+def _tuple_config(name: str, state: Path, window: dict[str, Any]) -> dict[str, Any]:
+    """A count or offsets job: no event-time settings (they do not apply)."""
+    config = _base_config(name, state)
+    del config["watermark"], config["retention"]
+    return {
+        **config,
+        "input": {"topic": f"{name}-in", "key": "k", "timestamp": "ts"},
+        "window": window,
+        "aggregations": [{"name": "n", "op": "count"}, {"name": "s", "op": "sum", "field": "v"}],
+    }
+
+
+def count_job(bootstrap: str, work: Path, rng: random.Random, n: int) -> Job:
+    """Count windows; a key's partial window at the end stays open (no result)."""
+    name = f"crash-cnt-{uuid.uuid4().hex[:6]}"
+    KafkaAdmin(bootstrap).create_topics([TopicSpec(f"{name}-in", 4, {"retention.ms": "-1"})])
+    events = _events(rng, n, 20, 50)
+    stream = produce_stream(bootstrap, f"{name}-in", events, 4, rng, keyed=True)
+    size, step = 10, 5
+    config = _tuple_config(name, work / "state", {"type": "count", "size": size, "step": step})
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for e, _ in sorted(zip(events, stream.at, strict=True), key=lambda x: x[1]):
+        by_key.setdefault(e["k"], []).append(e)
+    expected: dict[bytes, Any] = {}
+    for k, evs in by_key.items():
+        for s in range(0, len(evs) - size + 1, step):
+            key = orjson.dumps({"key": k, "window_start": s, "window_end": s + size})
+            expected[key] = [size, float(sum(e["v"] for e in evs[s : s + size]))]
+    return Job("count", config, work / "job.yaml", [stream], expected)
+
+
+def offsets_job(bootstrap: str, work: Path, rng: random.Random, n: int) -> Job:
+    """Offsets windows; a window fires once its partition has an offset past its end."""
+    name = f"crash-off-{uuid.uuid4().hex[:6]}"
+    KafkaAdmin(bootstrap).create_topics([TopicSpec(f"{name}-in", 4, {"retention.ms": "-1"})])
+    events = _events(rng, n, 10, 50)
+    stream = produce_stream(bootstrap, f"{name}-in", events, 4, rng)
+    size, step = 40, 20
+    config = _tuple_config(name, work / "state", {"type": "offsets", "size": size, "step": step})
+    expected: dict[bytes, Any] = {}
+    for e, (p, o) in zip(events, stream.at, strict=True):
+        for s in range(max(0, o - size + step) // step * step, o + 1, step):
+            if s + size <= stream.ends[p]:
+                doc = {"key": e["k"], "window_start": s, "window_end": s + size, "partition": p}
+                n_s = expected.setdefault(orjson.dumps(doc), [0, 0.0])
+                n_s[0] += 1
+                n_s[1] += e["v"]
+    return Job("offsets", config, work / "job.yaml", [stream], expected)
+
+
+MAKERS = {
+    "aggregation": aggregation_job,
+    "session": session_job,
+    "join": join_job,
+    "count": count_job,
+    "offsets": offsets_job,
+}
 
 
 # ------------------------------------------------------------------------------ running
@@ -425,12 +505,18 @@ def check(job: Job, bootstrap: str, committed: set[str]) -> Verdict:
     v.wrong += len(set(latest) - set(job.expected))
     bad = set().union(*(s.bad for s in job.streams))
     v.errors_expected = len(bad)
-    seen = Counter()
+    seen: dict[tuple[str, int, int], list[str]] = {}
     for m in read_all(bootstrap, job.errors):
         h = {k: x.decode() for k, x in (m.headers() or [])}
-        seen[(h["source.topic"], int(h["source.partition"]), int(h["source.offset"]))] += 1
+        at = (h["source.topic"], int(h["source.partition"]), int(h["source.offset"]))
+        seen.setdefault(at, []).append(h.get("attempt", ""))
     v.errors_missing = len(bad - set(seen))
-    v.errors_twice = sum(n - 1 for n in seen.values() if n > 1)
+    for attempts in seen.values():  # an uncommitted attempt's copy: the broker's, as above
+        if len(attempts) > 1:
+            if any(a and a not in committed for a in attempts):
+                v.broker_duplicates += len(attempts) - 1
+            else:
+                v.errors_twice += len(attempts) - 1
     return v
 
 

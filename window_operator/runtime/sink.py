@@ -105,7 +105,11 @@ class OutputSink:
 
     def errors(self, errors: Sequence[ErrorRecord]) -> int:
         """Produce rejected input records to the errors topic (dead-letter convention)."""
-        return self._produce(self.topics.errors, (encode_error(e, key=e.key) for e in errors))
+        records = (encode_error(e, key=e.key) for e in errors)
+        extra = self._headers
+        if extra is not None:  # traced: the attempt, as on results
+            records = ((k, v, [*(h or []), *extra]) for k, v, h in records)
+        return self._produce(self.topics.errors, records)
 
     def _produce(
         self, topic: str, records: Iterable[tuple[bytes | None, bytes | None, Headers | None]]

@@ -116,3 +116,29 @@ def test_a_commit_of_another_copy_during_the_catch_up_is_not_applied_twice(
     output = read_topic(kafka_bootstrap, first.settings.config.output.topic)
     results = [orjson.loads(m.value()) for m in output]
     assert [(r["window_start"], r["values"]["n"]) for r in results] == [(0, 6)]
+
+
+def test_a_traced_sink_names_its_attempt_on_error_records_too(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """The crash trials tell the test broker's duplicates (an uncommitted attempt's
+    records committed with the next) by the ``attempt`` header. Error records had
+    none, so such a copy of one counted as the job's (a crash-trials walkthrough)."""
+    from window_operator.results import ErrorCode, ErrorRecord
+
+    topics = SinkTopics(unique_name("out"), unique_name("errors"))
+    for t in (topics.results, topics.errors):
+        create_topic(kafka_bootstrap, t, 1)
+    traced = OutputSink(
+        transactional(kafka_bootstrap, unique_name("tx")), topics, transactional=True,
+        timeout_s=30, attempt="a1",
+    )  # fmt: skip
+    traced.begin()
+    traced.results([(b"w", b"v")])
+    traced.errors([ErrorRecord(ErrorCode.BAD_JSON, "not json", 0, 7, b"x", "in")])
+    traced.commit(NO_CHANGELOG)
+    for topic in (topics.results, topics.errors):
+        (m,) = read_topic(kafka_bootstrap, topic)
+        assert dict(m.headers() or [])["attempt"] == b"a1", topic
+    (error,) = read_topic(kafka_bootstrap, topics.errors)
+    assert dict(error.headers() or [])["error.code"] == b"BAD_JSON"
