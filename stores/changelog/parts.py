@@ -22,8 +22,9 @@ or replaced the head), and the parts beyond the new count of a key logged in par
 again.
 
 A restore that reaches a head whose parts are not all there (a compaction removed
-parts that a later write replaced) leaves the key until a later record of it; a head
-of that kind that nothing follows is a :class:`ChangelogError`.
+parts that a later write replaced) leaves the key until a later record of it, and
+commits nothing past the head until then; a head of that kind that nothing follows is a
+:class:`ChangelogError`, again at every try.
 """
 
 from __future__ import annotations

@@ -162,7 +162,9 @@ class _Applier:
         self.result.batches += 1
         self.result.position = offset + 1
         self.pending = []
-        if self.chunk_size >= self.chunk_records:
+        # not past a head whose parts are missing until a later record of its key
+        # replaced it: a restore that fails on it fails again when it is asked again
+        if self.chunk_size >= self.chunk_records and not self.parts.incomplete:
             self.commit()
 
     def commit(self, *, moved: bool = False) -> None:

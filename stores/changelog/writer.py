@@ -9,7 +9,7 @@ from typing import Any, cast
 import orjson
 
 from stores.changelog.parts import PART_BYTES, in_parts, logged_parts
-from stores.changelog.records import CF_TAGS, ChangelogError, is_marker
+from stores.changelog.records import CF_TAGS, LOCAL_KEY_PREFIX, ChangelogError, is_marker
 from stores.errors import ProduceError
 from stores.rocks import BulkPut, ColumnFamily, Mutation, MutationKind, StoreBatch, TaskStore
 
@@ -215,6 +215,11 @@ def _doomed(
     return sorted(doomed)
 
 
+def _is_local(key: bytes) -> bool:
+    """Whether a checkpoint-family key is local-only (never logged)."""
+    return key.startswith(LOCAL_KEY_PREFIX)
+
+
 def _records(
     batch: StoreBatch,
     store: TaskStore,
@@ -226,6 +231,8 @@ def _records(
     ]
     marker: Mutation | None = None
     for i, e in enumerate(batch.entries):
+        if isinstance(e, Mutation) and e.cf is ColumnFamily.CHECKPOINT and _is_local(e.key):
+            continue  # this copy's own (a batch written again: its notes of parts)
         if isinstance(e, BulkPut):
             tag = CF_TAGS[e.cf]
             records += [{"key": tag + k, "value": v} for k, v in zip(e.keys, e.values, strict=True)]

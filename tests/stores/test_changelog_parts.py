@@ -267,3 +267,57 @@ def test_a_head_whose_parts_are_gone_and_that_nothing_replaced_is_an_error(
         restore_from_changelog(fresh, {"bootstrap.servers": kafka_bootstrap}, copy, 0)
     store.close()
     fresh.close()
+
+
+def test_a_restore_that_failed_on_missing_parts_fails_again_when_asked_again(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], producer: Any
+) -> None:
+    """A restore commits what it applied every ``chunk_records`` records. Before, it went
+    past a head whose parts were missing and failed only at the end: the retry (the
+    runner retries a ChangelogError) read on from after the head, passed, and kept the
+    key's older value (review)."""
+    topic = make_topic(kafka_bootstrap, unique_name("changelog"))
+    store = TaskStore(tmp_path / "store")
+    writer = ChangelogWriter(producer, topic, 0, part_bytes=PART)
+    for n, value in enumerate([b"older", b"q" * (2 * PART)]):
+        b = StoreBatch()
+        b.put(META, b"k", value)
+        commit_logged(store, writer, b, n)
+    for n in range(2, 6):  # later batches of other keys
+        b = StoreBatch()
+        b.put(META, b"other%d" % n, b"v")
+        commit_logged(store, writer, b, n)
+    log = read_log(kafka_bootstrap, topic)
+    lost = [(k, v) for k, v in log if not (k[:1] == PART_TAG and k[1:5] == b"\x00\x00\x00\x01")]
+    assert len(lost) == len(log) - 1
+    copy = make_topic(kafka_bootstrap, unique_name("lost"))
+    for key, value in lost:
+        producer.produce(copy, key=key, value=value, partition=0)
+    producer.flush(10)
+    conf = {"bootstrap.servers": kafka_bootstrap}
+    fresh = TaskStore(tmp_path / "fresh")
+    for _ in range(2):
+        with pytest.raises(ChangelogError, match="logged in parts"):
+            restore_from_changelog(fresh, conf, copy, 0, chunk_records=1)
+    assert fresh.get(META, b"other5") is None  # nothing past the bad head was committed
+    store.close()
+    fresh.close()
+
+
+def test_a_batch_written_twice_logs_no_local_note_of_its_parts(
+    tmp_path: Path, kafka_bootstrap: str, unique_name: Callable[[str], str], producer: Any
+) -> None:
+    """The writer notes a key's part count in the batch (a local-only key). A second
+    ``write`` of the same batch logged that note as a record (review)."""
+    topic = make_topic(kafka_bootstrap, unique_name("changelog"))
+    store = TaskStore(tmp_path / "store")
+    writer = ChangelogWriter(producer, topic, 0, part_bytes=PART)
+    b = StoreBatch()
+    b.put(META, b"k", b"q" * (3 * PART))
+    b.put(ColumnFamily.CHECKPOINT, b"task", b"cp")
+    writer.wait(writer.write(b, store, batch_number=0, source_offsets=()))
+    writer.wait(writer.write(b, store, batch_number=0, source_offsets=()))  # a retry
+    keys = [k for k, _ in read_log(kafka_bootstrap, topic)]
+    assert not [k for k in keys if k.startswith(CF_TAGS[ColumnFamily.CHECKPOINT] + b"\x00")]
+    assert keys.count(HEAD_TAG + CF_TAGS[META] + b"k") == 2
+    store.close()
