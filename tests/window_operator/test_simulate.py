@@ -311,6 +311,8 @@ def test_a_line_with_a_bad_partition_or_offset_is_a_wrong_type(tmp_path: Path) -
         _, errors, summary = run(lines, tmp_path, batch_size)
         assert [e["code"] for e in errors] == ["WRONG_TYPE"] * 6
         assert "partition must be an integer from 0 to 2147483647" in errors[0]["reason"]
+        assert ', got "x" (if it is a field' in errors[0]["reason"]
+        assert ", got null (if it is a field" in errors[4]["reason"]  # not Python's None
         assert summary.applied == 1
 
 

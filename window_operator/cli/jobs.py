@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -44,6 +45,18 @@ if TYPE_CHECKING:
 __all__ = ["add_parsers"]
 
 
+def _warn_of_line_fields(config: JobConfig | JoinJobConfig, meta: Sequence[str]) -> None:
+    """A warning for each field the job names that simulate reads as the line's own."""
+    for setting, name in named_fields(config):
+        if name in meta:
+            print(
+                f"simulate: warning: {setting} names the field {name!r}, which simulate "
+                "reads as the line's own (where it stands, or when it came): if it is a "
+                "field of your events, run with --no-meta",
+                file=sys.stderr,
+            )
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from window_operator.count_windows.offsets import OffsetsPartitionError
     from window_operator.simulate import FinishedStateError, simulate
@@ -54,14 +67,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.no_meta:
         check_no_meta(runtime.config, "simulate")
     else:
-        for setting, name in named_fields(runtime.config):
-            if name in META_FIELDS:
-                print(
-                    f"simulate: warning: {setting} names the field {name!r}, which simulate "
-                    "reads as the line's own (where it stands, or when it came): if it is a "
-                    "field of your events, run with --no-meta",
-                    file=sys.stderr,
-                )
+        _warn_of_line_fields(runtime.config, META_FIELDS)
     input_path = input_file(args.input)
     _check_outputs(
         {"--input": input_path, "--config": Path(args.config)},
