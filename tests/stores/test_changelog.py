@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,6 @@ def commit_logged(store: TaskStore, writer: ChangelogWriter, batch: StoreBatch, 
     set_local_position(batch, marker + 1)
     store.commit(batch)
     return marker
-
-
-@pytest.fixture
-def producer(kafka_bootstrap: str) -> Iterator[Producer]:
-    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    yield p
-    p.flush(10)
 
 
 def test_restore_into_an_empty_store_is_byte_identical(

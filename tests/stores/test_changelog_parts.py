@@ -4,12 +4,12 @@ after compaction too, and nothing of them left in a compacted log once replaced.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 
 from stores.changelog import (
     CF_TAGS,
@@ -85,13 +85,6 @@ def compacted(
         for i, (key, value) in enumerate(log)
         if i >= cleaned or (last.get(key, i) == i and not (drop_tombstones and value is None))
     ]
-
-
-@pytest.fixture
-def producer(kafka_bootstrap: str) -> Iterator[Producer]:
-    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    yield p
-    p.flush(10)
 
 
 def test_values_in_parts_restore_exactly_also_from_any_compaction_of_their_log(
@@ -291,8 +284,8 @@ def test_a_restore_that_failed_on_missing_parts_fails_again_when_asked_again(
     lost = [(k, v) for k, v in log if not (k[:1] == PART_TAG and k[1:5] == b"\x00\x00\x00\x01")]
     assert len(lost) == len(log) - 1
     copy = make_topic(kafka_bootstrap, unique_name("lost"))
-    for key, value in lost:
-        producer.produce(copy, key=key, value=value, partition=0)
+    for k, v in lost:
+        producer.produce(copy, key=k, value=v, partition=0)
     producer.flush(10)
     conf = {"bootstrap.servers": kafka_bootstrap}
     fresh = TaskStore(tmp_path / "fresh")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.config import parse_any_config
 from window_operator.errors import UserCodeExitError, UserOpError
-from window_operator.join import build_join_runtime
+from window_operator.join import JoinRuntime, build_join_runtime
 from window_operator.simulate import FinishedStateError, SimulationSummary, simulate
 from window_operator.simulate_input import META_FIELDS
 
@@ -221,20 +221,19 @@ def test_the_rest_of_a_batch_that_made_a_user_operation_raise_is_not_made_late(
     assert first == [("ON_TIME", {"n": 2, "s": 10.0})]
 
 
+def orders_shipments(tmp_path: Path, **sections: Any) -> JoinRuntime:
+    """The runtime of a join of orders and shipments on ``id`` within an hour."""
+    join = {
+        "left": {"name": "orders", "timestamp": "ts"},
+        "right": {"name": "shipments", "timestamp": "ts"},
+        "on": ["id"],
+        "range": "1h",
+    }
+    doc = {"job": "orders-shipments", "join": join, "retention": {"time": "1h"}, **sections}
+    return build_join_runtime(parse_any_config(doc, base_dir=tmp_path))  # type: ignore[arg-type]
+
+
 def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:
-    config = parse_any_config(
-        {
-            "job": "orders-shipments",
-            "join": {
-                "left": {"name": "orders", "timestamp": "ts"},
-                "right": {"name": "shipments", "timestamp": "ts"},
-                "on": ["id"],
-                "range": "1h",
-            },
-            "retention": {"time": "1h"},
-        },
-        base_dir=tmp_path,
-    )
     lines = [
         {"source": "orders", "id": 1, "ts": BASE},
         {"source": "orders", "id": 2, "ts": YEAR_3000},
@@ -245,8 +244,7 @@ def test_join_jobs_apply_the_guard_too(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
     out, errors = io.BytesIO(), io.BytesIO()
-    runtime = build_join_runtime(config)  # type: ignore[arg-type]
-    summary = simulate(runtime, source, out, errors_out=errors, batch_size=2)
+    summary = simulate(orders_shipments(tmp_path), source, out, errors_out=errors, batch_size=2)
     errs = [orjson.loads(x) for x in errors.getvalue().splitlines()]
     assert [e["code"] for e in errs] == ["FUTURE_TIMESTAMP"]
     assert orjson.loads(errs[0]["raw"])["id"] == 2
@@ -823,20 +821,7 @@ def test_a_result_over_max_record_bytes_is_a_result_error_as_on_kafka(tmp_path: 
 def test_a_join_result_over_max_record_bytes_is_a_result_error_as_on_kafka(
     tmp_path: Path,
 ) -> None:
-    config = parse_any_config(
-        {
-            "job": "orders-shipments",
-            "join": {
-                "left": {"name": "orders", "timestamp": "ts"},
-                "right": {"name": "shipments", "timestamp": "ts"},
-                "on": ["id"],
-                "range": "1h",
-            },
-            "retention": {"time": "1h"},
-            "output": {"max_record_bytes": 2048},
-        },
-        base_dir=tmp_path,
-    )
+    runtime = orders_shipments(tmp_path, output={"max_record_bytes": 2048})
     lines = [
         {"source": "orders", "id": 1, "ts": BASE, "note": "x" * 1500},
         {"source": "shipments", "id": 1, "ts": BASE + S, "note": "y" * 1500},
@@ -846,7 +831,6 @@ def test_a_join_result_over_max_record_bytes_is_a_result_error_as_on_kafka(
     source = tmp_path / "in.jsonl"
     source.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
     out, errors = io.BytesIO(), io.BytesIO()
-    runtime = build_join_runtime(config)  # type: ignore[arg-type]
     summary = simulate(runtime, source, out, errors_out=errors, batch_size=4)
     matches = [orjson.loads(x) for x in out.getvalue().splitlines()]
     assert [m["key"]["id"] for m in matches if m["kind"] == "MATCH"] == [2]
