@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stores.changelog.parts import Reassembler, Restored
@@ -289,7 +289,8 @@ def _open_transaction_records(
         _, high = peek.watermarks()
         if high <= start:
             return []
-        return [record for _, record in peek.records(start)]
+        # only a head's value is read (its part count): not the values of a whole batch
+        return [r if r.head else replace(r, value=None) for _, r in peek.records(start)]
     finally:
         peek.close()
 
