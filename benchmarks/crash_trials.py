@@ -217,10 +217,15 @@ def aggregation_job(bootstrap: str, work: Path, rng: random.Random, n: int) -> J
         for w in range(first, e["ts"] + 1, 10_000):
             if w <= e["ts"] < w + 30_000:
                 key = orjson.dumps({"key": e["k"], "window_start": w, "window_end": w + 30_000})
-                n_s = expected.setdefault(key, [0, 0.0])
-                n_s[0] += 1
-                n_s[1] += e["v"]
+                _count(expected, key, e["v"])
     return Job("aggregation", config, work / "job.yaml", [stream], expected)
+
+
+def _count(expected: dict[bytes, Any], key: bytes, value: float) -> None:
+    """One event more in the expected ``[count, sum]`` of the window ``key``."""
+    n_s = expected.setdefault(key, [0, 0.0])
+    n_s[0] += 1
+    n_s[1] += value
 
 
 def session_job(bootstrap: str, work: Path, rng: random.Random, n: int) -> Job:
@@ -327,9 +332,7 @@ def offsets_job(bootstrap: str, work: Path, rng: random.Random, n: int) -> Job:
         for s in range(max(0, o - size + step) // step * step, o + 1, step):
             if s + size <= stream.ends[p]:
                 doc = {"key": e["k"], "window_start": s, "window_end": s + size, "partition": p}
-                n_s = expected.setdefault(orjson.dumps(doc), [0, 0.0])
-                n_s[0] += 1
-                n_s[1] += e["v"]
+                _count(expected, orjson.dumps(doc), e["v"])
     return Job("offsets", config, work / "job.yaml", [stream], expected)
 
 

@@ -231,11 +231,11 @@ def _records(
     ]
     marker: Mutation | None = None
     for i, e in enumerate(batch.entries):
-        if isinstance(e, Mutation) and e.cf is ColumnFamily.CHECKPOINT and _is_local(e.key):
-            continue  # this copy's own (a batch written again: its notes of parts)
         if isinstance(e, BulkPut):
             tag = CF_TAGS[e.cf]
             records += [{"key": tag + k, "value": v} for k, v in zip(e.keys, e.values, strict=True)]
+        elif e.cf is ColumnFamily.CHECKPOINT and _is_local(e.key):
+            continue  # this copy's own (a batch written again: its notes of parts)
         elif e.kind is MutationKind.PUT and is_marker(e.cf, e.key):
             marker = e  # the checkpoint is the commit marker: send it last
         elif e.kind is MutationKind.PUT:
