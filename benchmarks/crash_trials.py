@@ -434,6 +434,12 @@ def committed_attempts(trace: Path, broker_kills: Sequence[float] = ()) -> set[s
     }
 
 
+def results_sent(trace: Path) -> dict[str, int]:
+    """How many results each committed attempt sent (from the trace's ``changelog`` lines)."""
+    lines = [ln.split() for ln in trace.read_text().splitlines()] if trace.exists() else []
+    return {ln[4]: int(ln[5]) for ln in lines if len(ln) > 5 and ln[1] == "changelog"}
+
+
 # ------------------------------------------------------------------------------ checking
 
 

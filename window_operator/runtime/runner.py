@@ -391,13 +391,15 @@ class TaskRunner(Generic[B, R]):
         sink.begin()
         unwritten: list[ErrorRecord] = []
         limit = self.settings.config.output.max_record_bytes
+        sent = 0
         for results in result_batches:
             encoded = self.plan.encode_results(results)
             fitted = fit_results(encoded.records, limit)
-            report.results += sink.results(fitted.records)
+            sent += sink.results(fitted.records)
             _count_kind(report.results_by_kind, results, len(fitted.records))
             unwritten += encoded.errors + fitted.errors
         sink.errors(fit_errors(errors + unwritten, limit))
+        report.results += sent
         report.result_errors += len(unwritten)
         sink.acknowledge_outputs()
         trace("outputs", self.task, inp.batch_id)
@@ -409,7 +411,9 @@ class TaskRunner(Generic[B, R]):
         report.compensated = len(state.restored.uncommitted)
         report.changelog_records += delivery.records
         marker = sink.commit(delivery)
-        trace("changelog", self.task, inp.batch_id, sink.attempt or "")
+        trace(
+            "changelog", self.task, inp.batch_id, f"{sink.attempt} {sent}" if sink.attempt else ""
+        )
         t_changelog = time.perf_counter()
         report.seconds_changelog += t_changelog - t_outputs
         crash_point("after_changelog", report.rows, inp.batch_id)

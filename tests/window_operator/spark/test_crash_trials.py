@@ -9,6 +9,7 @@ import argparse
 import random
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,16 @@ def test_a_batch_the_broker_lost_after_it_committed_is_sent_again(tmp_path: Path
         broker.kill()
         crash_trials.kill_job(proc, tag)
         broker.start()
-        kept = len(crash_trials.read_all(bootstrap, job.output))
+        kept_records = crash_trials.read_all(bootstrap, job.output)
+        kept = len(kept_records)
+        kept_of = Counter(
+            dict(m.headers() or []).get("attempt", b"").decode() for m in kept_records
+        )
+        torn = {
+            a: (kept_of[a], n)
+            for a, n in crash_trials.results_sent(trace).items()
+            if 0 < kept_of[a] < n
+        }
         sent = int(re.findall(r"batch 0, .* (\d+) results", (tmp_path / "job.log").read_text())[0])
         proc, tag = crash_trials.start_job(job, bootstrap, trace, available_now=True)
         assert proc.wait(600) == 0
@@ -99,9 +109,18 @@ def test_a_batch_the_broker_lost_after_it_committed_is_sent_again(tmp_path: Path
     finally:
         broker.kill()
     assert verdict.windows > 0, verdict
+    reread = re.search(r"state behind (batch \d+|a timer pass), re-reading", log)
+    if torn:
+        # The broker kept some results of a committed transaction and lost others: a
+        # transaction torn apart, which real Kafka does not do and no job can mend (the
+        # task may find its changelog whole and not read the batch again). Only those
+        # results may be missing.
+        assert verdict.lost <= sent - kept, (verdict, sent, kept, torn)
+        assert (verdict.wrong, verdict.duplicates) == (0, 0), verdict
+        pytest.skip(f"the test broker tore committed transactions (kept, sent): {torn}")
     assert (verdict.lost, verdict.wrong, verdict.duplicates) == (0, 0, 0), verdict
     assert (verdict.errors_missing, verdict.errors_twice) == (0, 0), verdict
     if kept == sent:
         pytest.skip(f"the broker kept all {sent} results of batch 0: nothing was lost")
     # the broker lost results (and the changelog) of batch 0, and tasks read it back
-    assert re.search(r"state behind (batch \d+|a timer pass), re-reading", log), log[-2000:]
+    assert reread, log[-2000:]
