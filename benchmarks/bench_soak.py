@@ -37,6 +37,10 @@ empty every few batches), events/s over the interval and the keys interned in me
 verdict line compares the last point with the one at a tenth of the run (2M of 20M):
 RSS and store within 10 %, events/s (mean of the last three intervals against the three
 after that point) within 10 %.
+
+Each run's results are checked too (:class:`Tally`; not timed): the windows' latest
+counts and sums add up to the events fed, and the join's pairs to the orders where every
+key is new. Exit status 1 when a result check or a verdict fails.
 """
 
 from __future__ import annotations
@@ -59,9 +63,12 @@ from window_operator.config import JobConfig, JoinJobConfig, parse_any_config
 from window_operator.events import EventBatch
 from window_operator.job import build_runtime
 from window_operator.join import LEFT, RIGHT, JoinOperator, JoinRows, build_join_runtime
+from window_operator.policies import END_OF_TIME
 
 BASE_TS = 1_700_000_000_000
 BATCH_SPAN_MS = 100_000
+#: How long before the end of a batch's time a window's result is final (see Tally).
+SETTLED_MS = 5_000
 ZIPF_A = 1.3
 OPERATORS = ("time", "session", "join")
 DISTS = ("new", "zipf")
@@ -206,6 +213,83 @@ class Feed:
         return JoinRows.from_columns(ids, ts, payload, source=side, offset=off)
 
 
+class Tally:
+    """The result check: what the results say was applied, against what was fed.
+
+    Window operators: the latest result of every window (an ``EARLY``, ``ON_TIME`` or
+    ``LATE`` result replaces the window's last one, a ``RETRACT`` withdraws it), summed
+    once the window can change no more (it ends :data:`SETTLED_MS` before the end of
+    the batch's time: the lateness is 1 s, the disorder 0.5 s, a session's gap 10 s, and
+    the next batch's events all come after that end); after the run every window is
+    fired (end of input). Their counts
+    must add up to the events fed, and their sums to the sum of ``v``, with no error
+    record (no event of this feed is out of retention). Join: with every key new, each
+    order has exactly one shipment within the range, so the pairs must be the orders;
+    with Zipf keys the pairs are not counted (no oracle here), only the errors.
+    Held in memory: the windows of the batch's last :data:`SETTLED_MS`, which stay in
+    the readings of the run (about 1 MB with every key new).
+    """
+
+    def __init__(self, operator: str, dist: str) -> None:
+        self.operator = operator
+        self.dist = dist
+        self.fed = 0
+        self.fed_sum = 0.0
+        self.errors = 0
+        self.live: dict[tuple[str, int, int], tuple[int, float]] = {}
+        self.count = 0
+        self.total = 0.0
+
+    def feed(self, inputs: list[Any]) -> None:
+        if self.operator == "join":
+            self.fed += len(inputs[0])
+        else:
+            self.fed += len(inputs[0])
+            self.fed_sum += float(np.sum(inputs[0].numeric["v"]))
+
+    def take(self, batches: list[Any], errors: int, settled_before: int) -> None:
+        """Results and errors handed over; windows ending before ``settled_before``
+        are summed and dropped."""
+        self.errors += errors
+        for rb in batches:
+            if self.operator == "join":
+                self.count += len(rb) if rb.kind == "MATCH" else -len(rb)
+                continue
+            ends = rb.window_end.tolist()
+            for key, start, end, n, t in zip(
+                rb.keys,
+                rb.window_start.tolist(),
+                ends,
+                rb.values["n"],
+                rb.values["total"],
+                strict=True,
+            ):
+                if rb.kind == "RETRACT":
+                    self.live.pop((key, start, end), None)
+                else:
+                    self.live[(key, start, end)] = (n, t)
+        settled = [w for w in self.live if w[2] < settled_before]
+        for w in settled:
+            n, t = self.live.pop(w)
+            self.count += n
+            self.total += t
+
+    def failures(self) -> list[str]:
+        """What the results got wrong (empty: they are exact)."""
+        out = [f"{self.errors:,} error records"] if self.errors else []
+        if self.operator == "join":
+            if self.dist == "new" and self.count != self.fed:
+                out.append(f"{self.count:,} pairs for {self.fed:,} orders")
+            return out
+        if self.live:
+            out.append(f"{len(self.live):,} windows never settled")
+        if self.count != self.fed:
+            out.append(f"windows count {self.count:,} events of {self.fed:,} fed")
+        if abs(self.total - self.fed_sum) > 1e-9 * max(abs(self.fed_sum), 1.0):
+            out.append(f"windows sum to {self.total!r}, the events to {self.fed_sum!r}")
+        return out
+
+
 def _interned(op: Any) -> int:
     if isinstance(op, JoinOperator):
         return len(op.keys)
@@ -229,9 +313,11 @@ def _rss_mb() -> float:
 
 def run_one(
     operator: str, dist: str, events: int, batch: int, points: int, cache_mb: int | None
-) -> list[Sample]:
-    """One run in this process; prints each report point as it is reached."""
+) -> tuple[list[Sample], list[str]]:
+    """One run in this process; prints each report point as it is reached. Returns the
+    samples and what the result check found wrong."""
     feed = Feed(operator, dist, batch)
+    tally = Tally(operator, dist)
     n_batches = max(events // batch, 1)
     every = max(n_batches // points, 1)
     samples: list[Sample] = []
@@ -244,13 +330,16 @@ def run_one(
         cpu, done, rss, rocks, store = 0.0, 0, 0.0, 0.0, 0.0
         for b in range(n_batches):
             inputs = feed.make(b)
+            tally.feed(inputs)
             c0 = time.process_time()
             for inp in inputs:
                 op.add_batch(inp)
             op.timeout(BASE_TS + (b + 1) * BATCH_SPAN_MS)
-            op.take_result_batches()
+            batches, errors = op.take_result_batches(), op.get_errors()
             op.flush()
             cpu += time.process_time() - c0
+            tally.take(batches, len(errors), BASE_TS + (b + 1) * BATCH_SPAN_MS - SETTLED_MS)
+            del batches, errors
             # peaks within the interval: the write-ahead log and memtables fill and empty
             # every few batches, so single readings depend on where in that cycle they fall
             rss = max(rss, _rss_mb())
@@ -262,8 +351,10 @@ def run_one(
                 samples.append(s)
                 print(f"    {_row(s)}", flush=True)
                 cpu, done, rss, rocks, store = 0.0, n, 0.0, 0.0, 0.0
+        op.timeout(END_OF_TIME)  # end of input: every window fires
+        tally.take(op.take_result_batches(), len(op.get_errors()), END_OF_TIME)
         op.close()
-    return samples
+    return samples, tally.failures()
 
 
 # ---------------------------------------------------------------------- report
@@ -330,7 +421,7 @@ def plot(runs: dict[str, list[Sample]], path: Path) -> bool:
     return True
 
 
-def _child(args: argparse.Namespace, operator: str, dist: str) -> list[Sample]:
+def _child(args: argparse.Namespace, operator: str, dist: str) -> tuple[list[Sample], list[str]]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [
             sys.executable,
@@ -347,7 +438,8 @@ def _child(args: argparse.Namespace, operator: str, dist: str) -> list[Sample]:
         if args.cache_mb is not None:
             cmd += ["--cache-mb", str(args.cache_mb)]
         subprocess.run(cmd, check=True)
-        return [Sample(**d) for d in json.loads(Path(out.name).read_text())]
+        got = json.loads(Path(out.name).read_text())
+        return [Sample(**d) for d in got["samples"]], got["wrong"]
 
 
 def main() -> None:
@@ -363,14 +455,20 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         operator, dist, out = args.child.split(":", 2)
-        samples = run_one(operator, dist, args.events, args.batch, args.points, args.cache_mb)
-        Path(out).write_text(json.dumps([asdict(s) for s in samples]))
+        samples, wrong = run_one(
+            operator, dist, args.events, args.batch, args.points, args.cache_mb
+        )
+        Path(out).write_text(json.dumps({"samples": [asdict(s) for s in samples], "wrong": wrong}))
         return
     runs: dict[str, list[Sample]] = {}
+    failed: list[str] = []
     for operator in args.only.split(","):
         for dist in args.dist.split(","):
-            print(f"{operator} / {dist}: {args.events:,} events in batches of {args.batch:,}")
-            runs[f"{operator} / {dist}"] = _child(args, operator, dist)
+            name = f"{operator} / {dist}"
+            print(f"{name}: {args.events:,} events in batches of {args.batch:,}")
+            runs[name], wrong = _child(args, operator, dist)
+            print(f"  results: {'; '.join(wrong) if wrong else 'exact'}")
+            failed += [f"{name}: {w}" for w in wrong]
     print()
     for name, samples in runs.items():
         print(f"### {name}\n\n{HEADER}")
@@ -383,8 +481,13 @@ def main() -> None:
                 f"RSS x{v.rss:.3f}, store x{v.store:.3f}, events/s x{v.speed:.3f} "
                 f"-> {'within 10%' if v.ok else 'NOT within 10%'}\n"
             )
+            if not v.ok:
+                failed.append(f"{name}: not within 10 %")
     if plot(runs, args.plot):
         print(f"plot: {args.plot}")
+    if failed:
+        print("FAILED: " + "; ".join(failed))
+        sys.exit(1)
 
 
 if __name__ == "__main__":
