@@ -20,6 +20,7 @@ from window_operator.codecs.json_input import InvalidJsonError, parse_json
 from window_operator.join import JoinDecoder, JoinOperator, JoinRuntime
 from window_operator.join.common import MAX_OFFSET, MAX_PARTITION
 from window_operator.kernel import StepStats
+from window_operator.rejections import show
 from window_operator.results import ErrorCode, ErrorRecord
 from window_operator.simulate_input import (
     META_FIELDS,
@@ -195,7 +196,7 @@ def _join_line(
     except InvalidJsonError as exc:
         return ErrorRecord(ErrorCode.BAD_JSON, exc.reason, None, None, line)
     if not isinstance(rec, dict):
-        reason = f"record must be a JSON object, got {type(rec).__name__}"
+        reason = f"record must be a JSON object, got {show(rec)}"
         return ErrorRecord(ErrorCode.NOT_AN_OBJECT, reason, None, None, line)
     source = rec.pop("source", None)
     if not isinstance(source, str) or source not in names:

@@ -231,14 +231,23 @@ def _no_key(record: object) -> None:
 
 
 def kafka_key(record: object, fields: tuple[str, ...]) -> bytes | None:
-    """The key of a record: its one key field as text (``None`` when null or absent),
-    several as a JSON array; ``None`` without key fields or for a line not an object."""
+    """The key of a record: its one key field as text (a string as it is, any other
+    value as JSON; ``None`` when null or absent), several as a JSON array; ``None``
+    without key fields or for a line not an object."""
     if not fields or not isinstance(record, dict):
         return None
     values = [record.get(f) for f in fields]
-    if len(values) == 1:
-        return None if values[0] is None else str(values[0]).encode()
-    return orjson.dumps(values)
+    one = values[0]
+    if len(values) > 1:
+        return _json_or_text(values)
+    return None if one is None else one.encode() if isinstance(one, str) else _json_or_text(one)
+
+
+def _json_or_text(value: object) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits, say
+        return str(value).encode()
 
 
 def route(
@@ -280,9 +289,6 @@ def route(
     if target.record_time and wall <= 0 and isinstance(record, dict):
         produced.unstamped.append(number)
         return None
-    if target.record_time and target.retention is not None and 0 < wall < target.retention[1]:
-        retention, n = produced.expiring.get(target.topic, (target.retention[0], 0))
-        produced.expiring[target.topic] = (retention, n + 1)
     key = target.key_of(record)
     if target.line_keyed and "kafka_key" in meta and isinstance(record, dict):
         named_key = record.get("kafka_key")
@@ -291,6 +297,10 @@ def route(
             produced.bad_key.append(number)
             produced.key_format = target.key_format
             return None
+    # counted once the line is written
+    if target.record_time and target.retention is not None and 0 < wall < target.retention[1]:
+        retention, n = produced.expiring.get(target.topic, (target.retention[0], 0))
+        produced.expiring[target.topic] = (retention, n + 1)
     partition = _partition(named, target, produced)
     return Routed(target, key, value, partition, wall if target.record_time and wall > 0 else None)
 

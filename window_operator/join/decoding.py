@@ -26,7 +26,7 @@ from window_operator.events import RecordDecoder
 from window_operator.eventtime import MAX_ABS_TS
 from window_operator.join.common import JoinKey
 from window_operator.jsonbytes import json_bytes, loads_as
-from window_operator.rejections import RecordRejected, raw_of
+from window_operator.rejections import RecordRejected, raw_of, show
 from window_operator.results import ErrorCode, ErrorRecord
 
 __all__ = ["JoinDecodeResult", "JoinDecoder", "JoinRecord", "JoinRows", "check_join_keys"]
@@ -210,7 +210,7 @@ class JoinDecoder:
         if not isinstance(record, dict):
             raise RecordRejected(
                 ErrorCode.NOT_AN_OBJECT,
-                f"record must be a JSON object, got {type(record).__name__}",
+                f"record must be a JSON object, got {show(record)}",
             )
         ts = self._ts.time_of(record, record_time)
         on = self.on

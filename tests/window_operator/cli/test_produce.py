@@ -72,6 +72,10 @@ def test_a_join_line_with_a_non_finite_number_goes_on_as_it_was() -> None:
         ({"k": "a"}, (), None),
         ([1], ("k",), None),
         ({"a": 1, "b": "x"}, ("a", "b"), b'[1,"x"]'),
+        # as JSON, not as Python writes them (the helper saw b"{'a': 1}")
+        ({"k": True}, ("k",), b"true"),
+        ({"k": {"a": 1}}, ("k",), b'{"a":1}'),
+        ({"k": 2**70}, ("k",), str(2**70).encode()),
     ],
 )
 def test_the_kafka_key_of_a_record(
@@ -406,6 +410,25 @@ def test_a_lines_kafka_key_is_written_as_its_key_format_writes_it(
     assert route(unwritable_line, keyed, produced, number=1) is None
     assert produced.bad_key == [1] and produced.skipped
     assert f"(key_from: kafka, key_format {key_format}): skipped (line 1)" in produced.summary()
+
+
+def test_a_line_skipped_for_its_kafka_key_is_not_counted_as_written_past_retention() -> None:
+    """The retention warning counts the records written: before, a line skipped for a
+    kafka_key its key format cannot write was counted too ("3 records" for 2 written)."""
+    config = load_any_config(ROOT / "config/clicks.yaml")
+    inp = kafka_time(config.input, key=None, key_from="kafka", key_format="long")
+    keyed = targets(config.model_copy(update={"input": inp}))
+    target = keyed[None]
+    keyed[None] = replace(target, retention=(86_400_000, 10_000))
+    produced = Produced()
+    lines = [
+        b'{"kafka_key": 5, "wall_ms": 1000}',
+        b'{"wall_ms": 1000}',
+        b'{"kafka_key": "x", "wall_ms": 1000}',
+    ]
+    written = [route(line, keyed, produced, number=n) for n, line in enumerate(lines, 1)]
+    assert [w is not None for w in written] == [True, True, False]
+    assert produced.expiring == {target.topic: (86_400_000, 2)}
 
 
 def produce_kafka_time_job(

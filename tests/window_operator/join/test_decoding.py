@@ -53,6 +53,12 @@ def test_bad_records_are_rejected_with_a_code(record: Any, code: ErrorCode) -> N
     assert got.kept == [1] and [e.code for e in got.errors] == [code]
 
 
+def test_a_record_not_an_object_is_named_as_the_aggregations_name_it() -> None:
+    """Before, a join said "got list" where an aggregation says "got array [1,2]"."""
+    with pytest.raises(RecordRejected, match=r"got array \[1,2\]$"):
+        JoinDecoder(SIDE, ["id"], LEFT).decode_one([1, 2])
+
+
 def test_a_non_finite_number_in_the_carried_record_is_written_as_null() -> None:
     """JSON has no NaN: the record joins, and its results show null there (rejecting
     it would lose the matches of a record whose unrelated field is a NaN, as pandas
