@@ -46,8 +46,15 @@ __all__ = [
     "show",
 ]
 
-#: How a job is started afresh, for the messages that tell a user to.
-AFRESH = "another state.dir and spark.checkpoint_dir, or another job name"
+#: How a job is started afresh, for the messages that tell a user to. The changelog
+#: topic is named after the job (``<job>-state-changelog``), and a state task restores
+#: an empty store from it: another state.dir and spark.checkpoint_dir alone continue the
+#: old state (and write to the old job's changelog), they do not start afresh.
+AFRESH = (
+    "another job name, or delete the job's changelog topic <job>-state-changelog "
+    "together with its state.dir and spark.checkpoint_dir: another state.dir and "
+    "spark.checkpoint_dir alone are restored from that changelog"
+)
 
 
 class WindowOperatorError(Exception):

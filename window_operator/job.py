@@ -69,7 +69,11 @@ class JobRuntime:
     ) -> TaskOperator:
         """Open (or restore) the operator of ``task`` with its RocksDB under ``state_dir``."""
         store = TaskStore(task_state_dir(state_dir, self.config.job, task))
-        return self.operator(store, use_deduct=use_deduct)
+        try:
+            return self.operator(store, use_deduct=use_deduct)
+        except BaseException:  # a state it refuses: let go of the store
+            store.close()
+            raise
 
     def operator(self, store: TaskStore, *, use_deduct: bool | None = None) -> TaskOperator:
         """The operator of this job's window shape over ``store`` (restored from it)."""
@@ -79,6 +83,7 @@ class JobRuntime:
             "policy": self.policy,
             "store": store,
             "decoder": self.decoder,
+            "inputs": (self.config.input.topic,),
         }
         cache_mb = self.config.state.cache_mb
         if isinstance(window, TumblingWindow | HoppingWindow):

@@ -60,6 +60,7 @@ class OffsetWindows:
         policy: EmitPolicy,
         store: TaskStore,
         use_deduct: bool | None,
+        inputs: Sequence[str] = (),
     ) -> None:
         # Offsets of one partition only grow: no lateness, nothing late, and a window
         # is never needed after it fired.
@@ -76,6 +77,7 @@ class OffsetWindows:
                 policy=inner_policy,
                 store=store,
                 use_deduct=use_deduct,
+                inputs=inputs,
             )
         except IncompatibleStateError as exc:
             raise IncompatibleStateError(

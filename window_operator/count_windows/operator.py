@@ -103,6 +103,7 @@ class CountWindowAggregator(EventOperator):
         store: TaskStore,
         decoder: RecordDecoder | None = None,
         use_deduct: bool | None = None,
+        inputs: Sequence[str] = (),
     ) -> None:
         aggregations.check_deduct(use_deduct)
         self.window = window
@@ -110,9 +111,9 @@ class CountWindowAggregator(EventOperator):
         self.decoder = decoder
         self.engine: _Engine
         if isinstance(window, OffsetsWindow):
-            self.engine = OffsetWindows(window, aggregations, policy, store, use_deduct)
+            self.engine = OffsetWindows(window, aggregations, policy, store, use_deduct, inputs)
         else:
-            self.engine = KeyCountWindows(window, aggregations, policy, store, use_deduct)
+            self.engine = KeyCountWindows(window, aggregations, policy, store, use_deduct, inputs)
         self.kernel = self.engine.kernel
 
     def live_state(self) -> LiveState:

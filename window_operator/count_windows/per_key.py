@@ -19,6 +19,7 @@ pending full-state messages and the kernel's checkpoint in one WriteBatch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ from window_operator.kernel import (
     StoredWindow,
     TimerAction,
 )
+from window_operator.kernel.checkpoint import with_inputs
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, EmitPolicy
 from window_operator.results import Kind, ResultBatch
@@ -57,6 +59,7 @@ class KeyCountWindows:
         policy: EmitPolicy,
         store: TaskStore,
         use_deduct: bool | None,
+        inputs: Sequence[str] = (),
     ) -> None:
         self.aggs = aggregations
         self.policy = policy
@@ -64,6 +67,7 @@ class KeyCountWindows:
         self.step = window.step
         self.k = window.size // window.step
         shape = aggregations.state_shape({"type": "count", "size": self.size, "step": self.step})
+        shape = with_inputs(shape, inputs)
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
             store, shape=shape, policy=policy, timed=True
         )

@@ -48,7 +48,11 @@ class JoinRuntime:
         from window_operator.runtime.settings import task_state_dir
 
         store = TaskStore(task_state_dir(state_dir, self.config.job, task))
-        return self.operator(store, **options)
+        try:
+            return self.operator(store, **options)
+        except BaseException:  # a state it refuses: let go of the store
+            store.close()
+            raise
 
     def operator(self, store: TaskStore, **options: int) -> JoinOperator:
         """The join operator over ``store`` (restored from it); ``state.cache_mb`` is its

@@ -9,7 +9,7 @@ fields.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -111,7 +111,14 @@ class Checkpoint:
 
 
 #: Parts of a shape that checkpoints of earlier versions do not have.
-_ADDED_LATER = frozenset({"aggregations"})
+_ADDED_LATER = frozenset({"aggregations", "inputs"})
+
+
+def with_inputs(shape: dict[str, JsonValue], inputs: Sequence[str]) -> dict[str, JsonValue]:
+    """``shape`` with the input topics of its positions (one per source), when known: a
+    state's offsets are offsets of those topics, so another topic cannot continue them
+    (its records below them would be taken for replays)."""
+    return {**shape, "inputs": list(inputs)} if inputs else shape
 
 
 def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint | None:
@@ -125,20 +132,24 @@ def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint
         return None
     cp = Checkpoint.decode(data, str(store.path))
     if change := shape_change(cp.shape, shape):
-        stored = stored_state(shape)
+        stored = stored_state(shape, cp.shape)
         raise IncompatibleStateError(
             f"the state in {store.path} was written by another job shape ({change}): its "
             f"stored {stored} cannot be continued. Go back to the config that wrote "
             "it, or run this config on an empty state directory (a job on Kafka: start "
-            f"it afresh, with {AFRESH}, as its changelog would restore the old state)"
+            f"it afresh, with {AFRESH})"
         )
     return cp
 
 
-def stored_state(shape: Mapping[str, JsonValue]) -> str:
-    """What a state of ``shape`` stores, as a refusal to continue it names it: a join
-    keeps messages, every other operator accumulators."""
-    return "messages" if shape.get("type") == "join" else "accumulators"
+def stored_state(shape: Mapping[str, JsonValue], was: Mapping[str, JsonValue]) -> str:
+    """What a state of ``shape`` stores, as a refusal to continue one of shape ``was``
+    names it: a join keeps messages, every other operator accumulators; and positions,
+    offsets of other topics where the input topics differ."""
+    stored = "messages" if shape.get("type") == "join" else "accumulators"
+    if "inputs" in was and was["inputs"] != shape.get("inputs"):
+        stored += " and positions (offsets of the topics it read)"
+    return stored
 
 
 def shape_change(was: Mapping[str, JsonValue], now: Mapping[str, JsonValue]) -> str | None:

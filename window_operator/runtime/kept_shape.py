@@ -64,9 +64,8 @@ def check_kept_shape(checkpoint_dir: Path, job: str, shape: Shape) -> None:
     """Raise :class:`IncompatibleStateError` when job ``job`` kept another shape in
     ``checkpoint_dir`` than ``shape`` (the config's)."""
     kept = kept_shape(checkpoint_dir, job)
-    change = None if kept is None else shape_change(kept, shape)
-    if change is not None:
-        stored = stored_state(shape)
+    if kept is not None and (change := shape_change(kept, shape)) is not None:
+        stored = stored_state(shape, kept)
         raise IncompatibleStateError(
             f"job {job!r} keeps its state in another shape ({change}; kept in "
             f"{checkpoint_dir / SHAPE_FILE}): its stored {stored} cannot be "

@@ -38,7 +38,7 @@ from window_operator.kernel import (
     TimerAction,
     WindowOperator,
 )
-from window_operator.kernel.checkpoint import JsonValue
+from window_operator.kernel.checkpoint import JsonValue, with_inputs
 from window_operator.kernel.kernel import Decoded
 from window_operator.kernel.shell import EventOperator, changes, queries, query_bounds, timer
 from window_operator.keytable import DEFAULT_KEY_SLACK
@@ -81,6 +81,7 @@ class SessionAggregator(EventOperator):
         decoder: RecordDecoder | None = None,
         key_slack: int = DEFAULT_KEY_SLACK,
         cache_mb: int = DEFAULT_CACHE_MB,
+        inputs: Sequence[str] = (),
     ) -> None:
         self.aggs = aggregations
         self.key_slack = key_slack
@@ -96,7 +97,10 @@ class SessionAggregator(EventOperator):
             shape = {"type": "tuple_session", "max_idle_messages": gap}
         self.gap = gap
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
-            store, shape=aggregations.state_shape(shape), policy=policy, timed=True
+            store,
+            shape=with_inputs(aggregations.state_shape(shape), inputs),
+            policy=policy,
+            timed=True,
         )
         self.trigger = SessionTrigger(
             gap=gap, by_offsets=self.by_offsets, retention=policy.retention

@@ -42,7 +42,7 @@ from window_operator.kernel import (
     StoredWindow,
     TimerAction,
 )
-from window_operator.kernel.checkpoint import JsonValue
+from window_operator.kernel.checkpoint import JsonValue, with_inputs
 from window_operator.kernel.kernel import Decoded
 from window_operator.kernel.shell import EventOperator, changes, queries, query_bounds, timer
 from window_operator.keytable import KeyTable
@@ -79,6 +79,7 @@ class WindowedAggregator(EventOperator):
         use_deduct: bool | None = None,
         key_slack: int = KEY_SLACK,
         cache_mb: int = DEFAULT_CACHE_MB,
+        inputs: Sequence[str] = (),
     ) -> None:
         aggregations.check_deduct(use_deduct)
         self.windowing = windowing
@@ -87,7 +88,7 @@ class WindowedAggregator(EventOperator):
         self.decoder = decoder
         self.use_deduct = aggregations.deductible if use_deduct is None else use_deduct
         window = {"type": "time", "size": windowing.size, "step": windowing.step}
-        shape = aggregations.state_shape(window)
+        shape = with_inputs(aggregations.state_shape(window), inputs)
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
             store, shape=shape, policy=policy, timed=True
         )

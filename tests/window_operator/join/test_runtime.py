@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from joinkit import join_runtime
 
+from window_operator.errors import IncompatibleStateError
 from window_operator.join import LEFT, RIGHT, UnknownSourceError
 
 
@@ -31,3 +32,18 @@ def test_tasks_open_their_own_store_and_options(tmp_path: Path) -> None:
     reopened = runtime.open_task(tmp_path, task=3)
     assert reopened.batches == 2  # closing flushed once more
     reopened.close()
+
+
+def test_a_join_state_refuses_another_input_topic(tmp_path: Path) -> None:
+    """A join's positions are offsets of its two topics: a side read from another topic
+    cannot continue them (the aggregations' case: ``test_job.py``)."""
+    runtime = join_runtime({"range": "5s"})
+    op = runtime.open_task(tmp_path)
+    op.add_records("L", [{"k": 1, "ts": 5}], partition=0, offsets=[3])
+    op.close()
+    moved = join_runtime({"range": "5s", "right": {"name": "R", "timestamp": "ts", "topic": "r2"}})
+    with pytest.raises(
+        IncompatibleStateError, match=r'inputs \["L","R"\]; this config has inputs \["L","r2"\]'
+    ):
+        moved.open_task(tmp_path)
+    runtime.open_task(tmp_path).close()

@@ -53,7 +53,7 @@ def test_another_shape_is_refused_naming_both(tmp_path: Path) -> None:
     assert said.startswith("job 'clicks' keeps its state in another shape (aggregations [")
     assert '; this config has aggregations [["count",null,null],["sum","v",null]]' in said
     assert f"kept in {tmp_path / SHAPE_FILE}" in said
-    assert "start the job afresh (another state.dir and spark.checkpoint_dir" in said
+    assert "start the job afresh (another job name, or delete the job's changelog topic" in said
 
 
 def test_a_job_of_another_name_or_a_file_that_does_not_read_is_not_compared(
