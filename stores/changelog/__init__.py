@@ -35,7 +35,12 @@ from stores.changelog.records import (
     set_local_position,
     split_changelog_key,
 )
-from stores.changelog.restore import RestoreProgress, RestoreResult, restore_from_changelog
+from stores.changelog.restore import (
+    RestoreProgress,
+    RestoreResult,
+    last_marker,
+    restore_from_changelog,
+)
 from stores.changelog.writer import ChangelogDelivery, ChangelogWriter
 
 __all__ = [
@@ -49,6 +54,7 @@ __all__ = [
     "RestoreResult",
     "changelog_key",
     "changelog_topic",
+    "last_marker",
     "local_position",
     "restore_from_changelog",
     "set_local_position",

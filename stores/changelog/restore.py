@@ -16,7 +16,7 @@ from stores.changelog.records import (
 )
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 
-__all__ = ["RestoreProgress", "RestoreResult", "restore_from_changelog"]
+__all__ = ["RestoreProgress", "RestoreResult", "last_marker", "restore_from_changelog"]
 #: Records between two progress reports of a restore.
 PROGRESS_EVERY = 10_000
 
@@ -305,3 +305,29 @@ def _note_parts(store: TaskStore, records: list[Restored]) -> None:
         parts.uncommitted(record, batch)
     if len(batch):
         store.commit(batch)
+
+
+def last_marker(
+    consumer_config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    *,
+    window: int = 64,
+    timeout_s: float = 10.0,
+) -> bytes | None:
+    """The value of the last commit marker (the logged checkpoint) among the last
+    ``window`` committed records of ``topic[partition]``; ``None`` for an empty partition
+    or none in that window (a batch of more records, or an unfinished one, at the end).
+    Read ``read_committed``: the records of an aborted or open transaction are not seen."""
+    reader = _Reader(consumer_config, topic, partition, timeout_s)
+    try:
+        low, high = reader.watermarks()
+        if high <= low:
+            return None
+        found: bytes | None = None
+        for _, record in reader.records(max(low, high - window)):
+            if record.part is None and not record.head and is_marker(record.cf, record.key):
+                found = record.value
+        return found
+    finally:
+        reader.close()

@@ -7,26 +7,42 @@ tracebacks, before the run's last line said why. So the driver keeps the shape b
 the start file (:data:`SHAPE_FILE`), once every state task committed a batch with it
 (:class:`ShapeKeeper`: a store that has committed nothing accepts any shape), and
 refuses a config of another shape at the next start (:func:`check_kept_shape`), with
-one line, before Spark runs anything. A job started afresh under another name or with
-another checkpoint directory is not compared.
+one line, before Spark runs anything. A checkpoint directory that kept no shape (a new
+one, or an earlier version's) over a changelog that holds a state has the shape of the
+state's last checkpoint in the changelog compared instead (:func:`check_changelog_shape`):
+another state directory and checkpoint directory restore that state, they do not start
+the job afresh. A job started afresh under another name is not compared.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stores.changelog import ChangelogError, last_marker
+from stores.errors import StateCorruptError
 from stores.rocks import TaskStore
 from window_operator.errors import AFRESH, IncompatibleStateError
 from window_operator.files import write_atomically
-from window_operator.kernel.checkpoint import JsonValue, shape_change, stored_state
+from window_operator.kernel.checkpoint import Checkpoint, JsonValue, shape_change, stored_state
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.settings import TaskSettings
+from window_operator.runtime.starts import START_FILE
 
-__all__ = ["SHAPE_FILE", "ShapeKeeper", "check_kept_shape", "kept_shape", "state_shape"]
+__all__ = [
+    "SHAPE_FILE",
+    "ShapeKeeper",
+    "check_changelog_shape",
+    "check_kept_shape",
+    "kept_shape",
+    "state_shape",
+]
+
+log = logging.getLogger(__name__)
 
 #: The file in the checkpoint directory that keeps the shape of the job's state.
 SHAPE_FILE = "window-operator-state-shape.json"
@@ -71,6 +87,46 @@ def check_kept_shape(checkpoint_dir: Path, job: str, shape: Shape) -> None:
             f"{checkpoint_dir / SHAPE_FILE}): its stored {stored} cannot be "
             "continued. Go back to the config that wrote them, or start the job afresh "
             f"({AFRESH})"
+        )
+
+
+def check_changelog_shape(settings: TaskSettings, checkpoint_dir: Path, shape: Shape) -> None:
+    """Where ``checkpoint_dir`` kept no shape, raise :class:`IncompatibleStateError` when
+    the last checkpoint of a state task's changelog partition is of another shape than
+    ``shape`` (the config's); and warn when a new checkpoint directory continues a state
+    that the changelog holds. A partition whose last records hold no checkpoint, or that
+    cannot be read now, is left to its task (which refuses such a state itself)."""
+    from confluent_kafka import KafkaException
+
+    if kept_shape(checkpoint_dir, settings.job) is not None:
+        return
+    held = False
+    topic = settings.changelog_topic
+    for task in range(settings.tasks):
+        try:
+            raw = last_marker(settings.consumer_config(), topic, task)
+            cp = None if raw is None else Checkpoint.decode(raw, f"{topic}[{task}]")
+        except (ChangelogError, KafkaException, StateCorruptError):
+            continue
+        if cp is None:
+            continue
+        held = True
+        if (change := shape_change(cp.shape, shape)) is not None:
+            raise IncompatibleStateError(
+                f"job {settings.job!r}'s changelog {topic} holds a state of another shape "
+                f"({change}; the last checkpoint of task {task}): its stored "
+                f"{stored_state(shape, cp.shape)} cannot be continued (another state.dir "
+                "and spark.checkpoint_dir restore it). Go back to the config that wrote "
+                f"them, or start the job afresh ({AFRESH})"
+            )
+    if held and not (checkpoint_dir / START_FILE).exists():
+        log.warning(
+            "job %r: its changelog %s holds the state of an earlier run, which this run "
+            "continues (its checkpoint directory %s is new); to start afresh: %s",
+            settings.job,
+            topic,
+            checkpoint_dir,
+            AFRESH,
         )
 
 

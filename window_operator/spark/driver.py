@@ -38,7 +38,12 @@ from window_operator.runtime.batch import (
     starts_after,
 )
 from window_operator.runtime.exchange import MapReport, kafka_reads
-from window_operator.runtime.kept_shape import ShapeKeeper, check_kept_shape, state_shape
+from window_operator.runtime.kept_shape import (
+    ShapeKeeper,
+    check_changelog_shape,
+    check_kept_shape,
+    state_shape,
+)
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.report import TaskReport
 from window_operator.runtime.settings import TaskSettings
@@ -177,6 +182,7 @@ class SparkJob:
         check_kept_shape(checkpoint_dir, self.config.job, shape)
         tasks = prepare_topics(self.config, self.bootstrap)
         self.settings = replace(self.settings, tasks=tasks)
+        check_changelog_shape(self.settings, checkpoint_dir, shape)
         keeper = ShapeKeeper(checkpoint_dir, self.config.job, shape, tasks)
         self.reports.observers.append(lambda r: keeper.committed_by(t.task for t in r.tasks))
         return tasks

@@ -4,15 +4,24 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from helpers import runtime_for
 
+from stores.changelog import changelog_key
+from stores.rocks import ColumnFamily
 from window_operator.errors import IncompatibleStateError
+from window_operator.kafka_admin import KafkaAdmin
+from window_operator.kernel.checkpoint import CHECKPOINT_KEY, Checkpoint
 from window_operator.runtime.kept_shape import (
     SHAPE_FILE,
     ShapeKeeper,
+    check_changelog_shape,
     check_kept_shape,
     kept_shape,
     state_shape,
@@ -91,3 +100,46 @@ def test_a_join_of_another_shape_is_refused_for_its_stored_messages(tmp_path: Pa
     said = str(refused.value)
     assert 'kind "full"; this config has kind "inner"' in said
     assert "its stored messages cannot be continued" in said
+
+
+@pytest.mark.kafka
+def test_a_new_checkpoint_directory_over_a_changelog_of_another_shape_is_refused(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another state.dir and spark.checkpoint_dir restore the state the changelog holds:
+    the driver compares the shape of its last checkpoint before Spark runs anything.
+    Before, each state task refused it after four tries and a thousand lines of
+    tracebacks (a walkthrough's new aggregation); a changed input topic was not refused
+    at all. Taken, a state continued from a new checkpoint directory is warned of."""
+    job = unique_name("job")
+    config = runtime_for(job=job, input={"key": "k", "timestamp": "ts", "topic": "a"}).config
+    settings = replace(TaskSettings(config, kafka_bootstrap, str(tmp_path / "state")), tasks=2)
+    KafkaAdmin(kafka_bootstrap).create_topic(
+        settings.changelog_topic, 2, {"cleanup.policy": "compact"}
+    )
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    shape = shape_of(tmp_path, job=job, input={"key": "k", "timestamp": "ts", "topic": "a"})
+    key = changelog_key(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY)
+    producer.produce(settings.changelog_topic, key=b"\x01k", value=b"v", partition=1)
+    producer.produce(
+        settings.changelog_topic, key=key, value=Checkpoint(shape).encode(), partition=1
+    )
+    producer.flush(10)
+    with caplog.at_level(logging.WARNING):
+        check_changelog_shape(settings, tmp_path / "new", shape)  # partition 0 is empty
+    assert "holds the state of an earlier run, which this run continues" in caplog.text
+    moved = replace(
+        settings,
+        config=runtime_for(job=job, input={"key": "k", "timestamp": "ts", "topic": "b"}).config,
+    )
+    with pytest.raises(IncompatibleStateError) as refused:
+        check_changelog_shape(moved, tmp_path / "new", state_shape(moved))
+    said = str(refused.value)
+    assert 'inputs ["a"]; this config has inputs ["b"]; the last checkpoint of task 1' in said
+    assert "positions (offsets of the topics it read)" in said and "\n" not in said
+    # a checkpoint directory that kept the shape is compared by check_kept_shape alone
+    ShapeKeeper(tmp_path / "kept", job, shape, tasks=1).committed_by([0])
+    check_changelog_shape(moved, tmp_path / "kept", state_shape(moved))
