@@ -162,8 +162,20 @@ def shape_change(was: Mapping[str, JsonValue], now: Mapping[str, JsonValue]) -> 
         return None
     before = {k: was[k] for k in differ if k in was}
     after = {k: now[k] for k in differ if k in now}
-    return f"{_described(before)}; this config has {_described(after)}"
+    said = f"{_described(before)}; this config has {_described(after)}"
+    aggs = was.get("aggregations"), now.get("aggregations")
+    if "aggregations" in differ and all(isinstance(a, list) for a in aggs):
+        if sorted(map(repr, aggs[0] or [])) == sorted(map(repr, aggs[1] or [])):
+            said += " (the same operations in another order)"
+    return said
+
+
+#: How a refusal names the parts of a join's shape that are not config fields.
+_SHOWN_AS = {
+    "lo": "time condition's lower bound (ms)",
+    "hi": "time condition's upper bound (ms)",
+}
 
 
 def _described(part: Mapping[str, JsonValue]) -> str:
-    return ", ".join(f"{k} {orjson.dumps(v).decode()}" for k, v in part.items())
+    return ", ".join(f"{_SHOWN_AS.get(k, k)} {orjson.dumps(v).decode()}" for k, v in part.items())

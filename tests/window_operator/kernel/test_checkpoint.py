@@ -12,6 +12,7 @@ from stores.errors import StateCorruptError
 from stores.rocks import ColumnFamily, StoreBatch, TaskStore
 from window_operator.errors import IncompatibleStateError
 from window_operator.kernel import CHECKPOINT_KEY, Checkpoint, InputPosition, read_checkpoint
+from window_operator.kernel.checkpoint import shape_change
 
 
 def test_round_trip() -> None:
@@ -101,3 +102,19 @@ def test_a_checkpoint_written_before_the_aggregations_were_kept_is_continued(
             read_checkpoint(store, {**time, "aggregations": [["mean", "v", None]]})
         with pytest.raises(IncompatibleStateError, match="aggregations"):
             read_checkpoint(store, time)  # a shape without them does not match one with
+
+
+def test_a_shape_change_is_said_in_the_config_s_words() -> None:
+    """A join's time bounds are not config fields: a refusal said "hi 120000"; and
+    aggregations only reordered were refused without saying so (config walkthrough)."""
+    join = {"type": "join", "lo": -120_000, "hi": 120_000}
+    said = shape_change(join, {**join, "hi": 300_000})
+    assert said == (
+        "time condition's upper bound (ms) 120000; this config has time condition's upper "
+        "bound (ms) 300000"
+    )
+    aggs = [["count", None, None], ["sum", "v", None]]
+    reordered = shape_change({"aggregations": aggs}, {"aggregations": aggs[::-1]})
+    assert reordered is not None and reordered.endswith("(the same operations in another order)")
+    other = shape_change({"aggregations": aggs}, {"aggregations": aggs[:1]})
+    assert other is not None and "another order" not in other
