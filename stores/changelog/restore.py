@@ -313,21 +313,28 @@ def last_marker(
     partition: int,
     *,
     window: int = 64,
+    most: int = 65_536,
     timeout_s: float = 10.0,
 ) -> bytes | None:
-    """The value of the last commit marker (the logged checkpoint) among the last
-    ``window`` committed records of ``topic[partition]``; ``None`` for an empty partition
-    or none in that window (a batch of more records, or an unfinished one, at the end).
+    """The value of the last commit marker (the logged checkpoint) of ``topic[partition]``
+    among its last ``most`` committed records; ``None`` for an empty partition or none
+    there (an unfinished batch of more records at the end). The last ``window`` records
+    are read first, then 32 times as many at each try: a batch a crash left unfinished
+    (an aborted transaction, or the torn tail of an at-least-once job) is as long as the
+    batch, thousands of records, and ends the partition until the job runs again.
     Read ``read_committed``: the records of an aborted or open transaction are not seen."""
     reader = _Reader(consumer_config, topic, partition, timeout_s)
     try:
         low, high = reader.watermarks()
-        if high <= low:
-            return None
-        found: bytes | None = None
-        for _, record in reader.records(max(low, high - window)):
-            if record.part is None and not record.head and is_marker(record.cf, record.key):
-                found = record.value
-        return found
+        span = window
+        while high > low:
+            found: bytes | None = None
+            for _, record in reader.records(max(low, high - span)):
+                if record.part is None and not record.head and is_marker(record.cf, record.key):
+                    found = record.value
+            if found is not None or high - span <= low or span >= most:
+                return found
+            span = min(span * 32, most)
+        return None
     finally:
         reader.close()

@@ -318,3 +318,32 @@ def test_the_keys_of_a_transaction_left_open_are_reported_uncommitted(
         producer.abort_transaction(30)
     leader.close()
     fresh.close()
+
+
+def test_the_last_marker_is_found_behind_a_batch_a_crash_left_unfinished(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A crash mid-batch leaves the batch's records at the end of the partition until
+    the job runs again (aborted under exactly-once, a torn tail under at-least-once),
+    thousands of them: the checkpoint before them is still the last one."""
+    from stores.changelog import changelog_key, last_marker
+
+    topic = make_topic(kafka_bootstrap, unique_name("changelog"), partitions=1)
+    key = changelog_key(ColumnFamily.CHECKPOINT, b"checkpoint")
+    tx = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": topic})
+    tx.init_transactions()
+    tx.begin_transaction()
+    tx.produce(topic, key=key, value=b"committed", partition=0)
+    tx.commit_transaction()
+    tx.begin_transaction()
+    for i in range(3_000):
+        tx.produce(topic, key=b"\x01k%d" % i, value=b"v", partition=0)
+    tx.flush(10)
+    tx.abort_transaction()
+    conf = {"bootstrap.servers": kafka_bootstrap}
+    assert last_marker(conf, topic, 0) == b"committed"
+    torn = Producer(conf)
+    for i in range(3_000):
+        torn.produce(topic, key=b"\x01t%d" % i, value=b"v", partition=0)
+    torn.flush(10)
+    assert last_marker(conf, topic, 0) == b"committed"

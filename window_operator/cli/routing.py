@@ -246,8 +246,10 @@ def kafka_key(record: object, fields: tuple[str, ...]) -> bytes | None:
 def _json_or_text(value: object) -> bytes:
     try:
         return orjson.dumps(value)
-    except orjson.JSONEncodeError:  # an integer beyond 64 bits, say
-        return str(value).encode()
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits, say: still JSON
+        import json
+
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def route(

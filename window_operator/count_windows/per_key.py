@@ -41,7 +41,6 @@ from window_operator.kernel import (
     StoredWindow,
     TimerAction,
 )
-from window_operator.kernel.checkpoint import with_inputs
 from window_operator.keytable import KeyTable
 from window_operator.policies import END_OF_TIME, EmitPolicy
 from window_operator.results import Kind, ResultBatch
@@ -67,9 +66,8 @@ class KeyCountWindows:
         self.step = window.step
         self.k = window.size // window.step
         shape = aggregations.state_shape({"type": "count", "size": self.size, "step": self.step})
-        shape = with_inputs(shape, inputs)
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
-            store, shape=shape, policy=policy, timed=True
+            store, shape=shape, policy=policy, timed=True, inputs=inputs
         )
         self.keys: KeyTable[str] = KeyTable()
         self.ring = Ring(aggregations, self.k, self.step)

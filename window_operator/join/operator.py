@@ -111,7 +111,7 @@ class JoinOperator(KernelForwarding[JoinResultBatch, JoinResult]):
         self.spec = spec
         self.decoders = decoders
         self.kernel: OperatorKernel[JoinResultBatch] = OperatorKernel(
-            store, shape=spec.shape, policy=spec.policy, sources=2
+            store, shape=spec.shape, policy=spec.policy, sources=2, inputs=spec.inputs
         )
         self.keys = JoinKeyTable(spec.on)
         codecs = (MessageCodec(spec.layout, LEFT), MessageCodec(spec.layout, RIGHT))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from window_operator.join.common import LEFT, RIGHT
 from window_operator.join.layouts import StoreLayout
-from window_operator.kernel.checkpoint import JsonValue, with_inputs
+from window_operator.kernel.checkpoint import JsonValue
 from window_operator.policies import EmitPolicy
 
 __all__ = ["MIN_FRAME_MS", "MIN_SWEEP_MS", "ROWS_FRAME_MS", "JoinSpec"]
@@ -68,22 +68,23 @@ class JoinSpec:
 
     @property
     def shape(self) -> dict[str, JsonValue]:
-        """What the stored state depends on (a store is only continued by the same shape;
-        the input topics where both are known: see :func:`with_inputs`)."""
-        topics = (self.left_topic, self.right_topic)
-        inputs = [t for t in topics if t is not None] if None not in topics else []
-        return with_inputs(
-            {
-                "type": "join",
-                "layout": self.layout.value,
-                "on": list(self.on),
-                "kind": self.kind,
-                "lo": self.lo,
-                "hi": self.hi,
-                "rows": self.rows,
-            },
-            inputs,
-        )
+        """What the stored state depends on (a store is only continued by the same shape)."""
+        return {
+            "type": "join",
+            "layout": self.layout.value,
+            "on": list(self.on),
+            "kind": self.kind,
+            "lo": self.lo,
+            "hi": self.hi,
+            "rows": self.rows,
+        }
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The two input topics, whose offsets the state's positions are (empty unless
+        both are known)."""
+        left, right = self.left_topic, self.right_topic
+        return () if left is None or right is None else (left, right)
 
     @property
     def policy(self) -> EmitPolicy:

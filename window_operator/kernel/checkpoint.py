@@ -57,6 +57,11 @@ class Checkpoint:
     #: partitions are idle (a checkpoint written before they were kept has neither)
     last_active: dict[InputPosition, int] = field(default_factory=dict)
     first_wall: int | None = None
+    #: the input topic of each source, whose offsets the positions are (``None``: not
+    #: known, as in a checkpoint of an earlier version or of an operator built without
+    #: them); a field of its own, not part of ``shape``, so that an earlier version, which
+    #: compares every part of a shape it keeps, still opens the state
+    inputs: list[str] | None = None
 
     def encode(self) -> bytes:
         """The stored bytes (JSON)."""
@@ -72,6 +77,7 @@ class Checkpoint:
                 "now": self.now,
                 "last_active": [[s, p, t] for (s, p), t in sorted(self.last_active.items())],
                 "first_wall": self.first_wall,
+                "inputs": self.inputs,
             }
         )
 
@@ -103,6 +109,7 @@ class Checkpoint:
                     InputPosition(int(s), int(p)): int(t) for s, p, t in doc.get("last_active", ())
                 },
                 first_wall=None if doc.get("first_wall") is None else int(doc["first_wall"]),
+                inputs=None if doc.get("inputs") is None else [str(t) for t in doc["inputs"]],
             )
         except StateCorruptError:
             raise
@@ -111,18 +118,14 @@ class Checkpoint:
 
 
 #: Parts of a shape that checkpoints of earlier versions do not have.
-_ADDED_LATER = frozenset({"aggregations", "inputs"})
+_ADDED_LATER = frozenset({"aggregations"})
 
 
-def with_inputs(shape: dict[str, JsonValue], inputs: Sequence[str]) -> dict[str, JsonValue]:
-    """``shape`` with the input topics of its positions (one per source), when known: a
-    state's offsets are offsets of those topics, so another topic cannot continue them
-    (its records below them would be taken for replays)."""
-    return {**shape, "inputs": list(inputs)} if inputs else shape
-
-
-def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint | None:
-    """The store's checkpoint (None for a fresh store); it must be of ``shape``.
+def read_checkpoint(
+    store: TaskStore, shape: dict[str, JsonValue], inputs: Sequence[str] = ()
+) -> Checkpoint | None:
+    """The store's checkpoint (None for a fresh store); it must be of ``shape``, and of
+    the input topics ``inputs`` where both it and the caller name them.
 
     A part of ``shape`` kept only since a later version (:data:`_ADDED_LATER`) is not
     compared with a checkpoint written before: the store's next checkpoint has it.
@@ -132,24 +135,38 @@ def read_checkpoint(store: TaskStore, shape: dict[str, JsonValue]) -> Checkpoint
         return None
     cp = Checkpoint.decode(data, str(store.path))
     if change := shape_change(cp.shape, shape):
-        stored = stored_state(shape, cp.shape)
         raise IncompatibleStateError(
             f"the state in {store.path} was written by another job shape ({change}): its "
-            f"stored {stored} cannot be continued. Go back to the config that wrote "
-            "it, or run this config on an empty state directory (a job on Kafka: start "
-            f"it afresh, with {AFRESH})"
+            f"stored {stored_state(shape)} cannot be continued. Go back to the config "
+            "that wrote it, or run this config on an empty state directory (a job on "
+            f"Kafka: start it afresh, with {AFRESH})"
+        )
+    if moved := inputs_change(cp.inputs, inputs):
+        raise IncompatibleStateError(
+            f"the state in {store.path} {moved}. Go back to the topics it read, or run "
+            f"this config on an empty state directory (a job on Kafka: start it afresh, "
+            f"with {AFRESH})"
         )
     return cp
 
 
-def stored_state(shape: Mapping[str, JsonValue], was: Mapping[str, JsonValue]) -> str:
-    """What a state of ``shape`` stores, as a refusal to continue one of shape ``was``
-    names it: a join keeps messages, every other operator accumulators; and positions,
-    offsets of other topics where the input topics differ."""
-    stored = "messages" if shape.get("type") == "join" else "accumulators"
-    if "inputs" in was and was["inputs"] != shape.get("inputs"):
-        stored += " and positions (offsets of the topics it read)"
-    return stored
+def inputs_change(was: Sequence[str] | None, now: Sequence[str]) -> str | None:
+    """How input topics ``now`` differ from those a state read (None: they do not, or
+    either is not known), as ``read input topics [...], where this config reads [...]:
+    its positions ...``."""
+    if was is None or not now or list(was) == list(now):
+        return None
+    return (
+        f"read input topics {orjson.dumps(list(was)).decode()}, where this config reads "
+        f"{orjson.dumps(list(now)).decode()}: its positions are offsets of those topics "
+        "(another topic's records below them would be taken for replays)"
+    )
+
+
+def stored_state(shape: Mapping[str, JsonValue]) -> str:
+    """What a state of ``shape`` stores, as a refusal to continue it names it: a join
+    keeps messages, every other operator accumulators."""
+    return "messages" if shape.get("type") == "join" else "accumulators"
 
 
 def shape_change(was: Mapping[str, JsonValue], now: Mapping[str, JsonValue]) -> str | None:
@@ -160,9 +177,7 @@ def shape_change(was: Mapping[str, JsonValue], now: Mapping[str, JsonValue]) -> 
     differ = [k for k in keys if was.get(k) != now.get(k)]
     if not differ:
         return None
-    before = {k: was[k] for k in differ if k in was}
-    after = {k: now[k] for k in differ if k in now}
-    said = f"{_described(before)}; this config has {_described(after)}"
+    said = f"{_described(was, differ)}; this config has {_described(now, differ)}"
     aggs = was.get("aggregations"), now.get("aggregations")
     if "aggregations" in differ and all(isinstance(a, list) for a in aggs):
         if sorted(map(repr, aggs[0] or [])) == sorted(map(repr, aggs[1] or [])):
@@ -177,5 +192,12 @@ _SHOWN_AS = {
 }
 
 
-def _described(part: Mapping[str, JsonValue]) -> str:
-    return ", ".join(f"{_SHOWN_AS.get(k, k)} {orjson.dumps(v).decode()}" for k, v in part.items())
+def _described(shape: Mapping[str, JsonValue], keys: list[str]) -> str:
+    """The parts ``keys`` of ``shape``; one it lacks as ``no <part>`` (an operator built
+    without its input topics, as library use may: not an empty text)."""
+    return ", ".join(
+        f"{_SHOWN_AS.get(k, k)} {orjson.dumps(shape[k]).decode()}"
+        if k in shape
+        else f"no {_SHOWN_AS.get(k, k)}"
+        for k in keys
+    )

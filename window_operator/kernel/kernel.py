@@ -9,7 +9,7 @@ filtering, decode-or-reject of single records, and checkpoint write / restore.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -94,9 +94,13 @@ class OperatorKernel(Generic[R]):
         policy: EmitPolicy,
         sources: int = 1,
         timed: bool = False,
+        inputs: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.shape = shape
+        #: the input topic of each source (empty: not known; those a restored
+        #: checkpoint names are kept then)
+        self.inputs = list(inputs)
         self.policy = policy
         self.timed = timed
         #: The wall-clock timers of the EARLY / LATE periods (checkpointed when ``timed``).
@@ -218,9 +222,11 @@ class OperatorKernel(Generic[R]):
     def restore(self) -> dict[str, JsonValue] | None:
         """Load positions, clock, timers and flush count; the operator's own fields (None:
         fresh)."""
-        cp = read_checkpoint(self.store, self.shape)
+        cp = read_checkpoint(self.store, self.shape, self.inputs)
         if cp is None:
             return None
+        if not self.inputs and cp.inputs is not None:
+            self.inputs = cp.inputs
         self.positions.last = dict(cp.offsets)
         self.clock.max_ts = dict(cp.max_ts)
         self.clock.watermark = cp.watermark
@@ -251,6 +257,7 @@ class OperatorKernel(Generic[R]):
             now=self.clock.now,
             last_active=self.clock.last_active,
             first_wall=self.clock.first_wall,
+            inputs=self.inputs or None,
         )
         batch.put(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY, cp.encode())
 

@@ -28,7 +28,14 @@ from stores.errors import StateCorruptError
 from stores.rocks import TaskStore
 from window_operator.errors import AFRESH, IncompatibleStateError
 from window_operator.files import write_atomically
-from window_operator.kernel.checkpoint import Checkpoint, JsonValue, shape_change, stored_state
+from window_operator.kernel.checkpoint import (
+    Checkpoint,
+    JsonValue,
+    inputs_change,
+    shape_change,
+    stored_state,
+)
+from window_operator.runtime.longrun.progress import PROGRESS_FILE
 from window_operator.runtime.plans import plan_for
 from window_operator.runtime.settings import TaskSettings
 from window_operator.runtime.starts import START_FILE
@@ -81,7 +88,7 @@ def check_kept_shape(checkpoint_dir: Path, job: str, shape: Shape) -> None:
     ``checkpoint_dir`` than ``shape`` (the config's)."""
     kept = kept_shape(checkpoint_dir, job)
     if kept is not None and (change := shape_change(kept, shape)) is not None:
-        stored = stored_state(shape, kept)
+        stored = stored_state(shape)
         raise IncompatibleStateError(
             f"job {job!r} keeps its state in another shape ({change}; kept in "
             f"{checkpoint_dir / SHAPE_FILE}): its stored {stored} cannot be "
@@ -102,11 +109,20 @@ def check_changelog_shape(settings: TaskSettings, checkpoint_dir: Path, shape: S
         return
     held = False
     topic = settings.changelog_topic
+    inputs = [name for _, name in settings.config.input_topic_fields()]
     for task in range(settings.tasks):
         try:
             raw = last_marker(settings.consumer_config(), topic, task)
+        except (ChangelogError, KafkaException) as exc:
+            # the broker (or this partition's leader) does not answer now: each further
+            # partition would wait as long again (10 s or more each), so the rest is
+            # left to the tasks, as this one is
+            log.info("job %r: %s[%d] not read before the start (%s): its tasks compare "
+                     "their state themselves", settings.job, topic, task, exc)  # fmt: skip
+            break
+        try:
             cp = None if raw is None else Checkpoint.decode(raw, f"{topic}[{task}]")
-        except (ChangelogError, KafkaException, StateCorruptError):
+        except StateCorruptError:
             continue
         if cp is None:
             continue
@@ -115,11 +131,18 @@ def check_changelog_shape(settings: TaskSettings, checkpoint_dir: Path, shape: S
             raise IncompatibleStateError(
                 f"job {settings.job!r}'s changelog {topic} holds a state of another shape "
                 f"({change}; the last checkpoint of task {task}): its stored "
-                f"{stored_state(shape, cp.shape)} cannot be continued (another state.dir "
+                f"{stored_state(shape)} cannot be continued (another state.dir "
                 "and spark.checkpoint_dir restore it). Go back to the config that wrote "
                 f"them, or start the job afresh ({AFRESH})"
             )
-    if held and not (checkpoint_dir / START_FILE).exists():
+        if (moved := inputs_change(cp.inputs, inputs)) is not None:
+            raise IncompatibleStateError(
+                f"job {settings.job!r}'s changelog {topic} holds a state that {moved} "
+                f"(the last checkpoint of task {task}; another state.dir and "
+                "spark.checkpoint_dir restore it). Go back to the topics it read, or start "
+                f"the job afresh ({AFRESH})"
+            )
+    if held and not _ran_before(checkpoint_dir):
         log.warning(
             "job %r: its changelog %s holds the state of an earlier run, which this run "
             "continues (its checkpoint directory %s is new); to start afresh: %s",
@@ -128,6 +151,17 @@ def check_changelog_shape(settings: TaskSettings, checkpoint_dir: Path, shape: S
             checkpoint_dir,
             AFRESH,
         )
+
+
+#: What a checkpoint directory holds once a job ran in it: the start file, and (for a
+#: job that ran under a version before the start file) Spark's offset log, the clock log
+#: of micro-batches or the progress of long-running workers.
+_RAN_MARKS = (START_FILE, "offsets", "window-operator-clock", PROGRESS_FILE)
+
+
+def _ran_before(checkpoint_dir: Path) -> bool:
+    """Whether a job ran with ``checkpoint_dir`` (it is not new)."""
+    return any((checkpoint_dir / mark).exists() for mark in _RAN_MARKS)
 
 
 @dataclass

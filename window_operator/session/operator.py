@@ -38,7 +38,7 @@ from window_operator.kernel import (
     TimerAction,
     WindowOperator,
 )
-from window_operator.kernel.checkpoint import JsonValue, with_inputs
+from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.kernel import Decoded
 from window_operator.kernel.shell import EventOperator, changes, queries, query_bounds, timer
 from window_operator.keytable import DEFAULT_KEY_SLACK
@@ -98,9 +98,10 @@ class SessionAggregator(EventOperator):
         self.gap = gap
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
             store,
-            shape=with_inputs(aggregations.state_shape(shape), inputs),
+            shape=aggregations.state_shape(shape),
             policy=policy,
             timed=True,
+            inputs=inputs,
         )
         self.trigger = SessionTrigger(
             gap=gap, by_offsets=self.by_offsets, retention=policy.retention

@@ -42,7 +42,7 @@ from window_operator.kernel import (
     StoredWindow,
     TimerAction,
 )
-from window_operator.kernel.checkpoint import JsonValue, with_inputs
+from window_operator.kernel.checkpoint import JsonValue
 from window_operator.kernel.kernel import Decoded
 from window_operator.kernel.shell import EventOperator, changes, queries, query_bounds, timer
 from window_operator.keytable import KeyTable
@@ -88,9 +88,9 @@ class WindowedAggregator(EventOperator):
         self.decoder = decoder
         self.use_deduct = aggregations.deductible if use_deduct is None else use_deduct
         window = {"type": "time", "size": windowing.size, "step": windowing.step}
-        shape = with_inputs(aggregations.state_shape(window), inputs)
+        shape = aggregations.state_shape(window)
         self.kernel: OperatorKernel[ResultBatch] = OperatorKernel(
-            store, shape=shape, policy=policy, timed=True
+            store, shape=shape, policy=policy, timed=True, inputs=inputs
         )
         self.keys: KeyTable[str] = KeyTable()
         self.frames = FrameStore(

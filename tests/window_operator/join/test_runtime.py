@@ -43,7 +43,8 @@ def test_a_join_state_refuses_another_input_topic(tmp_path: Path) -> None:
     op.close()
     moved = join_runtime({"range": "5s", "right": {"name": "R", "timestamp": "ts", "topic": "r2"}})
     with pytest.raises(
-        IncompatibleStateError, match=r'inputs \["L","R"\]; this config has inputs \["L","r2"\]'
+        IncompatibleStateError,
+        match=r'read input topics \["L","R"\], where this config reads \["L","r2"\]',
     ):
         moved.open_task(tmp_path)
     runtime.open_task(tmp_path).close()

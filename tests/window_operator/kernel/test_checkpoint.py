@@ -118,3 +118,10 @@ def test_a_shape_change_is_said_in_the_config_s_words() -> None:
     assert reordered is not None and reordered.endswith("(the same operations in another order)")
     other = shape_change({"aggregations": aggs}, {"aggregations": aggs[:1]})
     assert other is not None and "another order" not in other
+
+
+def test_a_part_the_config_lacks_is_named_as_lacking() -> None:
+    """A part of the stored shape that the config's lacks: the refusal says so, not
+    "this config has " and nothing (review)."""
+    said = shape_change({"type": "time", "aggregations": [["count", None, None]]}, {"type": "time"})
+    assert said == 'aggregations [["count",null,null]]; this config has no aggregations'

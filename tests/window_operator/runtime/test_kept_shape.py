@@ -124,9 +124,8 @@ def test_a_new_checkpoint_directory_over_a_changelog_of_another_shape_is_refused
     shape = shape_of(tmp_path, job=job, input={"key": "k", "timestamp": "ts", "topic": "a"})
     key = changelog_key(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY)
     producer.produce(settings.changelog_topic, key=b"\x01k", value=b"v", partition=1)
-    producer.produce(
-        settings.changelog_topic, key=key, value=Checkpoint(shape).encode(), partition=1
-    )
+    written = Checkpoint(shape, inputs=["a"]).encode()  # as the operator writes it
+    producer.produce(settings.changelog_topic, key=key, value=written, partition=1)
     producer.flush(10)
     with caplog.at_level(logging.WARNING):
         check_changelog_shape(settings, tmp_path / "new", shape)  # partition 0 is empty
@@ -138,8 +137,47 @@ def test_a_new_checkpoint_directory_over_a_changelog_of_another_shape_is_refused
     with pytest.raises(IncompatibleStateError) as refused:
         check_changelog_shape(moved, tmp_path / "new", state_shape(moved))
     said = str(refused.value)
-    assert 'inputs ["a"]; this config has inputs ["b"]; the last checkpoint of task 1' in said
-    assert "positions (offsets of the topics it read)" in said and "\n" not in said
+    assert 'holds a state that read input topics ["a"], where this config reads ["b"]' in said
+    assert "(the last checkpoint of task 1;" in said and "\n" not in said
     # a checkpoint directory that kept the shape is compared by check_kept_shape alone
     ShapeKeeper(tmp_path / "kept", job, shape, tasks=1).committed_by([0])
     check_changelog_shape(moved, tmp_path / "kept", state_shape(moved))
+
+
+@pytest.mark.kafka
+def test_a_checkpoint_directory_of_an_earlier_version_is_not_called_new(
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A job that ran before the start file was kept (Spark's offset log, no start file):
+    its changelog's state is its own, continued from the same checkpoint directory."""
+    job = unique_name("job")
+    config = runtime_for(job=job, input={"key": "k", "timestamp": "ts", "topic": "a"}).config
+    settings = replace(TaskSettings(config, kafka_bootstrap, str(tmp_path / "state")), tasks=1)
+    KafkaAdmin(kafka_bootstrap).create_topic(
+        settings.changelog_topic, 1, {"cleanup.policy": "compact"}
+    )
+    shape = state_shape(settings)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    key = changelog_key(ColumnFamily.CHECKPOINT, CHECKPOINT_KEY)
+    producer.produce(settings.changelog_topic, key=key, value=Checkpoint(shape).encode())
+    producer.flush(10)
+    ran = tmp_path / "checkpoint"
+    (ran / "offsets").mkdir(parents=True)
+    with caplog.at_level(logging.WARNING):
+        check_changelog_shape(settings, ran, shape)
+    assert "which this run continues" not in caplog.text
+
+
+def test_a_broker_that_does_not_answer_is_asked_once(tmp_path: Path) -> None:
+    """Each partition it cannot read waits 10 s: the check leaves the rest to the tasks
+    at the first (before, 10 s for every state task before the job started)."""
+    import time
+
+    config = runtime_for(job="clicks").config
+    settings = replace(TaskSettings(config, "127.0.0.1:1", str(tmp_path / "state")), tasks=4)
+    t0 = time.monotonic()
+    check_changelog_shape(settings, tmp_path / "checkpoint", state_shape(settings))
+    assert time.monotonic() - t0 < 20
