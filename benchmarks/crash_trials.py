@@ -8,8 +8,10 @@ job, default 6,000; ``--seed S``;
 ``--wipe P`` the share that also delete the local state directory, default 0.2;
 ``--startup-kills P`` the share of kills during start-up, default 0.1; ``--max-delay S``
 how long after the job's first step a kill may come, default 8 s; ``--mode long_running``
-the job's long-running shape instead of micro-batches).
-Exit status 1 when a result is lost, wrong or duplicated.
+the job's long-running shape instead of micro-batches; ``--guarantee at_least_once`` the
+jobs' ``processing.guarantee``, default ``exactly_once``).
+Exit status 1 when a result is lost, wrong or duplicated (at_least_once: lost, wrong,
+or changed after its final value; or an error record missing).
 
 Per job: a private local broker (noida-db) and a stream produced round-robin (not keyed
 by the grouping key), with late and out-of-order events, a few bad records and several
@@ -38,6 +40,19 @@ that committed within :data:`BROKER_LOSS_S` before a broker SIGKILL: that broker
 the writes of its last second, commit markers included, so such a transaction may be
 open again after the restart (its records were kept, its commit lost) and is then
 committed with the next one, while the job, rightly, sends the lost batch again.
+
+Under ``--guarantee at_least_once`` the output is written without transactions and read
+as such (``read_uncommitted``; the broker's transaction defects above do not apply). The
+README allows a batch's identical results to be sent again after a crash (an upsert
+log), so the check is per window, over its records in offset order: the last one must
+equal the oracle (else ``wrong``; none, or a tombstone last: ``lost``); a record
+byte-identical to an earlier one of the window is ``resent`` (allowed); a window whose
+final record was followed by another value (an older one sent again, a new one, a
+tombstone) before that final record came again is ``changed`` (a failure: an upsert
+reader saw the final value replaced). ``stale`` counts, among the resent, copies of an
+earlier value sent after another one (an upsert reader sees the window go back; allowed
+before the final value, reported). An error record missing is a
+failure; one sent twice is counted (``twice``) but allowed, as a re-sent result is.
 """
 
 from __future__ import annotations
@@ -443,14 +458,14 @@ def results_sent(trace: Path) -> dict[str, int]:
 # ------------------------------------------------------------------------------ checking
 
 
-def read_all(bootstrap: str, topic: str) -> list[Any]:
+def read_all(bootstrap: str, topic: str, *, committed: bool = True) -> list[Any]:
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"crash-check-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
-            "isolation.level": "read_committed",
+            "isolation.level": "read_committed" if committed else "read_uncommitted",
         }
     )
     parts = KafkaAdmin(bootstrap).partition_count(topic) or 0
@@ -479,6 +494,23 @@ class Verdict:
     errors_expected: int = 0
     errors_missing: int = 0
     errors_twice: int = 0
+    #: at_least_once: identical copies of a window's earlier record (allowed)
+    resent: int = 0
+    #: at_least_once: of the resent, copies of an earlier value sent after another one
+    stale: int = 0
+    #: at_least_once: windows whose final record was followed by another value (failure)
+    changed: int = 0
+    #: at_least_once: windows whose records are in more than one output partition
+    split: int = 0
+    at_least_once: bool = False
+
+    @property
+    def failed(self) -> bool:
+        if self.at_least_once:
+            return bool(self.lost or self.wrong or self.changed or self.errors_missing)
+        return bool(
+            self.lost or self.wrong or self.duplicates or self.errors_missing or self.errors_twice
+        )
 
 
 def check(job: Job, bootstrap: str, committed: set[str]) -> Verdict:
@@ -529,6 +561,73 @@ def check(job: Job, bootstrap: str, committed: set[str]) -> Verdict:
     return v
 
 
+def _window_of(job: Job, key: bytes, value: bytes | None) -> bytes | None:
+    """The oracle's key of an output record (None: an end-of-input record)."""
+    if job.kind == "join":
+        if value is None:
+            return None
+        r = orjson.loads(value)
+        if "n" not in r["left"]:  # the two end-of-input records, which pair up
+            return None
+        return orjson.dumps([r["left"]["n"], r["right"]["n"]])
+    if orjson.loads(key)["key"] == "__end__":
+        return None
+    return key
+
+
+def _result_of(job: Job, value: bytes) -> Any:
+    if job.kind == "join":
+        return 1
+    r = orjson.loads(value)
+    return [r["values"]["n"], float(r["values"]["s"])]
+
+
+def check_at_least_once(job: Job, bootstrap: str) -> Verdict:
+    """The at-least-once verdict (see the module doc): per window, its records in offset
+    order; identical copies allowed, a wrong or missing last one or a change after the
+    final one not."""
+    v = Verdict(windows=len(job.expected), at_least_once=True)
+    msgs = read_all(bootstrap, job.output, committed=False)
+    msgs.sort(key=lambda m: (m.partition(), m.offset()))
+    records: dict[bytes, list[bytes | None]] = {}
+    parts: dict[bytes, set[int]] = {}
+    for m in msgs:
+        window = _window_of(job, m.key(), m.value())
+        if window is None:
+            continue
+        records.setdefault(window, []).append(m.value())
+        parts.setdefault(window, set()).add(m.partition())
+    v.split = sum(len(p) > 1 for p in parts.values())
+    for window, seq in records.items():
+        want = job.expected.get(window)
+        last = seq[-1]
+        if want is None:
+            if last is not None:
+                v.wrong += 1  # a window the oracle does not have
+        elif last is None:
+            v.lost += 1
+        elif _result_of(job, last) != want:
+            v.wrong += 1
+        elif any(x != last for x in seq[seq.index(last) + 1 :]):
+            v.changed += 1  # the final record was followed by another value
+        seen: set[bytes | None] = set()
+        for i, value in enumerate(seq):
+            if value in seen:
+                v.resent += 1
+                v.stale += seq[i - 1] != value
+            seen.add(value)
+    v.lost += sum(1 for w in job.expected if w not in records)
+    bad = set().union(*(s.bad for s in job.streams))
+    v.errors_expected = len(bad)
+    seen_err: Counter[tuple[str, int, int]] = Counter()
+    for m in read_all(bootstrap, job.errors, committed=False):
+        h = {k: x.decode() for k, x in (m.headers() or [])}
+        seen_err[(h["source.topic"], int(h["source.partition"]), int(h["source.offset"]))] += 1
+    v.errors_missing = len(bad - set(seen_err))
+    v.errors_twice = sum(n - 1 for n in seen_err.values())
+    return v
+
+
 # ------------------------------------------------------------------------------ trials
 
 
@@ -543,11 +642,14 @@ class Trials:
 
 def run_trials(kind: str, args: argparse.Namespace, rng: random.Random, out: Trials) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"crash-{kind}-"))
+    if args.keep:
+        print(f"  {kind}: work directory {work}", flush=True)
     broker = LocalBroker(port=free_port(), data_dir=work / "broker")
     broker.start()
     try:
         bootstrap = broker.bootstrap_servers
         job = MAKERS[kind](bootstrap, work, rng, args.events)
+        job.config["processing"]["guarantee"] = getattr(args, "guarantee", "exactly_once")
         job.path.write_text(yaml.safe_dump(job.config))
         trace = work / "trace.log"
         broker_kills: list[float] = []
@@ -582,7 +684,10 @@ def run_trials(kind: str, args: argparse.Namespace, rng: random.Random, out: Tri
         kill_job(proc, tag)
         if code != 0:
             raise SystemExit(f"{kind}: the final run failed ({code}); see {work}/job.log")
-        out.verdicts[kind] = check(job, bootstrap, committed_attempts(trace, broker_kills))
+        if job.config["processing"]["guarantee"] == "at_least_once":
+            out.verdicts[kind] = check_at_least_once(job, bootstrap)
+        else:
+            out.verdicts[kind] = check(job, bootstrap, committed_attempts(trace, broker_kills))
     finally:
         broker.kill()
         if not args.keep:
@@ -603,6 +708,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-delay", type=float, default=8.0)
     ap.add_argument("--keep", action="store_true", help="keep the work directories")
     ap.add_argument("--mode", default="micro_batch", choices=["micro_batch", "long_running"])
+    ap.add_argument("--guarantee", default="exactly_once",
+                    choices=["exactly_once", "at_least_once"],
+                    help="the jobs' processing.guarantee")  # fmt: skip
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     out = Trials()
@@ -611,11 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind}: {args.kills} kills", flush=True)
         run_trials(kind, args, rng, out)
     print(report(out, time.time() - started))
-    bad = any(
-        v.lost or v.wrong or v.duplicates or v.errors_missing or v.errors_twice
-        for v in out.verdicts.values()
-    )
-    return 1 if bad else 0
+    return 1 if any(v.failed for v in out.verdicts.values()) else 0
 
 
 def report(out: Trials, seconds: float) -> str:
@@ -636,6 +740,14 @@ def report(out: Trials, seconds: float) -> str:
             f"{v.broker_duplicates:>13} {v.errors_expected:>7} {v.errors_missing:>8} "
             f"{v.errors_twice:>6}"
         )
+    alo = {k: v for k, v in out.verdicts.items() if v.at_least_once}
+    if alo:
+        lines.append(
+            "at_least_once (dupl./broker dupl. do not apply; twice is allowed):\n"
+            f"{'job':<12} {'resent':>7} {'stale':>6} {'changed':>8} {'split':>6}"
+        )
+        for kind, v in alo.items():
+            lines.append(f"{kind:<12} {v.resent:>7} {v.stale:>6} {v.changed:>8} {v.split:>6}")
     return "\n".join(lines)
 
 

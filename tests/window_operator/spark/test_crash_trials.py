@@ -131,3 +131,68 @@ def test_a_batch_the_broker_lost_after_it_committed_is_sent_again(tmp_path: Path
         pytest.skip(f"the broker kept all {sent} results of batch 0: nothing was lost")
     # the broker lost results (and the changelog) of batch 0, and tasks read it back
     assert reread, log[-2000:]
+
+
+class _Msg:
+    """A consumed record, as ``read_all`` returns it."""
+
+    def __init__(self, part: int, offset: int, key: bytes, value: bytes | None) -> None:
+        self._at, self._key, self._value = (part, offset), key, value
+
+    def partition(self) -> int:
+        return self._at[0]
+
+    def offset(self) -> int:
+        return self._at[1]
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> None:
+        return None
+
+
+def test_the_at_least_once_verdict_allows_identical_copies_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import orjson
+
+    def key(k: str) -> bytes:
+        return orjson.dumps({"key": k, "window_start": 0, "window_end": 10})
+
+    def value(n: int, seq: int) -> bytes:
+        return orjson.dumps({"key": "x", "kind": "RESULT", "update_seq": seq,
+                             "values": {"n": n, "s": float(n)}})  # fmt: skip
+
+    finals = [("a", 2), ("b", 1), ("c", 1), ("d", 3), ("e", 1)]
+    expected = {key(k): [n, float(n)] for k, n in finals}
+    records = [
+        (0, key("a"), value(1, 1)), (0, key("a"), value(2, 2)), (0, key("a"), value(2, 2)),
+        (0, key("b"), value(1, 1)), (0, key("b"), value(2, 2)), (0, key("b"), value(1, 1)),
+        (1, key("c"), value(1, 1)), (1, key("c"), None),
+        (1, key("d"), value(1, 1)), (1, key("d"), value(2, 2)), (1, key("d"), value(1, 1)),
+        (1, key("d"), value(3, 3)),
+        (1, key("z"), value(1, 1)),
+    ]  # fmt: skip
+    msgs = [_Msg(p, i, k, v) for i, (p, k, v) in enumerate(records)]
+    # partitions read interleaved: the verdict goes by each partition's offsets
+    monkeypatch.setattr(
+        crash_trials, "read_all", lambda _b, t, **_: msgs[::-1] if t == "out" else []
+    )
+    job = crash_trials.Job(
+        "aggregation",
+        {"output": {"topic": "out", "errors_topic": "errors"}},
+        Path("job.yaml"),
+        [crash_trials.Stream([])],
+        expected,
+    )
+    v = crash_trials.check_at_least_once(job, "unused")
+    # c ends in a tombstone and e never came: lost; z is no window of the oracle: wrong;
+    # b's final value was replaced by another before it came again: changed
+    assert (v.lost, v.wrong, v.changed) == (2, 1, 1), v
+    # a's, b's and d's copies; b's and d's went back to an earlier value
+    assert (v.resent, v.stale, v.split) == (3, 2, 0), v
+    assert v.failed
