@@ -245,10 +245,8 @@ class Tally:
         self.resettled = 0
 
     def feed(self, inputs: list[Any]) -> None:
-        if self.operator == "join":
-            self.fed += len(inputs[0])
-        else:
-            self.fed += len(inputs[0])
+        self.fed += len(inputs[0])  # the events, or the join's orders
+        if self.operator != "join":
             self.fed_sum += float(np.sum(inputs[0].numeric["v"]))
 
     def take(self, batches: list[Any], errors: int, settled_before: int) -> None:
@@ -259,24 +257,17 @@ class Tally:
             if self.operator == "join":
                 self.count += len(rb) if rb.kind == "MATCH" else -len(rb)
                 continue
-            windows = zip(rb.keys, rb.window_start.tolist(), rb.window_end.tolist(), strict=True)
+            windows = list(
+                zip(rb.keys, rb.window_start.tolist(), rb.window_end.tolist(), strict=True)
+            )
             # a result or RETRACT of a window already summed: the settling is wrong
-            self.resettled += sum(1 for _, _, end in windows if end < self.settled_before)
+            self.resettled += sum(1 for w in windows if w[2] < self.settled_before)
             if rb.kind == "RETRACT":  # its values are empty (see session/emitter.py)
-                for key, start, end in zip(
-                    rb.keys, rb.window_start.tolist(), rb.window_end.tolist(), strict=True
-                ):
-                    self.live.pop((key, start, end), None)
-                continue
-            for key, start, end, n, t in zip(
-                rb.keys,
-                rb.window_start.tolist(),
-                rb.window_end.tolist(),
-                rb.values["n"],
-                rb.values["total"],
-                strict=True,
-            ):
-                self.live[(key, start, end)] = (n, t)
+                for w in windows:
+                    self.live.pop(w, None)
+            else:
+                values = zip(rb.values["n"], rb.values["total"], strict=True)
+                self.live.update(zip(windows, values, strict=True))
         self.settled_before = settled_before
         settled = [w for w in self.live if w[2] < settled_before]
         for w in settled:

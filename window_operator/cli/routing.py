@@ -299,7 +299,7 @@ def route(
             produced.bad_key.append(number)
             produced.key_format = target.key_format
             return None
-    # counted once the line is written
+    # counted for the lines routed, not those skipped above
     if target.record_time and target.retention is not None and 0 < wall < target.retention[1]:
         retention, n = produced.expiring.get(target.topic, (target.retention[0], 0))
         produced.expiring[target.topic] = (retention, n + 1)

@@ -193,8 +193,8 @@ _SHOWN_AS = {
 
 
 def _described(shape: Mapping[str, JsonValue], keys: list[str]) -> str:
-    """The parts ``keys`` of ``shape``; one it lacks as ``no <part>`` (an operator built
-    without its input topics, as library use may: not an empty text)."""
+    """The parts ``keys`` of ``shape``; one it lacks as ``no <part>`` (not an empty
+    text)."""
     return ", ".join(
         f"{_SHOWN_AS.get(k, k)} {orjson.dumps(shape[k]).decode()}"
         if k in shape

@@ -76,9 +76,7 @@ def input_topics(config: AnyJobConfig) -> list[str]:
 def source_topics(config: AnyJobConfig) -> list[str]:
     """The input topic of each source index, as clocks and positions number the inputs
     (a join's left, then its right: one topic twice in a self-join)."""
-    if isinstance(config, JoinJobConfig):
-        return [config.join.left.topic_name, config.join.right.topic_name]
-    return [config.input.topic]
+    return [topic for _, topic in config.input_topic_fields()]
 
 
 def prepare_topics(config: AnyJobConfig, bootstrap: str, *, timeout_s: float = 30.0) -> int:
