@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-__all__ = ["json_bytes", "loads_as"]
+__all__ = ["json_bytes", "json_text", "loads_as"]
 
 T = TypeVar("T")
 #: What JSON calls the Python types :func:`loads_as` checks for.
@@ -24,6 +24,17 @@ _JSON_NAMES: dict[type, str] = {dict: "an object", list: "an array"}
 def json_bytes(value: Any, option: int = 0) -> bytes:
     """``orjson.dumps(value, option=option)`` in an exact-size ``bytes``."""
     return bytes(memoryview(orjson.dumps(value, option=option)))
+
+
+def json_text(value: Any) -> bytes:
+    """Compact JSON of a value read from JSON, also one orjson cannot write (an integer
+    beyond 64 bits): how a message or a key spells it as its line did."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        import json
+
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def loads_as(data: bytes, kind: type[T], what: str, error: type[Exception]) -> T:

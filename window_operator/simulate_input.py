@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Final, TypeGuard
 
 import numpy as np
-import orjson
 
 from window_operator.codecs.avro_input import AvroPayloadDecoder, AvroWire, avro_payload_encoder
 from window_operator.codecs.avro_schema import has_binary_fields, load_schema_file
@@ -26,6 +25,7 @@ from window_operator.codecs.fastjson import ColumnarJsonDecoder
 from window_operator.codecs.json_input import JSON_WHITESPACE, InvalidJsonError, parse_json
 from window_operator.config import InputConfig, JoinInputConfig
 from window_operator.events import EventBatch, IntArray, RecordDecoder
+from window_operator.jsonbytes import json_text
 from window_operator.kernel.positions import MAX_OFFSET, MAX_PARTITION
 from window_operator.results import ErrorCode, ErrorRecord
 
@@ -302,7 +302,7 @@ def bad_position(
     if not _is_int(part) or not 0 <= part <= max_partition:
         return BadPosition(
             f"the line's partition must be an integer from 0 to {max_partition}, got "
-            f"{_as_json(part)}{_META_HINT}",
+            f"{json_text(part).decode()}{_META_HINT}",
             None,
         )
     if not named and _is_int(off) and off > max_offset:  # one after the last
@@ -313,19 +313,11 @@ def bad_position(
         )
     if not _is_int(off) or not 0 <= off <= max_offset:
         return BadPosition(
-            f"the line's offset must be an integer from 0 to {max_offset}, got {_as_json(off)}"
-            + _META_HINT,
+            f"the line's offset must be an integer from 0 to {max_offset}, "
+            f"got {json_text(off).decode()}" + _META_HINT,
             part,
         )
     return None
-
-
-def _as_json(value: object) -> str:
-    """``value`` as the line spells it (``null``, not ``None``)."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return repr(value)
 
 
 #: How a line whose event has fields named as the meta fields is read as it is.

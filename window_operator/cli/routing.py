@@ -18,6 +18,7 @@ from window_operator.config import JobConfig, JoinJobConfig
 from window_operator.durations import format_duration_ms
 from window_operator.eventkey import KeyFormat, kafka_key_bytes
 from window_operator.events import RecordDecoder
+from window_operator.jsonbytes import json_text
 from window_operator.simulate_input import META_FIELDS, line_wall
 
 if TYPE_CHECKING:
@@ -239,17 +240,8 @@ def kafka_key(record: object, fields: tuple[str, ...]) -> bytes | None:
     values = [record.get(f) for f in fields]
     one = values[0]
     if len(values) > 1:
-        return _json_or_text(values)
-    return None if one is None else one.encode() if isinstance(one, str) else _json_or_text(one)
-
-
-def _json_or_text(value: object) -> bytes:
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:  # an integer beyond 64 bits, say: still JSON
-        import json
-
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        return json_text(values)
+    return None if one is None else one.encode() if isinstance(one, str) else json_text(one)
 
 
 def route(
